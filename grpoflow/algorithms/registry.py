@@ -1,0 +1,157 @@
+"""Name -> function registries for the algorithm families, and signature-based dispatch.
+
+Each family (advantage estimators, policy losses, KL estimators, loss aggregation modes)
+has one registry. Callers look a function up by the name in the config and call it with
+`call_with_available(fn, **everything_the_caller_has)`: a function declares the inputs it
+needs through its own signature, so no caller ever branches on the name.
+
+    @register_advantage("my_adv")
+    def my_adv(scores, response_mask, group_ids, temperature: float = 1.0): ...
+
+    fn = get_advantage("my_adv")
+    missing = required_inputs(fn) - set(available)   # check once at start-up
+    adv = call_with_available(fn, **available)
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Any, Callable
+
+__all__ = [
+    "Registry",
+    "ADVANTAGE_ESTIMATORS",
+    "POLICY_LOSSES",
+    "KL_ESTIMATORS",
+    "LOSS_AGGREGATIONS",
+    "register_advantage",
+    "register_policy_loss",
+    "get_advantage",
+    "get_policy_loss",
+    "call_with_available",
+    "required_inputs",
+]
+
+
+class Registry:
+    """A named collection of functions of one family (the `kind`, used in error messages)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._fns: dict[str, Callable] = {}
+
+    def register(self, name: str, *, override: bool = False) -> Callable[[Callable], Callable]:
+        """Decorator storing the function under `name` and returning it unchanged.
+
+        Registering a *different* function under a taken name raises ValueError unless
+        `override=True`; registering the same function again is a no-op.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}.")
+
+        def decorator(fn: Callable) -> Callable:
+            existing = self._fns.get(name)
+            if existing is not None and existing is not fn and not override:
+                raise ValueError(
+                    f"{self.kind} {name!r} is already registered to {_fn_name(existing)}; "
+                    f"pick another name or pass override=True to replace it."
+                )
+            self._fns[name] = fn
+            return fn
+
+        return decorator
+
+    def get(self, name: str) -> Callable:
+        """The function registered under `name`; ValueError with the closest valid name if none."""
+        try:
+            return self._fns[name]
+        except (KeyError, TypeError):
+            pass
+        valid = self.names()
+        if not valid:
+            raise ValueError(f"Unknown {self.kind} {name!r}: no {self.kind}s are registered.")
+        closest = difflib.get_close_matches(str(name), valid, n=1, cutoff=0.0)[0]
+        raise ValueError(
+            f"Unknown {self.kind} {name!r}; did you mean {closest!r}? Valid names: {valid}."
+        )
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._fns)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._fns
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, names={self.names()})"
+
+
+ADVANTAGE_ESTIMATORS = Registry("advantage estimator")
+POLICY_LOSSES = Registry("policy loss")
+KL_ESTIMATORS = Registry("KL estimator")
+LOSS_AGGREGATIONS = Registry("loss aggregation mode")
+
+
+def register_advantage(name: str, *, override: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator: register an advantage estimator under `name`."""
+    return ADVANTAGE_ESTIMATORS.register(name, override=override)
+
+
+def register_policy_loss(name: str, *, override: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator: register a policy loss under `name`."""
+    return POLICY_LOSSES.register(name, override=override)
+
+
+def get_advantage(name: str) -> Callable:
+    """The advantage estimator registered under `name`."""
+    return ADVANTAGE_ESTIMATORS.get(name)
+
+
+def get_policy_loss(name: str) -> Callable:
+    """The policy loss registered under `name`."""
+    return POLICY_LOSSES.get(name)
+
+
+def required_inputs(fn: Callable) -> set[str]:
+    """Names of `fn`'s parameters that have no default (excluding *args / **kwargs).
+
+    Callers check these against what they can provide at start-up, before any rollout.
+    """
+    return {
+        p.name
+        for p in inspect.signature(fn).parameters.values()
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    }
+
+
+def call_with_available(fn: Callable, **available: Any) -> Any:
+    """Call `fn` with the keyword arguments from `available` that its signature names.
+
+    If `fn` takes **kwargs it receives everything. A required parameter of `fn` missing
+    from `available` raises TypeError naming the function, the missing and available inputs.
+    """
+    params = inspect.signature(fn).parameters.values()
+    positional_only = [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+    if positional_only:
+        raise TypeError(
+            f"{_fn_name(fn)} has positional-only parameters {positional_only}; "
+            f"registered functions must accept their inputs by keyword."
+        )
+    missing = required_inputs(fn) - available.keys()
+    if missing:
+        raise TypeError(
+            f"{_fn_name(fn)} needs input(s) {sorted(missing)} that the caller does not "
+            f"provide; available inputs: {sorted(available)}."
+        )
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return fn(**available)
+    accepted = {p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+    return fn(**{k: v for k, v in available.items() if k in accepted})
+
+
+def _fn_name(fn: Callable) -> str:
+    module = getattr(fn, "__module__", None)
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    return f"{module}.{name}" if module else name

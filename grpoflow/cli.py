@@ -1,0 +1,53 @@
+"""`grpoflow <command> [recipe.yaml] [key=value ...]`: parse, build, run; no logic here."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+USAGE = """usage: grpoflow <command> [recipe.yaml] [key=value ...]
+
+commands:
+  train   supervised warm start (when configured) then GRPO; no arguments trains the built-in task
+  sft     only the supervised warm start; saves an HF folder in <trainer.output_dir>/sft_model
+  config  print the resolved config as YAML
+
+`grpoflow train --help` lists every key with its default and meaning.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    from grpoflow.config import ConfigError, help_text, load_config, to_yaml
+    if "-h" in rest or "--help" in rest:
+        print(USAGE + "\nconfig keys:\n" + help_text())
+        return 0
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    recipe = rest[0] if rest and rest[0].endswith((".yaml", ".yml")) else None
+    overrides = rest[1:] if recipe else rest
+    from grpoflow.controller.run import sft_stage, train
+    from grpoflow.controller.trainer import TrainingError
+    from grpoflow.distributed.worker_group import WorkerError
+    commands = {"train": train, "sft": sft_stage, "config": lambda cfg: print(to_yaml(cfg))}
+    if command not in commands:
+        print(f"grpoflow: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        commands[command](load_config(recipe, overrides))
+    except (ConfigError, TrainingError, WorkerError, FileNotFoundError, ValueError, KeyError) as e:
+        if os.environ.get("GRPOFLOW_DEBUG"):
+            raise
+        print(f"grpoflow {command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""The one typed configuration of a grpoflow run.
+
+Every field is a dataclass field with a `help` text (shown by `grpoflow train --help`). A run's
+config comes from three layers, later ones winning: the defaults below (which ARE the built-in
+default job), an optional YAML recipe, and `a.b=c` overrides from the command line. Unknown keys
+and wrong types are errors that name the key and suggest the closest valid one.
+
+Nothing outside `controller` and `cli` reads this object: workers and engines receive the plain
+values they need, and `algorithms` never sees it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad config value or key; the message names it and the fix."""
+
+
+def opt(default: Any, help: str) -> Any:
+    """A config field with a default and its help text (lists get a fresh copy per instance)."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class ModelConfig:
+    path: str = opt("builtin:tiny-4m", "Local HF folder of a causal LM + tokenizer, or `builtin:tiny-<size>` "
+                    "(size 0.5m, 4m, 30m) to build a tiny Llama with a character tokenizer from scratch.")
+    seed: int = opt(0, "Initialisation seed for a `builtin:` model.")
+
+
+@dataclass
+class DataConfig:
+    train_files: list = opt(["builtin:addition/train"], "Training prompt files (.jsonl, .json, .parquet), "
+                            "or `builtin:addition/train` for the built-in 2-digit addition task.")
+    val_files: Optional[list] = opt(None, "Validation files. None: the built-in task's held-out split when "
+                                    "training on it, otherwise no validation.")
+    prompt_key: str = opt("prompt", "Column holding the prompt (a string or a list of chat messages).")
+    prompts_per_step: int = opt(32, "Prompts drawn per RL step; each gets `rollout.n` samples.")
+    max_prompt_length: int = opt(64, "Prompts longer than this many tokens are dropped (or an error, see "
+                                 "`data.overlong`).")
+    overlong: str = opt("drop", "What to do with a prompt over `data.max_prompt_length`: drop (counted) or error.")
+    apply_chat_template: Optional[bool] = opt(None, "Wrap prompts in the tokenizer's chat template. None: yes "
+                                              "for chat-message prompts, no for plain strings.")
+    system_prompt: Optional[str] = opt(None, "System message prepended when the chat template is applied.")
+    val_max_prompts: Optional[int] = opt(None, "Use at most this many validation prompts (None: all).")
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = opt("hf", "Rollout engine: hf (transformers generate; CPU or GPU).")
+    n: int = opt(8, "Samples per prompt (the GRPO group size).")
+    max_new_tokens: int = opt(8, "Longest response, in tokens; longer samples are truncated.")
+    temperature: float = opt(1.0, "Sampling temperature for training rollouts (also divides the actor's logits).")
+    top_p: float = opt(1.0, "Nucleus sampling threshold for training rollouts.")
+    val_temperature: float = opt(0.0, "Validation sampling temperature; 0 means greedy.")
+    val_batch_size: int = opt(256, "Prompts per generate call during validation.")
+
+
+@dataclass
+class RewardConfig:
+    function: str = opt("exact_match", "Reward function: a built-in name (exact_match, length) or "
+                        "`path/to/file.py:function`. Called as fn(prompt, completion, **row_columns).")
+    error_score: float = opt(0.0, "Score given to a sample whose reward function raised, returned None or NaN.")
+
+
+@dataclass
+class AlgorithmConfig:
+    adv_estimator: str = opt("grpo", "Advantage estimator, by registered name (see @register_advantage).")
+    norm_adv_by_std: bool = opt(True, "GRPO: divide by the group's std (False = Dr.GRPO).")
+    epsilon: float = opt(1e-6, "Added to the group std before dividing.")
+
+
+@dataclass
+class ActorConfig:
+    lr: float = opt(2e-4, "AdamW learning rate of the policy.")
+    weight_decay: float = opt(0.0, "AdamW weight decay.")
+    grad_clip: float = opt(1.0, "Clip the global gradient norm to this (0 disables).")
+    policy_loss: str = opt("ppo", "Policy loss, by registered name (see @register_policy_loss).")
+    clip_ratio_low: float = opt(0.2, "PPO clip: ratio floor is 1 - clip_ratio_low.")
+    clip_ratio_high: float = opt(0.2, "PPO clip: ratio ceiling is 1 + clip_ratio_high (DAPO clip-higher: 0.28).")
+    clip_ratio_c: float = opt(3.0, "Dual-clip bound for negative advantages (> 1).")
+    kl_coef: float = opt(0.0, "Weight of the KL(policy || reference) loss term; 0 builds no reference model.")
+    kl_estimator: str = opt("k3", "KL estimator for the loss term: k1, k2 or k3 (low-variance, clamped).")
+    loss_agg_mode: str = opt("token-mean", "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm.")
+    minibatches: int = opt(1, "Optimizer steps per RL step per epoch; 1 is strictly on-policy. Must divide "
+                           "data.prompts_per_step (mini-batches hold whole groups).")
+    epochs: int = opt(1, "Passes over each RL step's data.")
+    max_tokens_per_microbatch: int = opt(4096, "Token budget per micro-batch per rank (padded tokens).")
+    logprob_chunk_size: int = opt(1024, "Tokens per chunk when turning logits into log-probs and entropy.")
+
+
+@dataclass
+class SFTConfig:
+    steps: Optional[int] = opt(None, "Supervised warm-start steps before RL. None: 300 for a `builtin:` "
+                               "model trained from scratch, else 0.")
+    lr: float = opt(1e-3, "AdamW learning rate of the warm start.")
+    batch_size: int = opt(64, "Examples per warm-start step.")
+    response_key: str = opt("answer", "Column with the target completion (dotted paths such as "
+                            "reward_model.ground_truth work).")
+
+
+@dataclass
+class TrainerConfig:
+    total_steps: int = opt(200, "RL steps to run.")
+    val_every: int = opt(50, "Validate every this many steps (also before the first and after the last; "
+                         "0 disables validation).")
+    seed: int = opt(0, "Seed for sampling prompts, rollouts and everything else.")
+    output_dir: str = opt("runs/default", "Run folder: metrics.jsonl, config.yaml, the warm-start model.")
+    log_every: int = opt(10, "Print a metrics line to the console every this many steps.")
+    threads: int = opt(0, "torch intra-op threads (0: leave torch's default).")
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    backend: str = opt("local", "Worker backend: local (in-process).")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------- loading and overrides
+
+def _all_keys(cls: type, prefix: str = "") -> list[str]:
+    keys = []
+    for f in dataclasses.fields(cls):
+        sub = typing.get_type_hints(cls)[f.name]
+        if dataclasses.is_dataclass(sub):
+            keys += _all_keys(sub, prefix + f.name + ".")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+def _unknown_key(key: str) -> ConfigError:
+    close = difflib.get_close_matches(key, _all_keys(Config), n=1, cutoff=0.5)
+    hint = f" Did you mean `{close[0]}`?" if close else " Run `grpoflow train --help` for the valid keys."
+    return ConfigError(f"Unknown config key `{key}`.{hint}")
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check/convert a YAML value to the field's annotated type, or raise naming the key."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(key, value, args[0])
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, str) and _looks_numeric(value):
+            value = float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif tp is list or origin is list:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, (list, tuple)):
+            return list(value)
+    else:  # pragma: no cover - schema uses only the types above
+        return value
+    name = getattr(tp, "__name__", str(tp))
+    raise ConfigError(f"Config key `{key}` expects {name}, got {value!r} ({type(value).__name__}).")
+
+
+def _set(cfg: Any, key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    node = cfg
+    for p in parents:
+        if not dataclasses.is_dataclass(node) or p not in {f.name for f in dataclasses.fields(node)}:
+            raise _unknown_key(key)
+        node = getattr(node, p)
+    hints = typing.get_type_hints(type(node)) if dataclasses.is_dataclass(node) else {}
+    if leaf not in hints:
+        raise _unknown_key(key)
+    if dataclasses.is_dataclass(hints[leaf]):
+        if not isinstance(value, dict):
+            raise ConfigError(f"Config key `{key}` is a section; give its fields, e.g. `{key}.<field>=...`.")
+        for k, v in value.items():
+            _set(cfg, f"{key}.{k}", v)
+        return
+    setattr(node, leaf, _coerce(key, value, hints[leaf]))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`a.b=c` -> ("a.b", yaml-parsed c)."""
+    if "=" not in text:
+        raise ConfigError(f"Override `{text}` is not of the form key=value (e.g. actor.lr=1e-4).")
+    key, raw = text.split("=", 1)
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    return key.strip(), value
+
+
+def _looks_numeric(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def load_config(recipe: str | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML recipe, then `a.b=c` overrides; validated."""
+    cfg = Config()
+    if recipe:
+        path = Path(recipe)
+        if not path.exists():
+            raise ConfigError(f"Recipe file {recipe} does not exist; pass a .yaml path or only key=value overrides.")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"Recipe {recipe} must be a YAML mapping of sections (model:, data:, ...).")
+        for key, value in data.items():
+            _set(cfg, key, value)
+    for text in overrides or []:
+        _set(cfg, *parse_override(text))
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Checks that need no model: choices, ranges, and the batch schedule."""
+    checks = [
+        (cfg.backend in ("local",), f"backend={cfg.backend!r} is not available; use backend=local."),
+        (cfg.rollout.engine in ("hf",), f"rollout.engine={cfg.rollout.engine!r} is not available; use hf."),
+        (cfg.data.overlong in ("drop", "error"), f"data.overlong={cfg.data.overlong!r}; use drop or error."),
+        (cfg.rollout.n >= 1, f"rollout.n={cfg.rollout.n} must be >= 1."),
+        (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1."),
+        (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for training rollouts "
+                                      "(use rollout.val_temperature=0 for greedy validation)."),
+        (0 < cfg.rollout.top_p <= 1, f"rollout.top_p={cfg.rollout.top_p} must be in (0, 1]."),
+        (cfg.data.prompts_per_step >= 1, "data.prompts_per_step must be >= 1."),
+        (cfg.actor.lr > 0, "actor.lr must be > 0."),
+        (cfg.actor.epochs >= 1, "actor.epochs must be >= 1."),
+        (cfg.actor.minibatches >= 1, "actor.minibatches must be >= 1."),
+        (cfg.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1."),
+        (cfg.actor.kl_coef >= 0, "actor.kl_coef must be >= 0."),
+        (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
+        (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    batch_schedule(cfg)
+
+
+@dataclass
+class Schedule:
+    """The resolved batch algebra of one RL step (printed at start)."""
+    prompts_per_step: int
+    n: int
+    trajectories: int
+    minibatches: int
+    trajectories_per_minibatch: int
+    epochs: int
+    optimizer_steps: int
+    max_tokens_per_microbatch: int
+    max_microbatches_per_minibatch: int
+
+    def describe(self) -> str:
+        return (f"schedule: {self.prompts_per_step} prompts x {self.n} samples = {self.trajectories} trajectories"
+                f" per step | {self.minibatches} mini-batch(es) of {self.trajectories_per_minibatch} x "
+                f"{self.epochs} epoch(s) = {self.optimizer_steps} optimizer step(s) | micro-batches of <= "
+                f"{self.max_tokens_per_microbatch} tokens, <= {self.max_microbatches_per_minibatch} per mini-batch")
+
+
+def batch_schedule(cfg: Config) -> Schedule:
+    """Resolve and check the batch algebra; every size problem is an error here, before any model loads."""
+    p, n, m = cfg.data.prompts_per_step, cfg.rollout.n, cfg.actor.minibatches
+    if p % m:
+        divisors = [d for d in range(1, p + 1) if p % d == 0]
+        raise ConfigError(f"actor.minibatches={m} does not divide data.prompts_per_step={p} (mini-batches hold "
+                          f"whole groups); use one of {divisors}.")
+    seq = cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
+    budget = cfg.actor.max_tokens_per_microbatch
+    if budget < seq:
+        raise ConfigError(f"actor.max_tokens_per_microbatch={budget} is smaller than one sequence "
+                          f"(data.max_prompt_length + rollout.max_new_tokens = {seq}); raise it to at least {seq}.")
+    per_mb = p // m * n
+    per_micro = max(1, budget // seq)
+    return Schedule(p, n, p * n, m, per_mb, cfg.actor.epochs, m * cfg.actor.epochs, budget,
+                    -(-per_mb // per_micro))
+
+
+def help_text() -> str:
+    """All keys with their type, default and help, for `--help`."""
+    lines = []
+
+    def walk(cls: type, obj: Any, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(hints[f.name]):
+                walk(hints[f.name], value, prefix + f.name + ".")
+            else:
+                lines.append(f"  {prefix + f.name} = {value!r}\n      {f.metadata.get('help', '')}")
+
+    walk(Config, Config(), "")
+    return "\n".join(lines)
+
+
+def to_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

@@ -1,0 +1,121 @@
+"""Build a run from its config: run folder, model, data, warm start, controller.
+
+Everything that can fail on bad input (config, reward function, files, prompts) is checked
+here, before any heavy stage starts, so a mistake costs seconds, not a training run.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from grpoflow.config import Config, ConfigError, batch_schedule, to_yaml
+from grpoflow.controller.sft import run_sft
+from grpoflow.controller.trainer import Controller
+from grpoflow.data.dataset import load_rows, prepare_prompts
+from grpoflow.models.loading import load_tokenizer
+from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
+from grpoflow.rewards.functions import load_reward_function
+from grpoflow.tasks.addition import addition_splits
+
+BUILTIN_DATA = {"builtin:addition/train": 0, "builtin:addition/val": 1}
+DEFAULT_SFT_STEPS = 300
+
+
+def is_builtin_model(path: str) -> bool:
+    return path.startswith("builtin:")
+
+
+def resolve_model(cfg: Config, run_dir: Path) -> str:
+    """A local model folder for `model.path`; `builtin:tiny-<size>` is built and saved in the run folder."""
+    path = cfg.model.path
+    if not is_builtin_model(path):
+        if not Path(path).is_dir():
+            raise ConfigError(f"model.path={path} is not a folder; give a local HF model folder "
+                              f"(this machine has no model hub) or builtin:tiny-4m.")
+        return path
+    size = path.removeprefix("builtin:tiny-")
+    if size not in TINY_SIZES:
+        raise ConfigError(f"model.path={path}: unknown built-in; use one of "
+                          f"{['builtin:tiny-' + s for s in TINY_SIZES]}.")
+    return save_tiny_model(run_dir / "base_model", size=size, seed=cfg.model.seed)
+
+
+def read_rows(files: list[str]) -> list[dict]:
+    """Rows of every file; `builtin:addition/train|val` are the built-in task's splits."""
+    rows: list[dict] = []
+    for spec in files:
+        if spec in BUILTIN_DATA:
+            rows += addition_splits()[BUILTIN_DATA[spec]]
+        elif spec.startswith("builtin:"):
+            raise ConfigError(f"data file {spec!r} is not a built-in; use one of {list(BUILTIN_DATA)}.")
+        else:
+            rows += load_rows(spec)
+    return rows
+
+
+def val_files(cfg: Config) -> list[str]:
+    if cfg.data.val_files is not None:
+        return cfg.data.val_files
+    return ["builtin:addition/val"] if cfg.data.train_files == ["builtin:addition/train"] else []
+
+
+def sft_steps(cfg: Config) -> int:
+    if cfg.sft.steps is not None:
+        return cfg.sft.steps
+    return DEFAULT_SFT_STEPS if is_builtin_model(cfg.model.path) else 0
+
+
+def setup_run_dir(cfg: Config) -> Path:
+    run_dir = Path(cfg.trainer.output_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    if cfg.trainer.threads > 0:
+        torch.set_num_threads(cfg.trainer.threads)
+    torch.manual_seed(cfg.trainer.seed)
+    return run_dir
+
+
+def sft_stage(cfg: Config, run_dir: Path | None = None) -> str:
+    """`grpoflow sft`: warm-start the configured model on the training rows; returns the saved folder."""
+    run_dir = run_dir or setup_run_dir(cfg)
+    base = resolve_model(cfg, run_dir)
+    steps = sft_steps(cfg)
+    if steps <= 0:
+        return base
+    return run_sft(base, read_rows(cfg.data.train_files), run_dir / "sft_model", steps=steps, lr=cfg.sft.lr,
+                   batch_size=cfg.sft.batch_size, prompt_key=cfg.data.prompt_key,
+                   response_key=cfg.sft.response_key, seed=cfg.trainer.seed)
+
+
+def train(cfg: Config) -> dict:
+    """`grpoflow train`: (warm start) -> GRPO with validation; returns before/after validation metrics."""
+    start = time.perf_counter()
+    schedule = batch_schedule(cfg)
+    reward_fn = load_reward_function(cfg.reward.function)
+    run_dir = setup_run_dir(cfg)
+    train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))
+    tqdm.write(f"run folder: {run_dir.resolve()}")
+    tqdm.write(schedule.describe())
+    model_path = sft_stage(cfg, run_dir)
+    tokenizer = load_tokenizer(model_path)
+    d = cfg.data
+    prep = dict(prompt_key=d.prompt_key, max_prompt_length=d.max_prompt_length, overlong=d.overlong,
+                apply_chat_template=d.apply_chat_template, system_prompt=d.system_prompt)
+    train_items, stats = prepare_prompts(train_rows, tokenizer, **prep)
+    val_items = prepare_prompts(val_rows, tokenizer, **prep)[0][:d.val_max_prompts] if val_rows else []
+    tqdm.write(f"data: {stats.kept} of {stats.total} training prompts kept ({stats.missing_prompt} without a prompt, "
+               f"{stats.overlong} over {d.max_prompt_length} tokens); {len(val_items)} validation prompts")
+    controller = Controller(cfg, model_path=model_path, train_items=train_items, val_items=val_items,
+                            reward_fn=reward_fn, run_dir=run_dir)
+    result = controller.fit()
+    result["wall_s"] = time.perf_counter() - start
+    before, after = result["before"].get("val/mean@1"), result["after"].get("val/mean@1")
+    if before is not None and after is not None:
+        tqdm.write(f"held-out accuracy (mean@1): {before:.1%} before GRPO -> {after:.1%} after "
+                   f"{cfg.trainer.total_steps} steps ({after - before:+.1%})")
+    tqdm.write(f"done in {result['wall_s']:.0f}s; metrics: {controller.logger.path.resolve()}")
+    return result

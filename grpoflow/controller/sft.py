@@ -1,0 +1,83 @@
+"""The supervised warm-start stage (`grpoflow sft`, and the first stage of the default job).
+
+A model trained from scratch never samples a right answer, so GRPO has no signal: a short
+supervised pass on (prompt, target) pairs gives it a starting accuracy to improve on. The loss
+is the mean cross-entropy over target tokens (+ EOS); prompt tokens are not trained.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from grpoflow.engines.train import TrainEngine
+from grpoflow.models.loading import load_causal_lm, load_tokenizer
+
+
+def lookup(row: dict, key: str):
+    """row["a"]["b"] for key "a.b"; None when absent."""
+    value = row
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def sft_examples(rows: list[dict], tokenizer, prompt_key: str, response_key: str) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, target ids + EOS) per row with a string prompt and a target."""
+    examples = []
+    for row in rows:
+        prompt, target = row.get(prompt_key), lookup(row, response_key)
+        if isinstance(prompt, str) and target is not None:
+            examples.append((tokenizer.encode(prompt, add_special_tokens=False),
+                             tokenizer.encode(str(target), add_special_tokens=False) + [tokenizer.eos_token_id]))
+    if not examples:
+        raise ValueError(f"sft: no row has a string `{prompt_key}` and a `{response_key}` target; set "
+                         "sft.response_key to the column holding the target completion, or sft.steps=0.")
+    return examples
+
+
+def collate(examples: list[tuple[list[int], list[int]]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded input_ids / attention_mask / labels (-100 on prompt and padding)."""
+    width = max(len(p) + len(t) for p, t in examples)
+    ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(examples), width), dtype=torch.long)
+    for i, (p, t) in enumerate(examples):
+        seq = torch.tensor(p + t)
+        ids[i, :len(seq)] = seq
+        mask[i, :len(seq)] = 1
+        labels[i, len(p):len(seq)] = torch.tensor(t)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: int, lr: float, batch_size: int,
+            prompt_key: str = "prompt", response_key: str = "answer", seed: int = 0) -> str:
+    """Train `steps` supervised steps from `model_path`, save to `out_dir` (HF folder); return it."""
+    tokenizer = load_tokenizer(model_path)
+    model = load_causal_lm(model_path)
+    examples = sft_examples(rows, tokenizer, prompt_key, response_key)
+    engine = TrainEngine(model, lr=lr, grad_clip=1.0)
+    gen = torch.Generator().manual_seed(seed)
+    start, loss = time.perf_counter(), float("nan")
+    bar = tqdm(range(steps), desc="sft", unit="step", leave=False)
+    for _ in bar:
+        idx = torch.randint(len(examples), (batch_size,), generator=gen).tolist()
+        batch = collate([examples[i] for i in idx], tokenizer.pad_token_id)
+        metrics = engine.forward_backward([batch], lambda m, b: _ce(m, b))
+        engine.optimizer_step()
+        loss = metrics["loss"]
+        bar.set_postfix(loss=f"{loss:.3f}")
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    tqdm.write(f"sft: {steps} steps in {time.perf_counter() - start:.1f}s, final loss {loss:.3f} -> {out_dir}")
+    return str(out_dir)
+
+
+def _ce(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
+    loss = model(**batch).loss
+    return loss, {"loss": loss.detach()}

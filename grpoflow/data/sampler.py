@@ -1,0 +1,69 @@
+"""Epoch-based index sampler whose position can be saved and restored exactly.
+
+The controller asks for ``k`` prompt indices per step; a batch may straddle an epoch
+boundary. Each epoch's order is a permutation drawn from ``torch.Generator`` seeded with
+``seed + epoch``, so the order depends only on (seed, epoch) and a checkpoint needs to store
+just ``{"epoch", "position"}`` to resume with the same indices.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class EpochSampler:
+    """Yield dataset indices epoch after epoch, reshuffled each epoch when ``shuffle``."""
+
+    def __init__(self, num_items: int, seed: int, shuffle: bool = True):
+        if num_items <= 0:
+            raise ValueError(
+                f"EpochSampler needs at least one item, got num_items={num_items}; check that "
+                f"the dataset kept some prompts."
+            )
+        self.num_items = num_items
+        self.seed = seed
+        self.shuffle = shuffle
+        self._epoch = 0
+        self._position = 0  # next index to hand out within the current epoch's order
+        self._order = self._order_for(0)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next index comes from (0-based)."""
+        return self._epoch
+
+    def _order_for(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.num_items))
+        gen = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.randperm(self.num_items, generator=gen).tolist()
+
+    def next_indices(self, k: int) -> list[int]:
+        """Return the next ``k`` indices, moving into the next epoch(s) when one runs out."""
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        out: list[int] = []
+        while len(out) < k:
+            take = min(k - len(out), self.num_items - self._position)
+            out.extend(self._order[self._position : self._position + take])
+            self._position += take
+            if self._position == self.num_items:  # move on now, so `epoch` names the next index's
+                self._epoch += 1
+                self._position = 0
+                self._order = self._order_for(self._epoch)
+        return out
+
+    def state_dict(self) -> dict:
+        """``{"epoch", "position"}``: enough to rebuild the exact position (order comes from seed)."""
+        return {"epoch": self._epoch, "position": self._position}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume at ``state`` as returned by ``state_dict`` (same num_items, seed, shuffle)."""
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if not 0 <= position < self.num_items:
+            raise ValueError(
+                f"sampler position {position} is outside [0, {self.num_items}); the checkpoint "
+                f"was saved for a dataset of another size."
+            )
+        self._epoch, self._position = epoch, position
+        self._order = self._order_for(epoch)

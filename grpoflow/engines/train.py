@@ -1,0 +1,80 @@
+"""The training engine: one model, its optimizer, and the verbs a worker needs.
+
+Verbs (verl's engine vocabulary): `forward_backward(microbatches, loss_fn)` accumulates
+gradients, `optimizer_step()` clips, checks and applies them, `named_weights()` yields the
+parameters one tensor at a time for weight sync. On one rank the model is a plain module;
+when torch.distributed is initialised the gradient-normalising counts are global sums.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+
+class NonFiniteLossError(RuntimeError):
+    """Raised before a NaN/inf gradient could reach the weights."""
+
+
+def global_sum(value: float | Tensor) -> Tensor:
+    """Sum of `value` over all ranks of the default process group (itself on one rank)."""
+    t = torch.as_tensor(value, dtype=torch.float64).clone()
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t)
+    return t
+
+
+class TrainEngine:
+    def __init__(self, model: torch.nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
+                 betas: tuple[float, float] = (0.9, 0.999)) -> None:
+        self.model = model
+        self.grad_clip = grad_clip
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
+        self.model.train()
+
+    def forward_backward(self, microbatches: list, loss_fn: Callable) -> dict[str, float]:
+        """Run loss_fn(model, mb) -> (loss, metrics) on each micro-batch and backprop it.
+
+        loss_fn must return each micro-batch's share of the mini-batch loss (normalised by
+        global counts), so gradients simply add up. Metrics are summed the same way.
+        """
+        totals: dict[str, float] = {}
+        for mb in microbatches:
+            loss, metrics = loss_fn(self.model, mb)
+            if not torch.isfinite(loss):
+                self.optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteLossError(f"the loss became {loss.item()} (metrics of the micro-batch: "
+                                         f"{ {k: round(float(v), 4) for k, v in metrics.items()} })")
+            loss.backward()
+            for k, v in metrics.items():
+                totals[k] = totals.get(k, 0.0) + float(v)
+        return totals
+
+    def optimizer_step(self) -> float:
+        """Clip, check and apply the accumulated gradients; returns the pre-clip grad norm."""
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.grad_clip if self.grad_clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        if not torch.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLossError(f"the gradient norm became {norm.item()}")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def named_weights(self) -> Iterator[tuple[str, Tensor]]:
+        """(name, tensor) one at a time, detached, for pushing to a rollout engine."""
+        for name, p in self.model.named_parameters():
+            yield name, p.detach()
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,90 @@
+"""Load a tokenizer and a causal LM from a local folder, with errors that say what to fix.
+
+Everything is loaded with ``local_files_only=True``: grpoflow never downloads. A model must
+first be saved into a folder (``save_pretrained``, ``huggingface-cli download`` elsewhere, or
+``grpoflow.models.tiny.save_tiny_model``) and the folder path given here.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+# Any one of these marks a folder as holding a tokenizer.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def _check_folder(path: str | os.PathLike, what: str) -> str:
+    """Return ``path`` as a string after checking it is an existing local folder."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{what} path {path!r} does not exist; give a local folder written by "
+            f"save_pretrained (grpoflow never downloads from a model hub)."
+        )
+    if not os.path.isdir(path):
+        raise NotADirectoryError(
+            f"{what} path {path!r} is a file, not a folder; give the folder that holds it."
+        )
+    return path
+
+
+def load_tokenizer(path: str | os.PathLike):
+    """Load the tokenizer saved in the local folder ``path``.
+
+    If the tokenizer has no pad token, its eos token is used as pad: grpoflow pads batches
+    itself and masks padded positions, so the pad id only needs to be a valid id. A tokenizer
+    with neither pad nor eos token is rejected, since generation could not stop.
+    """
+    path = _check_folder(path, "tokenizer")
+    if not any(os.path.exists(os.path.join(path, name)) for name in _TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"folder {path!r} holds no tokenizer (none of {list(_TOKENIZER_FILES)}); save one "
+            f"there with tokenizer.save_pretrained({path!r})."
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"could not load the tokenizer in {path!r} ({type(e).__name__}: {e}); re-save it "
+            f"with a transformers version that can read it."
+        ) from e
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(
+                f"tokenizer in {path!r} has neither a pad nor an eos token; set eos_token in "
+                f"its tokenizer_config.json."
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(path: str | os.PathLike, dtype: torch.dtype = torch.float32):
+    """Load the causal language model saved in the local folder ``path`` with weights in ``dtype``."""
+    path = _check_folder(path, "model")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        raise FileNotFoundError(
+            f"folder {path!r} has no config.json, so it is not a saved model; save one there "
+            f"with model.save_pretrained({path!r})."
+        )
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"could not read {os.path.join(path, 'config.json')!r} ({type(e).__name__}: {e}); "
+            f"check its model_type is one this transformers version knows."
+        ) from e
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise ValueError(
+            f"model in {path!r} has model_type {config.model_type!r}, which is not a causal "
+            f"language model; give a decoder-only LM such as Llama or Qwen2."
+        )
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    except OSError as e:  # typically: config.json present but no weights file
+        raise FileNotFoundError(
+            f"could not load the weights in {path!r} ({e}); save them there with "
+            f"model.save_pretrained({path!r})."
+        ) from e

@@ -1,0 +1,98 @@
+"""The actor role: the policy being trained.
+
+Verbs: `compute_log_prob` (old log-probs, no grad), `update_policy` (mini-batches x token-budget
+micro-batches, clipped policy loss + KL term), `named_weights` (for weight sync). The worker
+sees its data-parallel shard only; the global token/sequence counts that normalise the loss
+are summed over ranks, so the gradient is the same for any world size or micro-batch split.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from grpoflow.algorithms import aggregate_loss, call_with_available, get_policy_loss, kl_penalty
+from grpoflow.config import ActorConfig
+from grpoflow.data.batch import Batch
+from grpoflow.engines.microbatch import split_by_tokens
+from grpoflow.engines.train import TrainEngine, global_sum
+from grpoflow.models.loading import load_causal_lm
+from grpoflow.models.logprobs import response_log_probs
+from grpoflow.workers.forward import batch_log_probs
+
+
+class ActorWorker:
+    def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: ActorConfig, temperature: float,
+                 horizon: int, seed: int) -> None:
+        torch.manual_seed(seed)
+        self.rank, self.world_size = rank, world_size
+        self.cfg = cfg
+        self.temperature = temperature
+        self.horizon = horizon  # max response length, the Dr.GRPO normaliser
+        self.policy_loss = get_policy_loss(cfg.policy_loss)
+        self.engine = TrainEngine(load_causal_lm(model_path), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                  grad_clip=cfg.grad_clip)
+
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        """Fill `old_log_probs` [B, R] with the current policy's log-probs."""
+        log_probs, _ = batch_log_probs(self.engine.model, batch, temperature=self.temperature,
+                                       max_tokens=self.cfg.max_tokens_per_microbatch,
+                                       chunk_size=self.cfg.logprob_chunk_size)
+        return batch.replace(old_log_probs=log_probs)
+
+    def update_policy(self, batch: Batch) -> dict[str, float]:
+        """`epochs` x `minibatches` optimizer steps on this step's data; mean metrics over them."""
+        totals: dict[str, float] = {}
+        steps = 0
+        for _ in range(self.cfg.epochs):
+            for minibatch in batch.split(self.cfg.minibatches):
+                for k, v in self._minibatch_step(minibatch).items():
+                    totals[k] = totals.get(k, 0.0) + v
+                steps += 1
+        return {k: v / steps for k, v in totals.items()}
+
+    def _minibatch_step(self, minibatch: Batch) -> dict[str, float]:
+        num_tokens = global_sum(minibatch.response_mask.sum()).item()
+        num_seqs = global_sum(len(minibatch)).item()
+        microbatches, _ = split_by_tokens(minibatch, self.cfg.max_tokens_per_microbatch)
+
+        def loss_fn(model: torch.nn.Module, mb: Batch) -> tuple[Tensor, dict[str, Tensor]]:
+            return self._loss(model, mb, num_tokens, num_seqs)
+
+        metrics = self.engine.forward_backward(microbatches, loss_fn)
+        metrics["actor/grad_norm"] = self.engine.optimizer_step()
+        return metrics
+
+    def _loss(self, model: torch.nn.Module, mb: Batch, num_tokens: float, num_seqs: float
+              ) -> tuple[Tensor, dict[str, Tensor]]:
+        """This micro-batch's share of the mini-batch loss, and its share of each metric."""
+        cfg, mask = self.cfg, mb.response_mask.float()
+        log_probs, entropy = response_log_probs(
+            model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask,
+            temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True)
+        # Strictly on-policy (one optimizer step per RL step) the ratio is exactly 1: the
+        # controller skips the old-log-prob pass and the current log-probs stand in for it.
+        old = mb.old_log_probs if mb.old_log_probs is not None else log_probs.detach()
+        pg_mat, pg_metrics = call_with_available(
+            self.policy_loss, log_probs=log_probs, old_log_probs=old, advantages=mb.advantages,
+            response_mask=mask, clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
+            clip_ratio_c=cfg.clip_ratio_c)
+
+        def agg(values: Tensor, mode: str = cfg.loss_agg_mode) -> Tensor:
+            return aggregate_loss(values, mask, mode, num_tokens=num_tokens, num_seqs=num_seqs,
+                                  horizon=self.horizon)
+
+        pg_loss = agg(pg_mat)
+        loss = pg_loss
+        metrics = {"actor/pg_loss": pg_loss.detach(), "actor/entropy": agg(entropy, "token-mean")}
+        if cfg.kl_coef > 0:
+            kl_loss = agg(kl_penalty(log_probs, mb.ref_log_probs, cfg.kl_estimator))
+            loss = loss + cfg.kl_coef * kl_loss
+            metrics["actor/kl_loss"] = kl_loss.detach()
+        for name, per_token in pg_metrics.items():
+            metrics[f"actor/{name}"] = agg(per_token, "token-mean")
+        return loss, metrics
+
+    def named_weights(self) -> list[tuple[str, Tensor]]:
+        """The policy's parameters, one (name, tensor) at a time, for the rollout engine."""
+        return list(self.engine.named_weights())

@@ -83,7 +83,7 @@ def load_reward_function(spec: str) -> RewardFn:
 
 def _check_signature(fn: RewardFn, spec: str) -> None:
     try:
-        inspect.signature(fn).bind("prompt", "completion")
+        inspect.signature(fn).bind_partial("prompt", "completion")
     except TypeError as e:
         raise ValueError(f"reward.function={spec}: it must accept (prompt, completion, **row_columns); "
-                         f"calling it with two positional arguments fails: {e}.") from None
+                         f"it cannot take two positional arguments: {e}.") from None

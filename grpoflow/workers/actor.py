@@ -52,6 +52,17 @@ class ActorWorker:
         return {k: v / steps for k, v in totals.items()}
 
     def _minibatch_step(self, minibatch: Batch) -> dict[str, float]:
+        metrics = self.accumulate_gradients(minibatch)
+        metrics["actor/grad_norm"] = self.engine.optimizer_step()
+        return metrics
+
+    def accumulate_gradients(self, minibatch: Batch) -> dict[str, float]:
+        """Backprop the mini-batch's loss through token-budget micro-batches (no optimizer step).
+
+        Each micro-batch's loss is divided by the mini-batch's GLOBAL token and sequence
+        counts (summed over data-parallel ranks), so the accumulated gradient is the same for
+        any micro-batch split and any world size.
+        """
         num_tokens = global_sum(minibatch.response_mask.sum()).item()
         num_seqs = global_sum(len(minibatch)).item()
         microbatches, _ = split_by_tokens(minibatch, self.cfg.max_tokens_per_microbatch)
@@ -59,9 +70,7 @@ class ActorWorker:
         def loss_fn(model: torch.nn.Module, mb: Batch) -> tuple[Tensor, dict[str, Tensor]]:
             return self._loss(model, mb, num_tokens, num_seqs)
 
-        metrics = self.engine.forward_backward(microbatches, loss_fn)
-        metrics["actor/grad_norm"] = self.engine.optimizer_step()
-        return metrics
+        return self.engine.forward_backward(microbatches, loss_fn)
 
     def _loss(self, model: torch.nn.Module, mb: Batch, num_tokens: float, num_seqs: float
               ) -> tuple[Tensor, dict[str, Tensor]]:

@@ -1,0 +1,90 @@
+"""A user's own jsonl + reward file through the CLI, and every bad-input path of the spine."""
+
+import json
+
+import pytest
+
+from grpoflow.algorithms import register_advantage
+from grpoflow.cli import main
+from grpoflow.config import load_config
+from grpoflow.controller.metrics import read_metrics
+from grpoflow.controller.run import train
+from grpoflow.controller.trainer import TrainingError
+
+ARGS = ["data.prompts_per_step=4", "rollout.n=2", "rollout.max_new_tokens=4", "trainer.total_steps=2",
+        "trainer.log_every=1"]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.fixture()
+def user_files(tmp_path):
+    rows = [{"prompt": f"say {i}:", "bonus": 0.25 * (i % 2), "data_source": "mine"} for i in range(8)]
+    rows.append({"text": "a row without a prompt"})
+    data = write_jsonl(tmp_path / "my.jsonl", rows)
+    reward = tmp_path / "my_reward.py"
+    reward.write_text("def score(prompt, completion, bonus, data_source, **row):\n"
+                      "    assert data_source == 'mine'\n"
+                      "    return {'score': bonus, 'chars': float(len(completion))}\n")
+    return data, f"{reward}:score"
+
+
+def test_user_jsonl_and_reward_function_via_cli(tmp_path, tiny_model_path, user_files, capsys):
+    data, reward = user_files
+    code = main(["train", f"model.path={tiny_model_path}", f"data.train_files={data}", f"reward.function={reward}",
+                 f"trainer.output_dir={tmp_path / 'run'}", *ARGS])
+    assert code == 0
+    rows = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == [1, 2]              # no validation files: no step-0 line
+    for r in rows:                                          # the `bonus` column reached the reward
+        assert r["critic/score/mean"] == pytest.approx(0.125)
+        assert "reward/chars/mean" in r and r["reward/errors"] == 0
+    assert not (tmp_path / "run" / "sft_model").exists()    # a given model gets no warm start
+    assert "8 of 9 training prompts kept (1 without a prompt" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["actor.lrr=1e-4"], "Did you mean `actor.lr`"),
+    (["rollout.n=many"], "`rollout.n` expects int"),
+    (["data.train_files=/nope/missing.jsonl"], "/nope/missing.jsonl"),
+    (["reward.function=exact_mach"], "Did you mean 'exact_match'"),
+    (["model.path=/nope/model"], "model.path=/nope/model is not a folder"),
+    (["actor.minibatches=3"], "does not divide data.prompts_per_step=4"),
+])
+def test_bad_input_is_one_clear_message(tmp_path, capsys, args, expected):
+    code = main(["train", f"trainer.output_dir={tmp_path / 'run'}", *ARGS, *args])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and "Traceback" not in err
+
+
+def test_overlong_prompt_error_names_the_setting(tmp_path, tiny_model_path, user_files, capsys):
+    data, reward = user_files
+    code = main(["train", f"model.path={tiny_model_path}", f"data.train_files={data}", f"reward.function={reward}",
+                 "data.max_prompt_length=5", "data.overlong=error", f"trainer.output_dir={tmp_path}", *ARGS])
+    assert code == 2 and "data.max_prompt_length" in capsys.readouterr().err
+
+
+def test_raising_reward_is_counted_not_fatal(tmp_path, tiny_model_path, user_files):
+    data, _ = user_files
+    bad = tmp_path / "bad.py"
+    bad.write_text("def score(prompt, completion, **row):\n    raise RuntimeError('boom')\n")
+    train(load_config(None, [f"model.path={tiny_model_path}", f"data.train_files={data}", f"reward.function={bad}:score",
+                             "reward.error_score=-1", f"trainer.output_dir={tmp_path / 'run'}", *ARGS]))
+    for r in read_metrics(tmp_path / "run"):
+        assert r["reward/errors"] == 8 and r["critic/score/mean"] == -1
+
+
+@register_advantage("test_nan_advantage", override=True)
+def nan_advantage(scores, response_mask):
+    return response_mask * float("nan")
+
+
+def test_nan_loss_stops_with_clear_message(tmp_path, tiny_model_path, user_files):
+    data, reward = user_files
+    cfg = load_config(None, [f"model.path={tiny_model_path}", f"data.train_files={data}", f"reward.function={reward}",
+                             "algorithm.adv_estimator=test_nan_advantage", f"trainer.output_dir={tmp_path}", *ARGS])
+    with pytest.raises(TrainingError, match=r"Stopped at step 1: the loss became nan.*Lower actor.lr"):
+        train(cfg)

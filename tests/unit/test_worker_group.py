@@ -1,0 +1,177 @@
+"""grpoflow.distributed.worker_group: one dispatch rule (split by DP rank, gather from replica leaders)."""
+
+import pytest
+import torch
+
+from grpoflow.data.batch import Batch
+from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
+
+
+def make_batch(n: int) -> Batch:
+    """n rows; row i has a prompt of 1 + i % 3 tokens and a response of 1 + i % 4 tokens."""
+    P, R = 3, 4
+    prompt_mask = torch.zeros(n, P, dtype=torch.long)
+    response_mask = torch.zeros(n, R, dtype=torch.long)
+    for i in range(n):
+        prompt_mask[i, P - 1 - i % 3:] = 1
+        response_mask[i, : 1 + i % 4] = 1
+    return Batch(
+        prompt_ids=(torch.arange(n * P).view(n, P) + 1) * prompt_mask,
+        prompt_mask=prompt_mask,
+        response_ids=(torch.arange(n * R).view(n, R) + 1) * response_mask,
+        response_mask=response_mask,
+        group_ids=torch.arange(n) // 2,
+        scores=torch.arange(n, dtype=torch.float32),
+        prompts=[f"p{i}" for i in range(n)],
+    )
+
+
+class Toy:
+    """A worker whose verbs record what they were given."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.seen: list = []
+
+    def double_scores(self, batch: Batch, factor: float = 2.0) -> Batch:
+        """Row-wise: the result for a row depends on that row only."""
+        self.seen.append(batch)
+        return batch.replace(scores=batch.scores * factor, advantages=batch.response_mask * factor)
+
+    def stamp_rank(self, batch: Batch) -> Batch:
+        self.seen.append(batch)
+        return batch.replace(scores=torch.full((len(batch),), float(self.rank)))
+
+    def stats(self, batch: Batch, extra: object = None, *, tag: object = None) -> dict:
+        self.seen.append((batch, extra, tag))
+        return {"rank": self.rank, "rows": len(batch)}
+
+    def take_list(self, items: list, extra: object) -> dict:
+        self.seen.append((items, extra))
+        return {"rank": self.rank, "items": list(items)}
+
+    def no_args(self) -> int:
+        return 100 + self.rank
+
+    def fail_on_rank_one(self, batch: Batch) -> Batch:
+        if self.rank == 1:
+            raise ValueError(f"bad shard of {len(batch)} rows")
+        return batch
+
+
+def assert_batches_equal(a: Batch, b: Batch) -> None:
+    for name in a.__dataclass_fields__:
+        va, vb = getattr(a, name), getattr(b, name)
+        if isinstance(va, torch.Tensor):
+            assert isinstance(vb, torch.Tensor) and torch.equal(va, vb), name
+        else:
+            assert va == vb, name
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_batch_is_split_into_contiguous_shards_and_gathered_in_order(world_size):
+    group = WorkerGroup("actor", Toy, world_size=world_size)
+    batch = make_batch(11)
+    out = group.double_scores(batch, factor=3.0)
+    # the same as calling the row-wise verb on the whole batch
+    assert_batches_equal(out, Toy(0, 1).double_scores(batch, factor=3.0))
+    shards = [h.seen[-1] for h in group.handles]
+    sizes = [len(s) for s in shards]
+    assert sum(sizes) == 11 and max(sizes) - min(sizes) <= 1
+    # contiguous and in rank order
+    assert [p for s in shards for p in s.prompts] == batch.prompts
+    start = 0
+    for s in shards:
+        assert s.scores.tolist() == list(range(start, start + len(s)))
+        start += len(s)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_list_argument_is_split_and_other_args_broadcast(world_size):
+    group = WorkerGroup("reward", Toy, world_size=world_size)
+    items = list(range(10))
+    extra = object()
+    out = group.take_list(items, extra)
+    received = [h.seen[-1] for h in group.handles]
+    assert [x for got, _ in received for x in got] == items
+    assert max(len(g) for g, _ in received) - min(len(g) for g, _ in received) <= 1
+    assert all(e is extra for _, e in received)  # broadcast unchanged, not copied
+    # a non-Batch result comes from rank 0
+    assert out == {"rank": 0, "items": received[0][0]}
+
+
+def test_non_first_positional_and_keyword_args_go_to_every_rank():
+    group = WorkerGroup("actor", Toy, world_size=4)
+    extra, tag = {"lr": 0.1}, object()
+    out = group.stats(make_batch(8), extra, tag=tag)
+    for h in group.handles:
+        _, e, t = h.seen[-1]
+        assert e is extra and t is tag
+    assert out == {"rank": 0, "rows": 2}
+
+
+def test_verb_without_arguments_runs_on_every_rank_and_returns_rank_zero():
+    group = WorkerGroup("rollout", Toy, world_size=4)
+    assert group.no_args() == 100
+
+
+def test_ranks_are_constructed_with_rank_and_world_size():
+    group = WorkerGroup("actor", Toy, world_size=4)
+    assert [(h.rank, h.world_size) for h in group.handles] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+
+
+def test_tensor_parallel_ranks_share_a_shard_and_only_replica_leaders_are_gathered():
+    group = WorkerGroup("rollout", Toy, world_size=4, tensor_parallel=2)
+    assert group.dp_size == 2
+    batch = make_batch(7)
+    out = group.stamp_rank(batch)
+    shards = [h.seen[-1] for h in group.handles]
+    assert_batches_equal(shards[0], shards[1])
+    assert_batches_equal(shards[2], shards[3])
+    assert len(shards[0]) + len(shards[2]) == 7
+    assert shards[0].prompts + shards[2].prompts == batch.prompts
+    # results of ranks 1 and 3 are dropped: the scores say which rank produced each row
+    assert out.scores.tolist() == [0.0] * len(shards[0]) + [2.0] * len(shards[2])
+    assert out.prompts == batch.prompts
+
+
+def test_world_size_not_a_multiple_of_tensor_parallel_errors():
+    with pytest.raises(ValueError, match="tensor_parallel=2"):
+        WorkerGroup("rollout", Toy, world_size=3, tensor_parallel=2)
+
+
+def test_worker_exception_becomes_worker_error_naming_role_rank_and_cause():
+    group = WorkerGroup("critic", Toy, world_size=2)
+    with pytest.raises(WorkerError) as err:
+        group.fail_on_rank_one(make_batch(6))
+    e = err.value
+    message = str(e)
+    assert "critic" in message
+    assert "rank 1" in message
+    assert "fail_on_rank_one" in message
+    assert "ValueError: bad shard of 3 rows" in message
+    assert "Traceback" in message and "raise ValueError" in message  # the original traceback
+    assert e.role == "critic" and e.rank == 1
+    assert isinstance(e.original, ValueError) and str(e.original) == "bad shard of 3 rows"
+
+
+def test_constructor_exception_is_reported_the_same_way():
+    def factory(rank: int, world_size: int) -> Toy:
+        if rank == 2:
+            raise RuntimeError("out of memory on purpose")
+        return Toy(rank, world_size)
+
+    with pytest.raises(WorkerError) as err:
+        WorkerGroup("reference", factory, world_size=4)
+    e = err.value
+    message = str(e)
+    assert "reference" in message and "rank 2" in message and "__init__" in message
+    assert "RuntimeError: out of memory on purpose" in message
+    assert "Traceback" in message
+    assert e.rank == 2 and isinstance(e.original, RuntimeError)
+
+
+def test_private_attributes_are_not_dispatched():
+    group = WorkerGroup("actor", Toy, world_size=1)
+    with pytest.raises(AttributeError):
+        group._not_a_verb

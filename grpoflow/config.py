@@ -5,14 +5,16 @@ config comes from three layers, later ones winning: the defaults below (which AR
 default job), an optional YAML recipe, and `a.b=c` overrides from the command line. Unknown keys
 and wrong types are errors that name the key and suggest the closest valid one.
 
-Nothing outside `controller` and `cli` reads this object: workers and engines receive the plain
-values they need, and `algorithms` never sees it.
+Only `controller`, `cli` and `workers` import it: a worker receives its own typed section (e.g.
+`ActorConfig`), engines, models and data receive plain values, and `algorithms` and `rewards`
+never see it (tests/unit/test_layering.py checks this).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -177,6 +179,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         if isinstance(value, str) and _looks_numeric(value):
             value = float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(f"Config key `{key}` must be a finite number, got {value!r}.")
             return float(value)
     elif tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -203,6 +207,7 @@ def _set(cfg: Any, key: str, value: Any) -> None:
     if leaf not in hints:
         raise _unknown_key(key)
     if dataclasses.is_dataclass(hints[leaf]):
+        value = {} if value is None else value  # an empty YAML section
         if not isinstance(value, dict):
             raise ConfigError(f"Config key `{key}` is a section; give its fields, e.g. `{key}.<field>=...`.")
         for k, v in value.items():

@@ -72,8 +72,7 @@ class Batch:
 
     def split(self, chunks: int) -> list["Batch"]:
         """`chunks` contiguous, equal parts (sizes differ by at most one, earlier parts larger)."""
-        n = len(self)
-        bounds = [n * i // chunks for i in range(chunks + 1)]
+        bounds = split_bounds(len(self), chunks)
         return [self.select(list(range(bounds[i], bounds[i + 1]))) for i in range(chunks)]
 
     def trimmed(self) -> "Batch":
@@ -109,6 +108,12 @@ class Batch:
             else:
                 values[f.name] = [x for v in vs for x in v]
         return Batch(**values)
+
+
+def split_bounds(n: int, parts: int) -> list[int]:
+    """Boundaries of `parts` contiguous slices of `n` items; earlier slices get the remainder."""
+    q, r = divmod(n, parts)
+    return [i * q + min(i, r) for i in range(parts + 1)]
 
 
 def _pad_cat(tensors: list[Tensor], left: bool, fill: float) -> Tensor:

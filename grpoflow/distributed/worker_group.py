@@ -18,7 +18,7 @@ from __future__ import annotations
 import traceback
 from typing import Any, Callable, Protocol
 
-from grpoflow.data.batch import Batch
+from grpoflow.data.batch import Batch, split_bounds
 
 
 class WorkerError(RuntimeError):
@@ -103,6 +103,5 @@ class WorkerGroup:
 def _split(value: Batch | list, parts: int) -> list:
     if isinstance(value, Batch):
         return value.split(parts)
-    n = len(value)
-    bounds = [n * i // parts for i in range(parts + 1)]
+    bounds = split_bounds(len(value), parts)
     return [value[bounds[i]:bounds[i + 1]] for i in range(parts)]

@@ -119,8 +119,6 @@ def test_split_more_chunks_than_rows_gives_empty_parts_that_concat_ignores():
     assert_batches_equal(Batch.concat(parts, pad_token_id=PAD), batch)
 
 
-@pytest.mark.xfail(reason="Batch.split docstring says 'earlier parts larger', but bounds n*i//chunks make the "
-                          "LATER parts larger (7 rows into 3 -> sizes 2, 2, 3)")
 def test_split_earlier_parts_are_larger_as_documented():
     batch = make_batch([1] * 7, [1] * 7)
     assert [len(p) for p in batch.split(3)] == [3, 2, 2]

@@ -1,0 +1,189 @@
+"""The dependency direction of DESIGN.md section 2, checked on the source with `ast`.
+
+    algorithms, rewards -> data, models -> engines -> workers -> distributed -> controller -> cli
+
+Every import counts, including lazy ones inside functions: a lazy import is still a dependency.
+"""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import grpoflow
+
+ROOT = Path(grpoflow.__file__).parent
+
+# The parts of grpoflow, and the grpoflow parts each may NOT import. `tasks` (built-in task data)
+# sits with `data`. A new top-level part must be placed here, so the direction stays checked.
+UPPER_OF_DATA = {"engines", "workers", "distributed", "controller", "cli"}
+FORBIDDEN_PARTS = {
+    "algorithms": None,  # None: nothing from any other grpoflow part
+    "rewards": None,
+    "data": UPPER_OF_DATA,
+    "models": UPPER_OF_DATA,
+    "tasks": UPPER_OF_DATA,
+    "engines": {"workers", "distributed", "controller", "cli"},
+    "workers": {"distributed", "controller", "cli"},
+    "distributed": {"controller", "cli"},
+    "controller": {"cli"},
+    "config": set(),
+    "cli": set(),
+}
+# third-party modules that the pure parts never touch
+PURE_PARTS_NEVER_IMPORT = ("torch.distributed", "ray", "vllm", "grpoflow.config")
+
+
+def imported_modules(source: str, module: str, is_package: bool) -> set[str]:
+    """Every module name `source` imports; `from a import b` yields both a and a.b."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module
+            found.add(name)
+            found.update(f"{name}.{alias.name}" for alias in node.names)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+              == "import_module" and node.args and isinstance(node.args[0], ast.Constant)):
+            found.add(str(node.args[0].value))
+    return found
+
+
+def all_modules() -> list[tuple[str, str, Path]]:
+    """(dotted module name, part, path) of every .py file under grpoflow/."""
+    out = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        module = ".".join(parts)
+        part = parts[1] if len(parts) > 1 else "grpoflow"
+        out.append((module, part, path))
+    return out
+
+
+def part_of(name: str) -> str | None:
+    """The grpoflow part an imported module name belongs to (None if it is not grpoflow's)."""
+    bits = name.split(".")
+    if bits[0] != "grpoflow":
+        return None
+    return bits[1] if len(bits) > 1 else "grpoflow"
+
+
+def _imports(module, path):
+    return imported_modules(path.read_text(), module, path.name == "__init__.py")
+
+
+def _matches(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+# ---------------------------------------------------------------- the checker itself
+
+
+def test_import_collector_sees_every_form():
+    source = (
+        "import ray\n"
+        "from grpoflow import config\n"
+        "from torch import distributed as dist\n"
+        "from . import sibling\n"
+        "from ..engines.train import TrainEngine\n"
+        "import importlib\n"
+        "def f():\n"
+        "    import vllm.engine\n"
+        "    return importlib.import_module('sglang')\n"
+    )
+    found = imported_modules(source, "grpoflow.workers.actor", is_package=False)
+    assert {"ray", "grpoflow.config", "torch.distributed", "grpoflow.workers.sibling",
+            "grpoflow.engines.train", "vllm.engine", "sglang"} <= found
+
+
+def test_checker_sees_the_real_tree():
+    modules = {m: (part, p) for m, part, p in all_modules()}
+    assert {"grpoflow.algorithms.advantages", "grpoflow.workers.actor", "grpoflow.config", "grpoflow.cli"} <= set(modules)
+    # a known edge is found, so an empty scan cannot pass silently
+    part, path = modules["grpoflow.workers.actor"]
+    assert "grpoflow.engines.microbatch" in _imports("grpoflow.workers.actor", path)
+
+
+def test_every_part_is_placed_in_the_layering():
+    parts = {part for _, part, _ in all_modules()} - {"grpoflow"}
+    unplaced = parts - set(FORBIDDEN_PARTS)
+    assert not unplaced, f"place {sorted(unplaced)} in FORBIDDEN_PARTS (DESIGN.md section 2)"
+
+
+# ---------------------------------------------------------------- the direction
+
+
+_PLACED = [(m, part, p) for m, part, p in all_modules() if part in FORBIDDEN_PARTS]
+
+
+@pytest.mark.parametrize("module, part, path", _PLACED, ids=[m for m, _, _ in _PLACED])
+def test_dependency_direction(module, part, path):
+    forbidden = FORBIDDEN_PARTS[part]
+    bad = []
+    for name in sorted(_imports(module, path)):
+        other = part_of(name)
+        if other is None or other == part or other == "grpoflow":
+            continue
+        if forbidden is None or other in forbidden:
+            bad.append(name)
+    assert not bad, f"{module} ({part}) must not import {bad}; see DESIGN.md section 2"
+
+
+@pytest.mark.parametrize("part", ["algorithms", "rewards"])
+def test_pure_parts_never_import_distributed_ray_vllm_or_config(part):
+    bad = []
+    for module, p, path in all_modules():
+        if p != part:
+            continue
+        for name in _imports(module, path):
+            if any(_matches(name, prefix) for prefix in PURE_PARTS_NEVER_IMPORT):
+                bad.append(f"{module} -> {name}")
+    assert not bad, bad
+
+
+def test_only_controller_cli_and_workers_import_the_config():
+    """Workers take their own typed section (e.g. ActorConfig); nothing below them sees the config."""
+    bad = []
+    for module, part, path in all_modules():
+        if part in ("controller", "cli", "config", "workers"):
+            continue
+        bad += [f"{module} -> {name}" for name in _imports(module, path) if _matches(name, "grpoflow.config")]
+    assert not bad, bad
+
+
+# ---------------------------------------------------------------- what importing pulls in
+
+_PROBE = (
+    "import sys\n"
+    "import {module}\n"
+    "heavy = ('ray', 'vllm', 'sglang', 'flash_attn', 'wandb', 'mlflow'{extra})\n"
+    "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+)
+
+
+def _loaded_after_import(module: str, extra: tuple = ()) -> list[str]:
+    code = _PROBE.format(module=module, extra="".join(f", {e!r}" for e in extra))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return eval(out.stdout.strip())
+
+
+def test_import_grpoflow_does_not_import_ray_or_vllm():
+    assert _loaded_after_import("grpoflow") == []
+
+
+def test_rewards_and_config_import_without_torch():
+    # DESIGN.md: rewards depend on the stdlib, config on nothing; both load in a plain process.
+    assert _loaded_after_import("grpoflow.rewards.scoring, grpoflow.config", extra=("torch",)) == []

@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # per-file load/save bars drown the run's own output
     recipe = rest[0] if rest and rest[0].endswith((".yaml", ".yml")) else None
     overrides = rest[1:] if recipe else rest
     from grpoflow.controller.run import sft_stage, train

@@ -87,6 +87,9 @@ class AlgorithmConfig:
 @dataclass
 class ActorConfig:
     lr: float = opt(2e-4, "AdamW learning rate of the policy.")
+    lr_schedule: str = opt("cosine", "Learning-rate schedule after warm-up: constant or cosine.")
+    lr_warmup_steps: int = opt(0, "Optimizer steps of linear learning-rate warm-up.")
+    min_lr_ratio: float = opt(0.1, "Cosine schedule: final learning rate as a fraction of actor.lr.")
     weight_decay: float = opt(0.0, "AdamW weight decay.")
     grad_clip: float = opt(1.0, "Clip the global gradient norm to this (0 disables).")
     policy_loss: str = opt("ppo", "Policy loss, by registered name (see @register_policy_loss).")
@@ -105,7 +108,7 @@ class ActorConfig:
 
 @dataclass
 class SFTConfig:
-    steps: Optional[int] = opt(None, "Supervised warm-start steps before RL. None: 300 for a `builtin:` "
+    steps: Optional[int] = opt(None, "Supervised warm-start steps before RL. None: 350 for a `builtin:` "
                                "model trained from scratch, else 0.")
     lr: float = opt(1e-3, "AdamW learning rate of the warm start.")
     batch_size: int = opt(64, "Examples per warm-start step.")
@@ -115,7 +118,7 @@ class SFTConfig:
 
 @dataclass
 class TrainerConfig:
-    total_steps: int = opt(200, "RL steps to run.")
+    total_steps: int = opt(150, "RL steps to run.")
     val_every: int = opt(50, "Validate every this many steps (also before the first and after the last; "
                          "0 disables validation).")
     seed: int = opt(0, "Seed for sampling prompts, rollouts and everything else.")
@@ -265,6 +268,8 @@ def validate(cfg: Config) -> None:
         (cfg.data.prompts_per_step >= 1, "data.prompts_per_step must be >= 1."),
         (cfg.actor.lr > 0, "actor.lr must be > 0."),
         (cfg.actor.epochs >= 1, "actor.epochs must be >= 1."),
+        (cfg.actor.lr_schedule in ("constant", "cosine"),
+         f"actor.lr_schedule={cfg.actor.lr_schedule!r}; use constant or cosine."),
         (cfg.actor.minibatches >= 1, "actor.minibatches must be >= 1."),
         (cfg.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1."),
         (cfg.actor.kl_coef >= 0, "actor.kl_coef must be >= 0."),

@@ -22,7 +22,7 @@ from grpoflow.rewards.functions import load_reward_function
 from grpoflow.tasks.addition import addition_splits
 
 BUILTIN_DATA = {"builtin:addition/train": 0, "builtin:addition/val": 1}
-DEFAULT_SFT_STEPS = 300
+DEFAULT_SFT_STEPS = 350
 
 
 def is_builtin_model(path: str) -> bool:

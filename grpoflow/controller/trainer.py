@@ -49,7 +49,9 @@ class Controller:
         a = cfg.actor
         self.actor = WorkerGroup("actor", partial(ActorWorker, model_path=model_path, cfg=a, seed=cfg.trainer.seed,
                                                   temperature=cfg.rollout.temperature,
-                                                  horizon=cfg.rollout.max_new_tokens), backend=cfg.backend)
+                                                  horizon=cfg.rollout.max_new_tokens,
+                                                  total_optimizer_steps=cfg.trainer.total_steps * a.minibatches
+                                                  * a.epochs), backend=cfg.backend)
         # The reference policy exists only for the KL term: with kl_coef=0 it is never built.
         self.ref = WorkerGroup("reference", partial(
             ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,

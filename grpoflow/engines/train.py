@@ -28,13 +28,32 @@ def global_sum(value: float | Tensor) -> Tensor:
     return t
 
 
+def lr_multiplier(step: int, *, warmup_steps: int = 0, total_steps: int = 0, schedule: str = "constant",
+                  min_lr_ratio: float = 0.0) -> float:
+    """Factor on the base learning rate before optimizer step `step` (0-based).
+
+    Linear warm-up over `warmup_steps`, then `constant` (1) or `cosine` decay from 1 to
+    `min_lr_ratio` at `total_steps`.
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant" or total_steps <= warmup_steps:
+        return 1.0
+    if schedule != "cosine":
+        raise ValueError(f"unknown lr schedule {schedule!r}; use constant or cosine.")
+    progress = min((step - warmup_steps) / (total_steps - warmup_steps), 1.0)
+    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
 class TrainEngine:
     def __init__(self, model: torch.nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 betas: tuple[float, float] = (0.9, 0.999)) -> None:
+                 betas: tuple[float, float] = (0.9, 0.999), lr_schedule: Callable[[int], float] | None = None
+                 ) -> None:
         self.model = model
         self.grad_clip = grad_clip
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_schedule or (lambda step: 1.0))
         self.model.train()
 
     def forward_backward(self, microbatches: list, loss_fn: Callable) -> dict[str, float]:
@@ -64,8 +83,13 @@ class TrainEngine:
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLossError(f"the gradient norm became {norm.item()}")
         self.optimizer.step()
+        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """(name, tensor) one at a time, detached, for pushing to a rollout engine."""
@@ -73,8 +97,10 @@ class TrainEngine:
             yield name, p.detach()
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])

@@ -8,6 +8,8 @@ are summed over ranks, so the gradient is the same for any world size or micro-b
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import Tensor
 
@@ -15,7 +17,7 @@ from grpoflow.algorithms import aggregate_loss, call_with_available, get_policy_
 from grpoflow.config import ActorConfig
 from grpoflow.data.batch import Batch
 from grpoflow.engines.microbatch import split_by_tokens
-from grpoflow.engines.train import TrainEngine, global_sum
+from grpoflow.engines.train import TrainEngine, global_sum, lr_multiplier
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.workers.forward import batch_log_probs
@@ -23,15 +25,17 @@ from grpoflow.workers.forward import batch_log_probs
 
 class ActorWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: ActorConfig, temperature: float,
-                 horizon: int, seed: int) -> None:
+                 horizon: int, seed: int, total_optimizer_steps: int = 0) -> None:
         torch.manual_seed(seed)
         self.rank, self.world_size = rank, world_size
         self.cfg = cfg
         self.temperature = temperature
         self.horizon = horizon  # max response length, the Dr.GRPO normaliser
         self.policy_loss = get_policy_loss(cfg.policy_loss)
+        schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
+                           schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
         self.engine = TrainEngine(load_causal_lm(model_path), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  grad_clip=cfg.grad_clip)
+                                  grad_clip=cfg.grad_clip, lr_schedule=schedule)
 
     def compute_log_prob(self, batch: Batch) -> Batch:
         """Fill `old_log_probs` [B, R] with the current policy's log-probs."""
@@ -53,6 +57,7 @@ class ActorWorker:
 
     def _minibatch_step(self, minibatch: Batch) -> dict[str, float]:
         metrics = self.accumulate_gradients(minibatch)
+        metrics["actor/lr"] = self.engine.lr
         metrics["actor/grad_norm"] = self.engine.optimizer_step()
         return metrics
 

@@ -19,20 +19,6 @@ import difflib
 import inspect
 from typing import Any, Callable
 
-__all__ = [
-    "Registry",
-    "ADVANTAGE_ESTIMATORS",
-    "POLICY_LOSSES",
-    "KL_ESTIMATORS",
-    "LOSS_AGGREGATIONS",
-    "register_advantage",
-    "register_policy_loss",
-    "get_advantage",
-    "get_policy_loss",
-    "call_with_available",
-    "required_inputs",
-]
-
 
 class Registry:
     """A named collection of functions of one family (the `kind`, used in error messages)."""

@@ -6,13 +6,14 @@ import logging
 import os
 import sys
 
-USAGE = """usage: grpoflow <command> [recipe.yaml] [key=value ...]
+USAGE = """usage: grpoflow <command> [recipe.yaml | preset] [key=value ...]
 
 commands:
   train   supervised warm start (when configured) then GRPO; no arguments trains the built-in task
   sft     only the supervised warm start; saves an HF folder in <trainer.output_dir>/sft_model
   config  print the resolved config as YAML
 
+presets (grpoflow/recipes/): grpo, dr_grpo, dapo, gspo, rloo, ppo, e.g. `grpoflow train dapo`.
 `grpoflow train --help` lists every key with its default and meaning.
 """
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     transformers.utils.logging.disable_progress_bar()  # per-file load/save bars drown the run's own output
-    recipe = rest[0] if rest and rest[0].endswith((".yaml", ".yml")) else None
+    recipe = rest[0] if rest and "=" not in rest[0] else None
     overrides = rest[1:] if recipe else rest
     from grpoflow.controller.run import sft_stage, train
     from grpoflow.controller.trainer import TrainingError

@@ -75,13 +75,39 @@ class RewardConfig:
     function: str = opt("exact_match", "Reward function: a built-in name (exact_match, length) or "
                         "`path/to/file.py:function`. Called as fn(prompt, completion, **row_columns).")
     error_score: float = opt(0.0, "Score given to a sample whose reward function raised, returned None or NaN.")
+    overlong_buffer_len: int = opt(0, "DAPO overlong shaping: responses longer than rollout.max_new_tokens - "
+                                   "this many tokens get a linear penalty (0 disables).")
+    overlong_penalty_factor: float = opt(1.0, "DAPO overlong shaping: the penalty at the full length.")
+
+
+@dataclass
+class KLControlConfig:
+    type: str = opt("fixed", "KL-in-reward coefficient controller: fixed or adaptive (Ziegler et al. 2019).")
+    kl_coef: float = opt(0.001, "KL-in-reward coefficient (the initial one when adaptive).")
+    target_kl: float = opt(0.1, "Adaptive controller: the KL per token it steers towards.")
+    horizon: int = opt(10000, "Adaptive controller: samples over which the coefficient adapts.")
+
+
+@dataclass
+class FilterGroupsConfig:
+    enable: bool = opt(False, "DAPO dynamic sampling: drop groups whose rewards are all equal and draw more "
+                       "prompts until the step has data.prompts_per_step groups with signal.")
+    max_draws: int = opt(4, "At most this many generation rounds per step; if still short, groups without "
+                         "signal fill the step (they carry zero advantage).")
 
 
 @dataclass
 class AlgorithmConfig:
-    adv_estimator: str = opt("grpo", "Advantage estimator, by registered name (see @register_advantage).")
+    adv_estimator: str = opt("grpo", "Advantage estimator: a registered name (grpo, rloo, reinforce_plus_plus, "
+                             "reinforce_plus_plus_baseline, remax, gae, grpo_passk) or `file.py:function`.")
     norm_adv_by_std: bool = opt(True, "GRPO: divide by the group's std (False = Dr.GRPO).")
     epsilon: float = opt(1e-6, "Added to the group std before dividing.")
+    gamma: float = opt(1.0, "Discount factor (gae, reinforce_plus_plus).")
+    lam: float = opt(1.0, "GAE lambda.")
+    use_kl_in_reward: bool = opt(False, "Subtract kl_ctrl.kl_coef x KL(policy || reference) from each token's reward.")
+    kl_penalty: str = opt("k1", "KL estimator used in the reward: k1, k2, k3.")
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
 
 
 @dataclass
@@ -92,18 +118,35 @@ class ActorConfig:
     min_lr_ratio: float = opt(0.1, "Cosine schedule: final learning rate as a fraction of actor.lr.")
     weight_decay: float = opt(0.0, "AdamW weight decay.")
     grad_clip: float = opt(1.0, "Clip the global gradient norm to this (0 disables).")
-    policy_loss: str = opt("ppo", "Policy loss, by registered name (see @register_policy_loss).")
+    policy_loss: str = opt("ppo", "Policy loss: a registered name (ppo, gspo, cispo, reinforce) or `file.py:function`.")
     clip_ratio_low: float = opt(0.2, "PPO clip: ratio floor is 1 - clip_ratio_low.")
     clip_ratio_high: float = opt(0.2, "PPO clip: ratio ceiling is 1 + clip_ratio_high (DAPO clip-higher: 0.28).")
     clip_ratio_c: float = opt(3.0, "Dual-clip bound for negative advantages (> 1).")
     kl_coef: float = opt(0.0, "Weight of the KL(policy || reference) loss term; 0 builds no reference model.")
-    kl_estimator: str = opt("k3", "KL estimator for the loss term: k1, k2 or k3 (low-variance, clamped).")
-    loss_agg_mode: str = opt("token-mean", "token-mean | seq-mean-token-mean | seq-mean-token-sum-norm.")
+    kl_estimator: str = opt("k3", "KL estimator for the loss term: k1, k2, k3 (low-variance, clamped) or k3+ "
+                            "(k3's value with k2's unbiased gradient).")
+    entropy_coeff: float = opt(0.0, "Entropy bonus: subtract this x the aggregated entropy from the loss.")
+    loss_agg_mode: str = opt("token-mean", "token-mean | seq-mean-token-mean | seq-mean-token-sum | "
+                             "seq-mean-token-sum-norm.")
+    mask_truncated: bool = opt(False, "Leave responses that hit rollout.max_new_tokens without EOS out of the "
+                               "loss (DAPO's overlong filtering).")
+    rollout_is: Optional[str] = opt(None, "Truncated importance sampling against the rollout engine's sampling "
+                                    "log-probs: token or sequence (None: off).")
+    rollout_is_cap: float = opt(2.0, "Upper bound of the truncated importance weight.")
     minibatches: int = opt(1, "Optimizer steps per RL step per epoch; 1 is strictly on-policy. Must divide "
                            "data.prompts_per_step (mini-batches hold whole groups).")
     epochs: int = opt(1, "Passes over each RL step's data.")
     max_tokens_per_microbatch: int = opt(4096, "Token budget per micro-batch per rank (padded tokens).")
     logprob_chunk_size: int = opt(1024, "Tokens per chunk when turning logits into log-probs and entropy.")
+
+
+@dataclass
+class CriticConfig:
+    model_path: Optional[str] = opt(None, "Critic model folder (None: the policy's); a scalar value head is added.")
+    lr: float = opt(1e-4, "AdamW learning rate of the critic.")
+    cliprange_value: float = opt(0.5, "PPO value clipping range around the old values.")
+    warmup_steps: int = opt(0, "RL steps that train only the critic before the actor starts updating.")
+    grad_clip: float = opt(1.0, "Clip the critic's gradient norm to this (0 disables).")
 
 
 @dataclass
@@ -135,6 +178,7 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     backend: str = opt("local", "Worker backend: local (in-process).")
@@ -236,13 +280,21 @@ def _looks_numeric(s: str) -> bool:
         return False
 
 
+PRESETS = Path(__file__).parent / "recipes"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS.glob("*.yaml"))
+
+
 def load_config(recipe: str | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults, then the YAML recipe, then `a.b=c` overrides; validated."""
+    """Defaults, then the YAML recipe (a path or a preset name), then `a.b=c` overrides; validated."""
     cfg = Config()
     if recipe:
-        path = Path(recipe)
+        path = Path(recipe) if recipe.endswith((".yaml", ".yml")) else PRESETS / f"{recipe}.yaml"
         if not path.exists():
-            raise ConfigError(f"Recipe file {recipe} does not exist; pass a .yaml path or only key=value overrides.")
+            raise ConfigError(f"Recipe {recipe} does not exist; pass a .yaml path, a preset name "
+                              f"({', '.join(preset_names())}) or only key=value overrides.")
         data = yaml.safe_load(path.read_text()) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"Recipe {recipe} must be a YAML mapping of sections (model:, data:, ...).")
@@ -273,6 +325,13 @@ def validate(cfg: Config) -> None:
         (cfg.actor.minibatches >= 1, "actor.minibatches must be >= 1."),
         (cfg.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1."),
         (cfg.actor.kl_coef >= 0, "actor.kl_coef must be >= 0."),
+        (cfg.actor.rollout_is in (None, "token", "sequence"),
+         f"actor.rollout_is={cfg.actor.rollout_is!r}; use token, sequence or null."),
+        (cfg.algorithm.kl_ctrl.type in ("fixed", "adaptive"),
+         f"algorithm.kl_ctrl.type={cfg.algorithm.kl_ctrl.type!r}; use fixed or adaptive."),
+        (cfg.algorithm.filter_groups.max_draws >= 1, "algorithm.filter_groups.max_draws must be >= 1."),
+        (0 <= cfg.reward.overlong_buffer_len < cfg.rollout.max_new_tokens,
+         f"reward.overlong_buffer_len={cfg.reward.overlong_buffer_len} must be in [0, rollout.max_new_tokens)."),
         (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
     ]

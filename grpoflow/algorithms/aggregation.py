@@ -21,6 +21,7 @@ __all__ = [
     "masked_mean",
     "token_mean",
     "seq_mean_token_mean",
+    "seq_mean_token_sum",
     "seq_mean_token_sum_norm",
 ]
 
@@ -39,8 +40,8 @@ def aggregate_loss(
     Args:
         values: [B, R] per-token values.
         mask: [B, R], 1 on tokens that count, 0 elsewhere.
-        mode: "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", or a
-            user-registered mode.
+        mode: "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+            "seq-mean-token-sum-norm", or a user-registered mode.
         num_tokens: global number of masked-in tokens of the mini-batch; default mask.sum().
         num_seqs: global number of sequences of the mini-batch; default B.
         horizon: maximum response length budget (needed by "seq-mean-token-sum-norm").
@@ -83,6 +84,16 @@ def seq_mean_token_mean(values, mask, num_tokens, num_seqs, horizon) -> Tensor:
     mask = mask.to(values.dtype)
     per_seq = (values * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     return per_seq.sum() / _denominator(num_seqs, values)
+
+
+@LOSS_AGGREGATIONS.register("seq-mean-token-sum")
+def seq_mean_token_sum(values, mask, num_tokens, num_seqs, horizon) -> Tensor:
+    """sum_i [ sum_t v_it * m_it ] / num_seqs: each sequence's token sum, averaged.
+
+    Longer sequences weigh more, in proportion to their length: the sequence-level
+    REINFORCE objective, as in verl's "seq-mean-token-sum".
+    """
+    return (values * mask.to(values.dtype)).sum() / _denominator(num_seqs, values)
 
 
 @LOSS_AGGREGATIONS.register("seq-mean-token-sum-norm")

@@ -5,17 +5,29 @@ Every loss shares the family signature
  -> (loss [B, R], metrics dict[str, Tensor[B, R]])`.
 Losses are returned unaggregated: the caller reduces the loss and each metric with
 `aggregation.aggregate_loss`, so the reduction mode (and its global denominators) is
-chosen in one place.
+chosen in one place. A loss defined only for some modes says so at registration
+(`POLICY_LOSSES.meta(name)["agg_modes"]`, e.g. gspo). Each loss takes the subset of
+(log_probs, old_log_probs, advantages, response_mask, clip_ratio_low, clip_ratio_high,
+clip_ratio_c) it needs. `truncated_is_weights` (not a loss) corrects for the rollout
+engine's numerical mismatch with the trainer.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
 
 from grpoflow.algorithms.registry import register_policy_loss
 
-__all__ = ["ppo_clip_loss"]
+__all__ = [
+    "ppo_clip_loss",
+    "gspo_loss",
+    "cispo_loss",
+    "reinforce_loss",
+    "truncated_is_weights",
+]
 
 # exp(20) ~ 4.9e8: large enough never to bind in healthy training, small enough that the
 # ratio (and its gradient) stays finite when the policies have drifted far apart.
@@ -91,3 +103,193 @@ def ppo_clip_loss(
             "ppo_kl": torch.where(mask, (old_log_probs - log_probs).float(), zeros),
         }
     return loss, metrics
+
+
+@register_policy_loss("gspo", agg_modes=("seq-mean-token-mean",))
+def gspo_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    clip_ratio_low: float = 3e-4,
+    clip_ratio_high: float = 4e-4,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO: PPO clipping of a sequence-level, length-normalised importance ratio.
+
+    s_i     = exp( sum_t m_it (log_probs_it - old_it) / sum_t m_it )
+    s_it    = sg(s_i) * exp(log_probs_it - sg(log_probs_it))   (value s_i, gradient s_i * dlogp_it)
+    loss_it = max(-A_it * s_it, -A_it * clip(s_it, 1 - clip_ratio_low, 1 + clip_ratio_high))
+    (Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv:2507.18071, GSPO-token.)
+    With "seq-mean-token-mean" aggregation and A constant over a sequence, the gradient of
+    sequence i is that of -A_i * s_i; hence the registered agg_modes. The log of s_i is
+    clamped to [-20, 20] (on the detached factor only, so the gradient is kept).
+
+    Args:
+        log_probs, old_log_probs: [B, R] log-probs under the current / rollout policy.
+        advantages: [B, R] per-token advantages (normally constant along a sequence).
+        response_mask: [B, R], 1 on response tokens, 0 on padding.
+        clip_ratio_low, clip_ratio_high: clip range [1 - low, 1 + high] of s_it; the paper's
+            values are 3e-4 and 4e-4 (sequence ratios stay much closer to 1 than token ones).
+
+    Returns:
+        loss: [B, R], 0 where response_mask is 0.
+        metrics: detached float [B, R]: "pg_clipfrac" (1 where the clip was active),
+            "ppo_kl" (old_log_probs - log_probs), both 0 on padding.
+    """
+    _check_shapes(log_probs, old_log_probs, advantages, response_mask)
+    old_log_probs, advantages = old_log_probs.detach(), advantages.detach()
+    mask = response_mask.bool()
+    weight = mask.to(log_probs.dtype)
+
+    log_ratio = torch.where(mask, log_probs - old_log_probs, torch.zeros_like(log_probs))
+    seq_log_ratio = log_ratio.sum(-1) / weight.sum(-1).clamp(min=1)
+    seq_log_ratio = seq_log_ratio.detach().clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    ratio = torch.exp(seq_log_ratio.unsqueeze(-1) + log_probs - log_probs.detach())
+    l1 = -advantages * ratio
+    l2 = -advantages * ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    loss = torch.where(mask, torch.maximum(l1, l2), torch.zeros_like(l1))
+    return loss, _clip_metrics(mask & (l2 > l1), mask, log_probs, old_log_probs)
+
+
+@register_policy_loss("cispo")
+def cispo_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    clip_ratio_low: float = 1.0,
+    clip_ratio_high: float = 0.28,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """CISPO: REINFORCE weighted by a clipped, stop-gradient importance ratio.
+
+    ratio   = exp(clamp(log_probs - old_log_probs, -20, 20))
+    loss_it = -sg(clip(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)) * A_it * log_probs_it
+    (MiniMax 2025, "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning
+    Attention", arXiv:2506.13585, eq. 4-5). Unlike PPO no token's gradient is dropped: the
+    clip bounds the weight, not the update. The gradient flows through log_probs only.
+
+    Args:
+        log_probs, old_log_probs: [B, R] log-probs under the current / rollout policy.
+        advantages: [B, R] per-token advantages.
+        response_mask: [B, R], 1 on response tokens, 0 on padding.
+        clip_ratio_low, clip_ratio_high: weight clipped to [1 - low, 1 + high]. The defaults
+            follow the paper, which sets no lower bound (low = 1), and DAPO's 0.28 above.
+
+    Returns:
+        loss: [B, R], 0 where response_mask is 0.
+        metrics: detached float [B, R]: "pg_clipfrac" (1 where the weight was clipped),
+            "ppo_kl" (old_log_probs - log_probs), both 0 on padding.
+    """
+    _check_shapes(log_probs, old_log_probs, advantages, response_mask)
+    old_log_probs, advantages = old_log_probs.detach(), advantages.detach()
+    mask = response_mask.bool()
+    with torch.no_grad():
+        ratio = torch.exp((log_probs - old_log_probs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+        weight = ratio.clamp(1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    loss = -weight * advantages * log_probs
+    loss = torch.where(mask, loss, torch.zeros_like(loss))
+    return loss, _clip_metrics(mask & (weight != ratio), mask, log_probs, old_log_probs)
+
+
+@register_policy_loss("reinforce")
+def reinforce_loss(
+    log_probs: Tensor,
+    old_log_probs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """On-policy REINFORCE: loss_it = -A_it * log_probs_it, no ratio, no clip.
+
+    (Williams 1992, "Simple Statistical Gradient-Following Algorithms for Connectionist
+    Reinforcement Learning".) Its gradient equals PPO's at ratio 1, so it is only correct
+    for the first update on fresh samples; old_log_probs serve the metric alone.
+
+    Args:
+        log_probs, old_log_probs: [B, R] log-probs under the current / rollout policy.
+        advantages: [B, R] per-token advantages (detached here).
+        response_mask: [B, R], 1 on response tokens, 0 on padding.
+
+    Returns:
+        loss: [B, R], 0 where response_mask is 0.
+        metrics: detached float [B, R]: "ppo_kl" (old_log_probs - log_probs), 0 on padding.
+    """
+    _check_shapes(log_probs, old_log_probs, advantages, response_mask)
+    mask = response_mask.bool()
+    loss = -advantages.detach() * log_probs
+    loss = torch.where(mask, loss, torch.zeros_like(loss))
+    return loss, {"ppo_kl": _clip_metrics(mask, mask, log_probs, old_log_probs)["ppo_kl"]}
+
+
+def truncated_is_weights(
+    old_log_probs: Tensor,
+    rollout_log_probs: Tensor,
+    response_mask: Tensor,
+    level: str = "token",
+    cap: float = 2.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Truncated importance weights correcting for the rollout engine / trainer mismatch.
+
+    The rollout engine (e.g. vLLM) samples from pi_rollout, which differs numerically from
+    the trainer's pi_old for the same weights; multiplying the per-token loss by
+    token:    w_it = min(exp(old_it - rollout_it), cap)
+    sequence: w_i  = min(exp(sum_t m_it (old_it - rollout_it)), cap), broadcast over tokens
+    corrects the policy gradient for it (TIS: Yao et al. 2025, "Your Efficient RL Framework
+    Secretly Brings You Off-Policy RL Training", https://fengyao.notion.site/off-policy-rl).
+
+    Args:
+        old_log_probs: [B, R] log-probs of the sampled tokens under the trainer's pi_old.
+        rollout_log_probs: [B, R] the same as reported by the rollout engine.
+        response_mask: [B, R], 1 on response tokens, 0 on padding.
+        level: "token" or "sequence".
+        cap: upper bound of the weight (> 0).
+
+    Returns:
+        weights: [B, R] float32, detached, 0 on padding.
+        metrics: detached scalar tensors, masked means over valid tokens:
+            "rollout_is/mean": the weight; "rollout_is/clipfrac": fraction of capped weights;
+            "mismatch/k3_kl": k3 estimate of KL(pi_old || pi_rollout),
+                exp(rollout - old) - (rollout - old) - 1;
+            "mismatch/abs_log_ratio": |old - rollout|.
+    """
+    if level not in ("token", "sequence"):
+        raise ValueError(f"truncated_is_weights level must be 'token' or 'sequence', got {level!r}.")
+    if cap <= 0:
+        raise ValueError(f"truncated_is_weights cap must be > 0, got {cap}.")
+    _check_shapes(old_log_probs, rollout_log_probs, response_mask)
+    with torch.no_grad():
+        mask = response_mask.bool()
+        zeros = torch.zeros_like(old_log_probs, dtype=torch.float32)
+        log_ratio = torch.where(mask, (old_log_probs - rollout_log_probs).float(), zeros)
+        if level == "sequence":
+            log_ratio = log_ratio.sum(-1, keepdim=True).expand_as(log_ratio)
+        log_cap = math.log(cap)
+        weights = torch.where(mask, torch.exp(log_ratio.clamp(max=log_cap)), zeros)
+        capped = torch.where(mask & (log_ratio > log_cap), 1.0, zeros)
+        token_log_ratio = torch.where(mask, (old_log_probs - rollout_log_probs).float(), zeros)
+        bounded = token_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        k3 = torch.exp(-bounded) + bounded - 1.0
+        count = mask.sum().clamp(min=1)
+        metrics = {
+            "rollout_is/mean": weights.sum() / count,
+            "rollout_is/clipfrac": capped.sum() / count,
+            "mismatch/k3_kl": k3.sum() / count,
+            "mismatch/abs_log_ratio": token_log_ratio.abs().sum() / count,
+        }
+    return weights, metrics
+
+
+def _clip_metrics(clipped: Tensor, mask: Tensor, log_probs: Tensor, old_log_probs: Tensor
+                  ) -> dict[str, Tensor]:
+    """Detached per-token "pg_clipfrac" and "ppo_kl" (old - new) matrices, 0 on padding."""
+    with torch.no_grad():
+        zeros = torch.zeros_like(log_probs, dtype=torch.float32)
+        return {
+            "pg_clipfrac": torch.where(clipped, 1.0, zeros),
+            "ppo_kl": torch.where(mask, (old_log_probs - log_probs).float(), zeros),
+        }
+
+
+def _check_shapes(*tensors: Tensor) -> None:
+    shapes = [tuple(t.shape) for t in tensors]
+    if len(set(shapes)) != 1:
+        raise ValueError(f"all [B, R] inputs must share one shape, got shapes {shapes}.")

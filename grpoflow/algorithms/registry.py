@@ -11,6 +11,11 @@ needs through its own signature, so no caller ever branches on the name.
     fn = get_advantage("my_adv")
     missing = required_inputs(fn) - set(available)   # check once at start-up
     adv = call_with_available(fn, **available)
+
+A registration may carry keyword metadata that callers check at start-up, e.g.
+`@register_policy_loss("gspo", agg_modes=("seq-mean-token-mean",))`; read it with
+`POLICY_LOSSES.meta("gspo")`. A user function can also live in its own file and be named as
+`path/to/file.py:function` wherever a registered name is accepted (`Registry.resolve`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ import difflib
 import inspect
 from typing import Any, Callable
 
+from grpoflow.plugins import is_file_spec, load_from_file
+
+
 
 class Registry:
     """A named collection of functions of one family (the `kind`, used in error messages)."""
@@ -26,12 +34,16 @@ class Registry:
     def __init__(self, kind: str):
         self.kind = kind
         self._fns: dict[str, Callable] = {}
+        self._meta: dict[str, dict[str, Any]] = {}
 
-    def register(self, name: str, *, override: bool = False) -> Callable[[Callable], Callable]:
+    def register(
+        self, name: str, *, override: bool = False, **meta: Any
+    ) -> Callable[[Callable], Callable]:
         """Decorator storing the function under `name` and returning it unchanged.
 
         Registering a *different* function under a taken name raises ValueError unless
-        `override=True`; registering the same function again is a no-op.
+        `override=True`; registering the same function again only replaces its metadata.
+        Keyword `meta` (e.g. `agg_modes=...`) is stored with the name; see `meta`.
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}.")
@@ -44,9 +56,28 @@ class Registry:
                     f"pick another name or pass override=True to replace it."
                 )
             self._fns[name] = fn
+            self._meta[name] = dict(meta)
             return fn
 
         return decorator
+
+    def meta(self, name: str) -> dict[str, Any]:
+        """A copy of the metadata registered with `name` ({} if none); ValueError if unknown."""
+        self.get(name)
+        return dict(self._meta.get(name, {}))
+
+    def resolve(self, name_or_spec: str) -> Callable:
+        """`get(name)`, or for `path/to/file.py:function` load the file and return the function.
+
+        A loaded function is registered under the spec string itself (so later `get(spec)`
+        finds it), with the metadata of any name the file registered it under in this registry.
+        """
+        if not is_file_spec(name_or_spec):
+            return self.get(name_or_spec)
+        fn = load_from_file(name_or_spec)
+        meta = next((self._meta.get(n, {}) for n, f in self._fns.items() if f is fn), {})
+        self.register(name_or_spec, override=True, **meta)(fn)
+        return fn
 
     def get(self, name: str) -> Callable:
         """The function registered under `name`; ValueError with the closest valid name if none."""
@@ -79,24 +110,47 @@ KL_ESTIMATORS = Registry("KL estimator")
 LOSS_AGGREGATIONS = Registry("loss aggregation mode")
 
 
-def register_advantage(name: str, *, override: bool = False) -> Callable[[Callable], Callable]:
-    """Decorator: register an advantage estimator under `name`."""
-    return ADVANTAGE_ESTIMATORS.register(name, override=override)
+KL_CONTROLLERS = Registry("KL controller")
 
 
-def register_policy_loss(name: str, *, override: bool = False) -> Callable[[Callable], Callable]:
-    """Decorator: register a policy loss under `name`."""
-    return POLICY_LOSSES.register(name, override=override)
+def register_advantage(
+    name: str, *, override: bool = False, **meta: Any
+) -> Callable[[Callable], Callable]:
+    """Decorator: register an advantage estimator under `name`, with optional metadata.
+
+    Built-ins set `returns=True` when the estimator returns `(advantages, returns)`.
+    """
+    return ADVANTAGE_ESTIMATORS.register(name, override=override, **meta)
+
+
+def register_policy_loss(
+    name: str, *, agg_modes: tuple[str, ...] | None = None, override: bool = False
+) -> Callable[[Callable], Callable]:
+    """Decorator: register a policy loss under `name`.
+
+    Args:
+        agg_modes: the loss aggregation modes the loss is defined for (e.g. GSPO's
+            sequence-level ratio only makes sense with "seq-mean-token-mean"); None = any.
+            Stored as `POLICY_LOSSES.meta(name)["agg_modes"]`.
+    """
+    if agg_modes is None:
+        return POLICY_LOSSES.register(name, override=override)
+    if isinstance(agg_modes, str) or not all(isinstance(m, str) for m in agg_modes):
+        raise ValueError(
+            f"agg_modes of policy loss {name!r} must be a tuple of mode names, got "
+            f"{agg_modes!r}; write e.g. agg_modes=({agg_modes!r},)."
+        )
+    return POLICY_LOSSES.register(name, override=override, agg_modes=tuple(agg_modes))
 
 
 def get_advantage(name: str) -> Callable:
-    """The advantage estimator registered under `name`."""
-    return ADVANTAGE_ESTIMATORS.get(name)
+    """The advantage estimator registered under `name`, or loaded from `file.py:function`."""
+    return ADVANTAGE_ESTIMATORS.resolve(name)
 
 
 def get_policy_loss(name: str) -> Callable:
-    """The policy loss registered under `name`."""
-    return POLICY_LOSSES.get(name)
+    """The policy loss registered under `name`, or loaded from `file.py:function`."""
+    return POLICY_LOSSES.resolve(name)
 
 
 def required_inputs(fn: Callable) -> set[str]:

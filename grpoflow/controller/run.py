@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from grpoflow.config import Config, ConfigError, batch_schedule, to_yaml
 from grpoflow.controller.sft import run_sft
-from grpoflow.controller.trainer import Controller
+from grpoflow.controller.trainer import Controller, check_algorithm
 from grpoflow.data.dataset import load_rows, prepare_prompts
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
@@ -95,6 +95,7 @@ def train(cfg: Config) -> dict:
     """`grpoflow train`: (warm start) -> GRPO with validation; returns before/after validation metrics."""
     start = time.perf_counter()
     schedule = batch_schedule(cfg)
+    check_algorithm(cfg)
     reward_fn = load_reward_function(cfg.reward.function)
     run_dir = setup_run_dir(cfg)
     train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))

@@ -1,8 +1,10 @@
 """The single controller: the RL loop as plain sequential Python.
 
 `Controller.step()` is the whole algorithm: generate -> reward -> old/ref log-probs ->
-advantages -> update -> weight sync -> metrics. Heavy work happens in worker groups; the
-controller only moves typed batches between them and never branches on an algorithm name.
+values -> advantages -> critic update -> actor update -> weight sync -> metrics. Heavy work
+happens in worker groups; the controller only moves typed batches between them and never
+branches on an algorithm's name: what a step computes follows from what the configured
+estimator's signature asks for (values -> a critic, baselines -> a greedy rollout).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from grpoflow.algorithms import call_with_available, get_advantage, required_inputs
+from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, POLICY_LOSSES, call_with_available,
+                                 groups_with_signal, kl_in_reward, overlong_penalty, required_inputs)
 from grpoflow.config import Config
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
 from grpoflow.controller.validation import validate
@@ -23,8 +26,9 @@ from grpoflow.data.sampler import EpochSampler
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.engines.rollout import SamplingParams
 from grpoflow.engines.train import NonFiniteLossError
-from grpoflow.rewards.scoring import score_completions
+from grpoflow.rewards.scoring import Scores, score_completions
 from grpoflow.workers.actor import ActorWorker
+from grpoflow.workers.critic import CriticWorker
 from grpoflow.workers.reference import ReferenceWorker
 from grpoflow.workers.rollout import RolloutWorker
 
@@ -33,36 +37,62 @@ class TrainingError(RuntimeError):
     """Training stopped; the message names the cause, the fix, and what was kept."""
 
 
-ADVANTAGE_INPUTS = ("scores", "response_mask", "group_ids", "norm_adv_by_std", "epsilon", "completions", "rows")
+# Inputs a step can hand an advantage estimator; `values` and `baselines` cost extra work, done
+# only when the estimator's signature asks for them.
+ADVANTAGE_INPUTS = ("scores", "token_level_rewards", "response_mask", "group_ids", "values", "baselines",
+                    "norm_adv_by_std", "epsilon", "gamma", "lam", "completions", "rows")
+
+
+def check_algorithm(cfg: Config) -> None:
+    """Reject combinations that make no sense, before any model is loaded."""
+    estimator = ADVANTAGE_ESTIMATORS.resolve(cfg.algorithm.adv_estimator)
+    missing = required_inputs(estimator) - set(ADVANTAGE_INPUTS)
+    if missing:
+        raise TrainingError(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} needs {sorted(missing)}, "
+                            f"which no step provides (available: {list(ADVANTAGE_INPUTS)}).")
+    POLICY_LOSSES.resolve(cfg.actor.policy_loss)
+    modes = POLICY_LOSSES.meta(cfg.actor.policy_loss).get("agg_modes")
+    if modes and cfg.actor.loss_agg_mode not in modes:
+        raise TrainingError(f"actor.policy_loss={cfg.actor.policy_loss} is defined with loss_agg_mode in {list(modes)}, "
+                            f"not {cfg.actor.loss_agg_mode!r}; set actor.loss_agg_mode={modes[0]}.")
+    if cfg.actor.rollout_is and cfg.rollout.top_p < 1:
+        raise TrainingError("actor.rollout_is needs the engine's full-distribution log-probs; with rollout.top_p < 1 "
+                            "they are not the sampling probabilities. Set rollout.top_p=1 or actor.rollout_is=null.")
+    if "baselines" in required_inputs(estimator) and cfg.algorithm.filter_groups.enable:
+        raise TrainingError("algorithm.filter_groups needs groups of samples with different rewards; an estimator "
+                            "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
 
 
 class Controller:
     def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list, reward_fn,
                  run_dir: str | Path) -> None:
+        check_algorithm(cfg)
         self.cfg, self.reward_fn, self.run_dir = cfg, reward_fn, Path(run_dir)
         self.train_items, self.val_items = train_items, val_items
-        self.advantage_fn = get_advantage(cfg.algorithm.adv_estimator)
-        missing = required_inputs(self.advantage_fn) - set(ADVANTAGE_INPUTS)
-        if missing:
-            raise TrainingError(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} needs {sorted(missing)}, "
-                                f"which this run does not provide (available: {list(ADVANTAGE_INPUTS)}).")
-        a = cfg.actor
-        self.actor = WorkerGroup("actor", partial(ActorWorker, model_path=model_path, cfg=a, seed=cfg.trainer.seed,
-                                                  temperature=cfg.rollout.temperature,
-                                                  horizon=cfg.rollout.max_new_tokens,
-                                                  total_optimizer_steps=cfg.trainer.total_steps * a.minibatches
-                                                  * a.epochs), backend=cfg.backend)
-        # The reference policy exists only for the KL term: with kl_coef=0 it is never built.
-        self.ref = WorkerGroup("reference", partial(
+        self.advantage_fn = ADVANTAGE_ESTIMATORS.resolve(cfg.algorithm.adv_estimator)
+        needs = required_inputs(self.advantage_fn)
+        a, alg, seed = cfg.actor, cfg.algorithm, cfg.trainer.seed
+        group = partial(WorkerGroup, backend=cfg.backend)
+        self.actor = group("actor", partial(ActorWorker, model_path=model_path, cfg=a, seed=seed,
+                                            temperature=cfg.rollout.temperature, horizon=cfg.rollout.max_new_tokens,
+                                            total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs))
+        # The reference policy exists only for a KL term: with neither, it is never built.
+        self.ref = group("reference", partial(
             ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
-            max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size),
-            backend=cfg.backend) if a.kl_coef > 0 else None
-        self.rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine),
-                                   backend=cfg.backend)
+            max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size)) \
+            if a.kl_coef > 0 or alg.use_kl_in_reward else None
+        self.critic = group("critic", partial(CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=a,
+                                              seed=seed)) if "values" in needs else None
+        self.rollout = group("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine))
+        self.needs_baselines = "baselines" in needs
         # With one optimizer step per RL step the importance ratio is exactly 1, so the
-        # old-log-prob pass would recompute what the update computes anyway: skip it.
-        self.need_old_log_probs = a.minibatches * a.epochs > 1
-        self.sampler = EpochSampler(len(train_items), seed=cfg.trainer.seed)
+        # old-log-prob pass would recompute what the update computes anyway: skip it unless
+        # the KL-in-reward needs the log-probs before the update.
+        self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward
+        kl = alg.kl_ctrl
+        self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
+                                           target_kl=kl.target_kl, horizon=kl.horizon)
+        self.sampler = EpochSampler(len(train_items), seed=seed)
         self.sampling = SamplingParams(n=cfg.rollout.n, max_new_tokens=cfg.rollout.max_new_tokens,
                                        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
         self.version = 0
@@ -70,38 +100,110 @@ class Controller:
 
     def step(self, step: int) -> dict[str, float]:
         """One RL step; returns its metrics."""
-        cfg, timer = self.cfg, StageTimer()
-        items = [self.train_items[i] for i in self.sampler.next_indices(cfg.data.prompts_per_step)]
+        cfg, timer, metrics = self.cfg, StageTimer(), {}
         torch.manual_seed(cfg.trainer.seed * 1_000_003 + step)  # rollouts depend on (seed, step) only
         with timer("step"):
-            with timer("gen"):
-                batch = self.rollout.generate(items, self.sampling)
-                batch = batch.replace(group_ids=torch.arange(len(items)).repeat_interleave(cfg.rollout.n))
-            with timer("reward"):
-                scored = score_completions(self.reward_fn, batch.prompts, batch.completions, batch.rows,
-                                           error_score=cfg.reward.error_score)
-                batch = batch.replace(scores=torch.tensor(scored.scores, dtype=torch.float32))
+            batch, items = self.generate_and_score(timer, metrics)
+            if self.needs_baselines:
+                with timer("gen_baseline"):
+                    batch = batch.replace(baselines=self.greedy_baselines(items))
             if self.need_old_log_probs:
                 with timer("old_log_prob"):
                     batch = self.actor.compute_log_prob(batch)
             if self.ref is not None:
                 with timer("ref"):
                     batch = self.ref.compute_ref_log_prob(batch)
+            if self.critic is not None:
+                with timer("values"):
+                    batch = self.critic.compute_values(batch)
             with timer("adv"):
-                batch = batch.replace(advantages=self.advantages(batch))
-            with timer("update_actor"):
-                actor_metrics = self.actor.update_policy(batch)
-            with timer("sync"):
-                self.sync_weights()
-        return {**scored.metrics(), **actor_metrics, **batch_metrics(batch), **timer.metrics(),
+                batch = self.compute_advantages(batch, metrics)
+            if self.critic is not None:
+                with timer("update_critic"):
+                    metrics.update(self.critic.update_critic(batch))
+            if step > cfg.critic.warmup_steps or self.critic is None:
+                with timer("update_actor"):
+                    metrics.update(self.actor.update_policy(batch))
+                with timer("sync"):
+                    self.sync_weights()
+        return {**metrics, **batch_metrics(batch), **timer.metrics(),
                 "perf/throughput": float(batch.attention_mask.sum()) / timer.seconds["step"]}
 
-    def advantages(self, batch: Batch) -> torch.Tensor:
-        a = self.cfg.algorithm
-        return call_with_available(
-            self.advantage_fn, scores=batch.scores, response_mask=batch.response_mask.float(),
-            group_ids=batch.group_ids, norm_adv_by_std=a.norm_adv_by_std, epsilon=a.epsilon,
+    def generate_and_score(self, timer: StageTimer, metrics: dict) -> tuple[Batch, list]:
+        """Sample `rollout.n` responses for `data.prompts_per_step` prompts and score them.
+
+        With `algorithm.filter_groups.enable` (DAPO dynamic sampling), groups whose rewards are all
+        equal carry no signal: they are set aside and more prompts are drawn, up to `max_draws`
+        rounds; if still short, set-aside groups fill the step (their advantage is zero).
+        """
+        cfg, n, want = self.cfg, self.cfg.rollout.n, self.cfg.data.prompts_per_step
+        draws = cfg.algorithm.filter_groups.max_draws if cfg.algorithm.filter_groups.enable else 1
+        kept: list[tuple[Batch, object]] = []
+        spare: list[tuple[Batch, object]] = []
+        scores = None
+        for draw in range(draws):
+            items = [self.train_items[i] for i in self.sampler.next_indices(want)]
+            with timer("gen"):
+                batch = self.rollout.generate(items, self.sampling)
+            with timer("reward"):
+                batch, scored = self.score(batch)
+            scores = scored if scores is None else scores.merge(scored)
+            if draws == 1:
+                metrics.update({**scores.metrics(), **length_metrics(batch)})
+                return batch.replace(group_ids=torch.arange(want).repeat_interleave(n)), items
+            signal = groups_with_signal(batch.scores, torch.arange(want).repeat_interleave(n))
+            for g, item in enumerate(items):
+                (kept if signal[g * n] else spare).append((batch.select(list(range(g * n, (g + 1) * n))), item))
+            if len(kept) >= want:
+                break
+        metrics.update(scores.metrics())
+        metrics.update({"filter_groups/draws": draw + 1, "filter_groups/signal_groups": float(len(kept))})
+        chosen = (kept + spare)[:want]
+        batch = Batch.concat([b for b, _ in chosen])
+        metrics.update(length_metrics(batch))
+        return batch.replace(group_ids=torch.arange(want).repeat_interleave(n)), [it for _, it in chosen]
+
+    def score(self, batch: Batch) -> tuple[Batch, Scores]:
+        """Reward each sample; add DAPO's overlong penalty when configured."""
+        r = self.cfg.reward
+        scored = score_completions(self.reward_fn, batch.prompts, batch.completions, batch.rows,
+                                   error_score=r.error_score)
+        scores = torch.tensor(scored.scores, dtype=torch.float32)
+        if r.overlong_buffer_len > 0:
+            scores = scores + overlong_penalty(batch.response_lengths, max_length=self.cfg.rollout.max_new_tokens,
+                                               buffer=r.overlong_buffer_len, penalty_factor=r.overlong_penalty_factor)
+        return batch.replace(scores=scores), scored
+
+    def greedy_baselines(self, items: list) -> torch.Tensor:
+        """[B] reward of one greedy response per prompt, repeated over its samples (ReMax's baseline)."""
+        greedy = SamplingParams(n=1, max_new_tokens=self.cfg.rollout.max_new_tokens, temperature=0.0)
+        batch, _ = self.score(self.rollout.generate(items, greedy))
+        return batch.scores.repeat_interleave(self.cfg.rollout.n)
+
+    def compute_advantages(self, batch: Batch, metrics: dict) -> Batch:
+        """Token-level rewards (score at the last token, minus the KL penalty if in the reward) -> advantages."""
+        cfg, alg = self.cfg, self.cfg.algorithm
+        lengths = batch.response_lengths
+        rewards = torch.zeros(batch.response_ids.shape)
+        rewards[torch.arange(len(batch)), (lengths - 1).clamp(min=0)] = batch.scores
+        mask = batch.response_mask.float()
+        if cfg.actor.mask_truncated:  # DAPO overlong filtering: truncated samples leave the loss
+            mask = mask * (~batch.truncated).float()[:, None]
+            batch = batch.replace(response_mask=batch.response_mask * (~batch.truncated).long()[:, None])
+        if alg.use_kl_in_reward:
+            rewards, kl_metrics = kl_in_reward(rewards, batch.old_log_probs, batch.ref_log_probs, mask,
+                                               kl_coef=self.kl_ctrl.value, estimator=alg.kl_penalty)
+            metrics.update({k: float(v) for k, v in kl_metrics.items()})
+            self.kl_ctrl.update(float(kl_metrics["kl_in_reward/kl_mean"]), n_steps=len(batch))
+        out = call_with_available(
+            self.advantage_fn, scores=rewards.sum(-1), token_level_rewards=rewards, response_mask=mask,
+            group_ids=batch.group_ids, values=batch.values, baselines=batch.baselines,
+            norm_adv_by_std=alg.norm_adv_by_std, epsilon=alg.epsilon, gamma=alg.gamma, lam=alg.lam,
             completions=batch.completions, rows=batch.rows)
+        advantages, returns = out if isinstance(out, tuple) else (out, None)
+        if returns is None and batch.values is not None:
+            returns = advantages + batch.values
+        return batch.replace(advantages=advantages, returns=returns, token_level_rewards=rewards)
 
     def sync_weights(self) -> None:
         """Push the actor's weights to the rollout engine, one tensor at a time, versioned."""
@@ -125,7 +227,7 @@ class Controller:
             self.logger.log(0, first, force_print=True)
         last = dict(first)
         start = time.perf_counter()
-        bar = tqdm(range(1, t.total_steps + 1), desc="grpo", unit="step", dynamic_ncols=True)
+        bar = tqdm(range(1, t.total_steps + 1), desc="rl", unit="step", dynamic_ncols=True)
         for step in bar:
             try:
                 metrics = self.step(step)
@@ -133,8 +235,8 @@ class Controller:
                 if isinstance(e.original, NonFiniteLossError):
                     raise TrainingError(
                         f"Stopped at step {step}: {e.original}. Lower actor.lr, check that rewards are finite and "
-                        f"of moderate scale, or raise actor.grad_clip's strictness; metrics of steps before "
-                        f"{step} are kept in {self.logger.path}.") from None
+                        f"of moderate scale, or lower actor.grad_clip; metrics of steps before {step} are kept "
+                        f"in {self.logger.path}.") from None
                 raise
             if do_val and (step % t.val_every == 0 or step == t.total_steps):
                 last = self.validate()
@@ -144,10 +246,17 @@ class Controller:
         return {"before": first, "after": last, "seconds": time.perf_counter() - start}
 
 
-def batch_metrics(batch: Batch) -> dict[str, float]:
+def length_metrics(batch: Batch) -> dict[str, float]:
     lengths = batch.response_lengths.float()
-    width = batch.response_ids.shape[1]
     return {"response_length/mean": lengths.mean().item(), "response_length/max": lengths.max().item(),
-            "response_length/clip_ratio": (lengths >= width).float().mean().item() if width else 0.0,
-            "critic/score/max": batch.scores.max().item(), "critic/score/min": batch.scores.min().item(),
-            "critic/advantages/mean": (batch.advantages.sum() / batch.response_mask.sum().clamp(min=1)).item()}
+            "response_length/clip_ratio": batch.truncated.float().mean().item()}
+
+
+def batch_metrics(batch: Batch) -> dict[str, float]:
+    out = {"critic/score/mean": batch.scores.mean().item(), "critic/score/max": batch.scores.max().item(),
+           "critic/score/min": batch.scores.min().item(),
+           "critic/rewards/mean": batch.token_level_rewards.sum(-1).mean().item(),
+           "critic/advantages/mean": (batch.advantages.sum() / batch.response_mask.sum().clamp(min=1)).item()}
+    if batch.values is not None:
+        out["critic/values/mean"] = (batch.values.sum() / batch.response_mask.sum().clamp(min=1)).item()
+    return out

@@ -30,7 +30,12 @@ class Batch:
     old_log_probs: Optional[Tensor] = None  # [B, R] actor log-probs before the update
     ref_log_probs: Optional[Tensor] = None  # [B, R] reference-policy log-probs
     scores: Optional[Tensor] = None         # [B] float32, the reward of each sample
+    baselines: Optional[Tensor] = None      # [B] reward of a greedy response to the same prompt (ReMax)
+    token_level_rewards: Optional[Tensor] = None  # [B, R] score at the last token, minus any KL penalty
     advantages: Optional[Tensor] = None     # [B, R] float32
+    values: Optional[Tensor] = None         # [B, R] critic values before the update
+    returns: Optional[Tensor] = None        # [B, R] critic regression targets
+    truncated: Optional[Tensor] = None      # [B] bool, hit the length limit before EOS
     prompts: list = field(default_factory=list)      # [B] prompt text
     completions: list = field(default_factory=list)  # [B] decoded response text
     rows: list = field(default_factory=list)         # [B] dataset row (dict) of the prompt

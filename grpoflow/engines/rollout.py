@@ -30,6 +30,7 @@ class Generation:
     response_ids: Tensor      # [B*n, R] right-padded with pad_token_id after EOS
     response_mask: Tensor     # [B*n, R] 1 up to and including the first EOS
     log_probs: Tensor         # [B*n, R] float32 log-probs under the sampling distribution (0 on padding)
+    truncated: Tensor         # [B*n] bool, stopped by max_new_tokens before any EOS
 
 
 class RolloutEngine(Protocol):
@@ -89,13 +90,14 @@ class HFRolloutEngine:
             eos_token_id=self.eos_token_id, output_logits=True, return_dict_in_generate=True, **sampling)
         response_ids = out.sequences[:, prompt_ids.shape[1]:].cpu()
         response_mask = eos_response_mask(response_ids, self.eos_token_id)
+        truncated = response_mask.all(-1) & ~torch.isin(response_ids[:, -1], torch.as_tensor(self.eos_token_id))
         response_ids = response_ids.masked_fill(response_mask == 0, self.pad_token_id)
         logits = torch.stack(out.logits, dim=1).float().cpu()  # [B*n, R, V] raw logits
         if not greedy:
             logits = logits / params.temperature
         log_probs = torch.log_softmax(logits, -1).gather(-1, response_ids[..., None]).squeeze(-1)
         return Generation(prompt_ids, prompt_mask, response_ids, response_mask,
-                          log_probs * response_mask)
+                          log_probs * response_mask, truncated)
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None:

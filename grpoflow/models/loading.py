@@ -63,6 +63,12 @@ def load_tokenizer(path: str | os.PathLike):
 
 def load_causal_lm(path: str | os.PathLike, dtype: torch.dtype = torch.float32):
     """Load the causal language model saved in the local folder ``path`` with weights in ``dtype``."""
+    return _load_checked(AutoModelForCausalLM, path, dtype=dtype)
+
+
+def _load_checked(auto_class, path: str | os.PathLike, config_overrides: dict | None = None, **kwargs):
+    """`auto_class.from_pretrained(path)` after checking that `path` holds a causal LM; `config_overrides`
+    are set on its config first."""
     path = _check_folder(path, "model")
     if not os.path.exists(os.path.join(path, "config.json")):
         raise FileNotFoundError(
@@ -81,10 +87,28 @@ def load_causal_lm(path: str | os.PathLike, dtype: torch.dtype = torch.float32):
             f"model in {path!r} has model_type {config.model_type!r}, which is not a causal "
             f"language model; give a decoder-only LM such as Llama or Qwen2."
         )
+    for key, value in (config_overrides or {}).items():
+        setattr(config, key, value)
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        return auto_class.from_pretrained(path, config=config, local_files_only=True, **kwargs)
     except OSError as e:  # typically: config.json present but no weights file
         raise FileNotFoundError(
             f"could not load the weights in {path!r} ({e}); save them there with "
             f"model.save_pretrained({path!r})."
         ) from e
+
+
+def load_value_model(path: str | os.PathLike, dtype: torch.dtype = torch.float32):
+    """The model in ``path`` with a scalar head on every position (a critic): a token-classification
+    model with one label. The head is newly initialised when the folder holds a plain causal LM."""
+    from transformers import AutoModelForTokenClassification
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "score head newly initialised" is expected here, not a warning
+    try:
+        # one scalar per position; no dropout, so values are not noisy in train mode
+        return _load_checked(AutoModelForTokenClassification, path, dtype=dtype,
+                             config_overrides={"num_labels": 1, "classifier_dropout": 0.0})
+    finally:
+        hf_logging.set_verbosity(verbosity)

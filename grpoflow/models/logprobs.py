@@ -12,13 +12,13 @@ from torch import Tensor
 
 
 def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024,
-                    with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+                    with_entropy: bool = False, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
     """log p(label) and (optionally) the entropy of each position.
 
     logits: [B, T, V] (any float dtype; computed in float32), labels: [B, T] int64.
     Returns log_probs [B, T] float32 and entropy [B, T] float32 (or None), where
-    entropy = logsumexp(z) - sum_v softmax(z)_v * z_v. Gradients flow through log_probs;
-    entropy is always detached (a metric here).
+    entropy = logsumexp(z) - sum_v softmax(z)_v * z_v. Gradients flow through log_probs, and
+    through entropy only with `entropy_grad` (an entropy bonus); otherwise it is a detached metric.
     """
     b, t, v = logits.shape
     flat = logits.reshape(b * t, v)
@@ -29,7 +29,7 @@ def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024,
         lse = torch.logsumexp(z, dim=-1)
         logps.append(z.gather(-1, flat_labels[start:start + chunk_size, None]).squeeze(-1) - lse)
         if with_entropy:
-            with torch.no_grad():
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
                 ents.append(lse - (torch.softmax(z, dim=-1) * z).sum(-1))
     log_probs = torch.cat(logps).reshape(b, t) if logps else logits.new_zeros(b, t, dtype=torch.float32)
     entropy = (torch.cat(ents).reshape(b, t) if ents else log_probs.detach() * 0) if with_entropy else None
@@ -38,7 +38,7 @@ def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024,
 
 def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
                        response_mask: Tensor, *, temperature: float = 1.0, chunk_size: int = 1024,
-                       with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+                       with_entropy: bool = False, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
     """Log-probs [B, R] (and entropy [B, R]) of the response tokens given left-padded prompts.
 
     prompt_ids/prompt_mask: [B, P] (left-padded), response_ids/response_mask: [B, R]
@@ -55,4 +55,5 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
     logits = out.logits[:, :-1]
     if temperature != 1.0:
         logits = logits / temperature
-    return token_log_probs(logits, response_ids, chunk_size=chunk_size, with_entropy=with_entropy)
+    return token_log_probs(logits, response_ids, chunk_size=chunk_size, with_entropy=with_entropy,
+                           entropy_grad=entropy_grad)

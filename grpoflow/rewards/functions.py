@@ -10,11 +10,10 @@ configured error score.
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import inspect
-import sys
-from pathlib import Path
 from typing import Any, Callable
+
+from grpoflow.plugins import is_file_spec, load_from_file
 
 RewardFn = Callable[..., Any]
 REWARD_FUNCTIONS: dict[str, RewardFn] = {}
@@ -56,20 +55,8 @@ def length(prompt: str, completion: str, **row: Any) -> float:
 
 def load_reward_function(spec: str) -> RewardFn:
     """A built-in name, or `path/to/file.py:function`."""
-    if ":" in spec and spec.split(":", 1)[0].endswith(".py"):
-        path_text, name = spec.rsplit(":", 1)
-        path = Path(path_text)
-        if not path.exists():
-            raise FileNotFoundError(f"reward.function={spec}: file {path} does not exist.")
-        module_name = f"grpoflow_user_reward_{path.stem}"
-        spec_obj = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec_obj)
-        sys.modules[module_name] = module
-        spec_obj.loader.exec_module(module)
-        fn = getattr(module, name, None)
-        if not callable(fn):
-            names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-            raise ValueError(f"reward.function={spec}: {path} has no function {name!r}; it defines {names}.")
+    if is_file_spec(spec):
+        fn = load_from_file(spec)
     elif spec in REWARD_FUNCTIONS:
         fn = REWARD_FUNCTIONS[spec]
     else:

@@ -22,12 +22,16 @@ class Scores:
     nones: int = 0       # the function returned None
 
     def metrics(self) -> dict[str, float]:
-        n = max(len(self.scores), 1)
+        """Failure counts and the means of dict-return extras (the score itself is logged by the caller)."""
         out = {"reward/errors": float(self.errors), "reward/none": float(self.nones)}
         for k, vs in self.extras.items():
             out[f"reward/{k}/mean"] = sum(vs) / max(len(vs), 1)
-        out["critic/score/mean"] = sum(self.scores) / n
         return out
+
+    def merge(self, other: "Scores") -> "Scores":
+        """Scores of both calls, in order, with counts added (several draws of one step)."""
+        extras = {k: self.extras.get(k, []) + other.extras.get(k, []) for k in {*self.extras, *other.extras}}
+        return Scores(self.scores + other.scores, extras, self.errors + other.errors, self.nones + other.nones)
 
 
 def score_completions(fn: RewardFn, prompts: list[str], completions: list[str], rows: list[dict],

@@ -13,7 +13,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from grpoflow.algorithms import aggregate_loss, call_with_available, get_policy_loss, kl_penalty
+from grpoflow.algorithms import POLICY_LOSSES, aggregate_loss, call_with_available, kl_penalty, truncated_is_weights
 from grpoflow.config import ActorConfig
 from grpoflow.data.batch import Batch
 from grpoflow.engines.microbatch import split_by_tokens
@@ -31,7 +31,7 @@ class ActorWorker:
         self.cfg = cfg
         self.temperature = temperature
         self.horizon = horizon  # max response length, the Dr.GRPO normaliser
-        self.policy_loss = get_policy_loss(cfg.policy_loss)
+        self.policy_loss = POLICY_LOSSES.resolve(cfg.policy_loss)
         schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
                            schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
         self.engine = TrainEngine(load_causal_lm(model_path), lr=cfg.lr, weight_decay=cfg.weight_decay,
@@ -83,7 +83,8 @@ class ActorWorker:
         cfg, mask = self.cfg, mb.response_mask.float()
         log_probs, entropy = response_log_probs(
             model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask,
-            temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True)
+            temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
+            entropy_grad=cfg.entropy_coeff > 0)
         # Strictly on-policy (one optimizer step per RL step) the ratio is exactly 1: the
         # controller skips the old-log-prob pass and the current log-probs stand in for it.
         old = mb.old_log_probs if mb.old_log_probs is not None else log_probs.detach()
@@ -96,9 +97,19 @@ class ActorWorker:
             return aggregate_loss(values, mask, mode, num_tokens=num_tokens, num_seqs=num_seqs,
                                   horizon=self.horizon)
 
+        metrics: dict[str, Tensor] = {}
+        if cfg.rollout_is:
+            # Truncated importance sampling: the rollout engine sampled from a slightly different
+            # distribution than the trainer computes; reweight by min(pi_old / pi_rollout, cap).
+            weights, is_metrics = truncated_is_weights(old, mb.rollout_log_probs, mask, level=cfg.rollout_is,
+                                                       cap=cfg.rollout_is_cap)
+            pg_mat = pg_mat * weights
+            metrics.update({f"actor/{k}": v * mask.sum() / num_tokens for k, v in is_metrics.items()})  # token means
         pg_loss = agg(pg_mat)
         loss = pg_loss
-        metrics = {"actor/pg_loss": pg_loss.detach(), "actor/entropy": agg(entropy, "token-mean")}
+        metrics.update({"actor/pg_loss": pg_loss.detach(), "actor/entropy": agg(entropy.detach(), "token-mean")})
+        if cfg.entropy_coeff > 0:
+            loss = loss - cfg.entropy_coeff * agg(entropy)
         if cfg.kl_coef > 0:
             kl_loss = agg(kl_penalty(log_probs, mb.ref_log_probs, cfg.kl_estimator))
             loss = loss + cfg.kl_coef * kl_loss

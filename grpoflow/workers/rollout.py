@@ -31,7 +31,7 @@ class RolloutWorker:
         return Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
                      response_mask=gen.response_mask,
                      group_ids=torch.arange(len(items)).repeat_interleave(n),
-                     rollout_log_probs=gen.log_probs,
+                     rollout_log_probs=gen.log_probs, truncated=gen.truncated,
                      prompts=[it.prompt_text for it in items for _ in range(n)], completions=completions,
                      rows=[it.row for it in items for _ in range(n)])
 

@@ -24,6 +24,12 @@ def test_seq_mean_token_mean():
                                torch.tensor(5.0))
 
 
+def test_seq_mean_token_sum():
+    # (10 + 11 + 7) / 3 rows = 28 / 3 = 9.333333: longer rows weigh more
+    torch.testing.assert_close(aggregate_loss(VALUES, MASK, "seq-mean-token-sum"),
+                               torch.tensor(28 / 3))
+
+
 def test_seq_mean_token_sum_norm():
     # 28 / (3 rows * horizon 8) = 28 / 24 = 1.166667
     torch.testing.assert_close(
@@ -41,13 +47,17 @@ def test_explicit_global_denominators_are_used():
                                torch.tensor(2.0))
     torch.testing.assert_close(aggregate_loss(VALUES, MASK, "seq-mean-token-mean", num_seqs=6),
                                torch.tensor(2.5))
+    # seq-mean-token-sum 28 / 6 = 4.666667
+    torch.testing.assert_close(aggregate_loss(VALUES, MASK, "seq-mean-token-sum", num_seqs=6),
+                               torch.tensor(28 / 6))
     torch.testing.assert_close(
         aggregate_loss(VALUES, MASK, "seq-mean-token-sum-norm", num_seqs=torch.tensor(6.0),
                        horizon=4),
         torch.tensor(28 / 24))
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                  "seq-mean-token-sum-norm"])
 @pytest.mark.parametrize("bounds", [[0, 2, 7], [0, 1, 4, 7], [0, 5, 6, 7]])
 def test_micro_batch_split_sums_to_whole_batch(mode, bounds):
     gen = torch.Generator().manual_seed(1)
@@ -70,7 +80,8 @@ def test_micro_batch_split_sums_to_whole_batch(mode, bounds):
     assert not torch.allclose(local, whole)
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                  "seq-mean-token-sum-norm"])
 def test_empty_mask_gives_zero_not_nan(mode):
     out = aggregate_loss(torch.ones(2, 3), torch.zeros(2, 3), mode, horizon=3)
     assert out == 0.0

@@ -79,6 +79,8 @@ def test_select_reorders_every_tensor_and_list():
         v, w = getattr(batch, f.name), getattr(picked, f.name)
         if isinstance(v, torch.Tensor):
             assert torch.equal(w, v[order]), f.name
+        elif v is None:
+            assert w is None, f.name
         else:
             assert w == [v[i] for i in order], f.name
     assert picked.prompts == ["prompt 2", "prompt 0", "prompt 3"]

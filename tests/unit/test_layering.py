@@ -20,8 +20,10 @@ ROOT = Path(grpoflow.__file__).parent
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
 UPPER_OF_DATA = {"engines", "workers", "distributed", "controller", "cli"}
 FORBIDDEN_PARTS = {
-    "algorithms": None,  # None: nothing from any other grpoflow part
-    "rewards": None,
+    "plugins": None,  # None: nothing from any other grpoflow part (user-file loading, stdlib only)
+    "algorithms": {"data", "models", "tasks", "engines", "workers", "distributed", "controller", "cli", "config"},
+    "rewards": {"algorithms", "data", "models", "tasks", "engines", "workers", "distributed", "controller", "cli",
+                "config"},
     "data": UPPER_OF_DATA,
     "models": UPPER_OF_DATA,
     "tasks": UPPER_OF_DATA,

@@ -3,7 +3,15 @@ import math
 import pytest
 import torch
 
-from grpoflow.algorithms import ppo_clip_loss
+from grpoflow.algorithms import (
+    POLICY_LOSSES,
+    aggregate_loss,
+    cispo_loss,
+    gspo_loss,
+    ppo_clip_loss,
+    reinforce_loss,
+    truncated_is_weights,
+)
 
 
 def _inputs(ratios, advantages, mask=None):
@@ -110,3 +118,176 @@ def test_clip_ratio_c_must_exceed_one(c):
 def test_shape_mismatch_raises():
     with pytest.raises(ValueError, match="share one"):
         ppo_clip_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 1), torch.ones(2, 3))
+
+
+# ---------------------------------------------------------------- GSPO
+
+
+def test_gspo_hand_computed():
+    # clip range [1 - 3e-4, 1 + 4e-4] = [0.9997, 1.0004]; s_i = exp(mean of valid log ratios)
+    # row  log ratios        s_i                     A   l1 = -A*s   l2 = -A*clip(s)  loss
+    #  0   ln1.5, ln1.5      1.5                    +1   -1.5        -1.0004          -1.0004 (clip)
+    #  1   ln2, 0            exp(ln2/2) = 1.414214  -1    1.414214    1.0004           1.414214
+    #  2   ln0.5 | pad (50)  0.5 (pad not counted)  -1    0.5         0.9997           0.9997 (clip)
+    #  3   ln2, -ln2         1                      +2   -2          -2               -2
+    # every valid token of a row carries the row's value; padding is 0
+    log_ratio = torch.tensor([[math.log(1.5), math.log(1.5)], [math.log(2.0), 0.0],
+                              [math.log(0.5), 50.0], [math.log(2.0), -math.log(2.0)]])
+    old = torch.full_like(log_ratio, -1.0)
+    log_probs = old + log_ratio
+    adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0], [-1.0, -1.0], [2.0, 2.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    loss, metrics = gspo_loss(log_probs, old, adv, mask)
+    r2 = math.sqrt(2.0)
+    torch.testing.assert_close(loss, torch.tensor([[-1.0004, -1.0004], [r2, r2],
+                                                   [0.9997, 0.0], [-2.0, -2.0]]))
+    torch.testing.assert_close(metrics["pg_clipfrac"],
+                               torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]))
+    torch.testing.assert_close(metrics["ppo_kl"], -log_ratio * mask)
+    assert POLICY_LOSSES.get("gspo") is gspo_loss
+    assert POLICY_LOSSES.meta("gspo") == {"agg_modes": ("seq-mean-token-mean",)}
+
+
+def test_gspo_gradient_is_that_of_the_sequence_objective():
+    # With seq-mean-token-mean and no active clip, the straight-through token ratio gives
+    # sequence i the gradient of -A_i * s_i, s_i = exp(mean_t (logp_it - old_it)).
+    gen = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 6, generator=gen) * 3
+    log_probs = (old + 0.1 * torch.randn(4, 6, generator=gen)).requires_grad_(True)
+    lengths = torch.tensor([6, 3, 1, 5])
+    mask = (torch.arange(6) < lengths[:, None]).float()
+    adv_per_seq = torch.tensor([1.5, -0.5, 2.0, -1.0])
+    adv = adv_per_seq[:, None].expand(4, 6)
+
+    loss, metrics = gspo_loss(log_probs, old, adv, mask, clip_ratio_low=0.99, clip_ratio_high=100.0)
+    assert metrics["pg_clipfrac"].sum() == 0  # the clip is inactive
+    aggregate_loss(loss, mask, "seq-mean-token-mean").backward()
+    grad = log_probs.grad.clone()
+
+    log_probs.grad = None
+    seq_ratio = torch.exp(((log_probs - old) * mask).sum(-1) / lengths)
+    (-adv_per_seq * seq_ratio).mean().backward()
+    torch.testing.assert_close(grad, log_probs.grad)
+    assert torch.all(grad[mask == 0] == 0.0) and torch.all(grad[mask == 1] != 0.0)
+
+
+def test_gspo_clipped_sequence_gets_no_gradient():
+    # A = +1 and s = 1.5 > 1.0004: the clipped term is constant, so row 0 gets no gradient;
+    # row 1 (s = 1, unclipped, A = 1, length 2) gets -A * s / 2 = -0.5 per token under
+    # seq-mean-token-mean over 2 sequences -> -0.25
+    old = torch.full((2, 2), -1.0)
+    log_probs = (old + torch.tensor([[math.log(1.5)] * 2, [0.0, 0.0]])).requires_grad_(True)
+    loss, _ = gspo_loss(log_probs, old, torch.ones(2, 2), torch.ones(2, 2))
+    aggregate_loss(loss, torch.ones(2, 2), "seq-mean-token-mean").backward()
+    torch.testing.assert_close(log_probs.grad, torch.tensor([[0.0, 0.0], [-0.25, -0.25]]))
+
+
+# ---------------------------------------------------------------- CISPO
+
+
+def _at_log_prob(ratios, log_prob=-2.0):
+    """log_probs all equal to `log_prob` (a leaf), old_log_probs set so that exp(new - old) = ratio."""
+    ratios = torch.tensor([ratios])
+    log_probs = torch.full_like(ratios, log_prob).requires_grad_(True)
+    return log_probs, log_prob - ratios.log()
+
+
+def test_cispo_hand_computed_and_gradient():
+    # clip range [0.8, 1.28]; every log_prob = -2; loss = -clip(r) * A * (-2) = 2 * clip(r) * A
+    # token  r    A   weight       loss              d loss / d logp = -weight * A
+    #   0   1.5  +1   1.28 (clip)   2.56              -1.28   (PPO would give 0 here)
+    #   1   0.5  -1   0.8  (clip)  -1.6                0.8
+    #   2   1.1  +2   1.1           4.4               -2.2
+    #   3   1.0  +1   masked        0                  0
+    log_probs, old = _at_log_prob([1.5, 0.5, 1.1, 1.0])
+    adv = torch.tensor([[1.0, -1.0, 2.0, 1.0]], requires_grad=True)
+    old.requires_grad_(True)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    loss, metrics = cispo_loss(log_probs, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.28)
+    torch.testing.assert_close(loss, torch.tensor([[2.56, -1.6, 4.4, 0.0]]))
+    torch.testing.assert_close(metrics["pg_clipfrac"], torch.tensor([[1.0, 1.0, 0.0, 0.0]]))
+    loss.sum().backward()
+    torch.testing.assert_close(log_probs.grad, torch.tensor([[-1.28, 0.8, -2.2, 0.0]]))
+    assert old.grad is None and adv.grad is None
+
+
+def test_cispo_default_has_no_lower_bound():
+    # defaults: low 1.0 (range [0, 1.28]), so r = 0.5 keeps its weight 0.5: loss = 2 * 0.5 * 1 = 1
+    log_probs, old = _at_log_prob([0.5, 2.0])
+    loss, metrics = cispo_loss(log_probs, old, torch.ones(1, 2), torch.ones(1, 2))
+    # r = 2 is capped at 1.28: loss = 2 * 1.28 = 2.56
+    torch.testing.assert_close(loss, torch.tensor([[1.0, 2.56]]))
+    torch.testing.assert_close(metrics["pg_clipfrac"], torch.tensor([[0.0, 1.0]]))
+
+
+# ---------------------------------------------------------------- REINFORCE
+
+
+def test_reinforce_hand_computed_and_gradient():
+    # loss = -A * logp: -2 * -1 = 2; -(-1) * -2 = -2; masked -> 0; gradient -A = -2, 1, 0
+    log_probs = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    old = torch.tensor([[-1.5, -2.0, 0.0]], requires_grad=True)
+    adv = torch.tensor([[2.0, -1.0, 3.0]], requires_grad=True)
+    loss, metrics = reinforce_loss(log_probs, old, adv, torch.tensor([[1.0, 1.0, 0.0]]))
+    torch.testing.assert_close(loss, torch.tensor([[2.0, -2.0, 0.0]]))
+    assert set(metrics) == {"ppo_kl"}
+    # ppo_kl = old - new = -1.5 + 1 = -0.5, 0, masked 0
+    torch.testing.assert_close(metrics["ppo_kl"], torch.tensor([[-0.5, 0.0, 0.0]]))
+    loss.sum().backward()
+    torch.testing.assert_close(log_probs.grad, torch.tensor([[-2.0, 1.0, 0.0]]))
+    assert old.grad is None and adv.grad is None
+
+
+@pytest.mark.parametrize("fn", [gspo_loss, cispo_loss, reinforce_loss])
+def test_new_losses_mask_non_finite_padding_and_detach_metrics(fn):
+    log_probs = torch.tensor([[-1.0, float("nan")]], requires_grad=True)
+    old = torch.tensor([[-1.0, float("nan")]])
+    loss, metrics = fn(log_probs, old, torch.tensor([[1.0, 1.0]]), torch.tensor([[1.0, 0.0]]))
+    assert torch.isfinite(loss).all() and loss[0, 1] == 0.0
+    for value in metrics.values():
+        assert not value.requires_grad and value.dtype == torch.float32 and value[0, 1] == 0.0
+
+
+# ---------------------------------------------------------------- truncated IS weights
+
+
+def test_truncated_is_weights_token_level():
+    # old - rollout per token: ln3, ln0.5, 0 | masked; cap 2
+    # w = min(3, 2) = 2 (capped), 0.5, 1, masked 0 -> mean (2 + 0.5 + 1) / 3 = 1.166667, clipfrac 1/3
+    # k3 with x = rollout - old = -ln3, +ln2, 0: exp(x) - x - 1
+    #   = 1/3 + 1.098612 - 1 = 0.431946;  2 - 0.693147 - 1 = 0.306853;  0 -> mean 0.246266
+    # |old - rollout| = 1.098612, 0.693147, 0 -> mean 0.597253
+    rollout = torch.tensor([[-1.0, -1.0, -1.0, -1.0]])
+    old = rollout + torch.tensor([[math.log(3.0), math.log(0.5), 0.0, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    weights, metrics = truncated_is_weights(old, rollout, mask)
+    torch.testing.assert_close(weights, torch.tensor([[2.0, 0.5, 1.0, 0.0]]))
+    torch.testing.assert_close(metrics["rollout_is/mean"], torch.tensor(3.5 / 3))
+    torch.testing.assert_close(metrics["rollout_is/clipfrac"], torch.tensor(1 / 3))
+    torch.testing.assert_close(metrics["mismatch/k3_kl"], torch.tensor(0.246266))
+    torch.testing.assert_close(metrics["mismatch/abs_log_ratio"], torch.tensor(0.597253))
+
+
+def test_truncated_is_weights_sequence_level():
+    # row 0: ln3 + ln0.5 + 0 = ln1.5 (masked ln7 ignored) -> w = 1.5 on its 3 valid tokens
+    # row 1: ln2 + ln2 = ln4 -> min(4, 2) = 2 (capped) on its 2 tokens
+    # mean over 5 valid tokens (1.5 * 3 + 2 * 2) / 5 = 1.7; capped tokens 2 / 5 = 0.4
+    rollout = torch.full((2, 3), -2.0)
+    old = rollout + torch.tensor([[math.log(3.0), math.log(0.5), 0.0],
+                                  [math.log(2.0), math.log(2.0), math.log(7.0)]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    old.requires_grad_(True)
+    weights, metrics = truncated_is_weights(old, rollout, mask, level="sequence")
+    torch.testing.assert_close(weights, torch.tensor([[1.5, 1.5, 1.5], [2.0, 2.0, 0.0]]))
+    torch.testing.assert_close(metrics["rollout_is/mean"], torch.tensor(1.7))
+    torch.testing.assert_close(metrics["rollout_is/clipfrac"], torch.tensor(0.4))
+    assert not weights.requires_grad
+    assert all(not v.requires_grad and v.dim() == 0 for v in metrics.values())
+
+
+def test_truncated_is_weights_rejects_bad_options():
+    x = torch.zeros(1, 2)
+    with pytest.raises(ValueError, match="'token' or 'sequence'.*'seq'"):
+        truncated_is_weights(x, x, torch.ones(1, 2), level="seq")
+    with pytest.raises(ValueError, match="cap must be > 0"):
+        truncated_is_weights(x, x, torch.ones(1, 2), cap=0.0)

@@ -167,6 +167,10 @@ class TrainerConfig:
     seed: int = opt(0, "Seed for sampling prompts, rollouts and everything else.")
     output_dir: str = opt("runs/default", "Run folder: metrics.jsonl, config.yaml, the warm-start model.")
     log_every: int = opt(10, "Print a metrics line to the console every this many steps.")
+    save_every: int = opt(50, "Write a checkpoint every this many steps and after the last (0: never).")
+    keep_last: int = opt(2, "Keep only the newest this many checkpoints (0: keep all).")
+    resume: str = opt("auto", "auto: continue from the run folder's latest checkpoint if there is one; never: "
+                      "start over; or a checkpoint folder (<output_dir>/checkpoints/step_000050).")
     threads: int = opt(0, "torch intra-op threads (0: leave torch's default).")
 
 
@@ -334,6 +338,8 @@ def validate(cfg: Config) -> None:
          f"reward.overlong_buffer_len={cfg.reward.overlong_buffer_len} must be in [0, rollout.max_new_tokens)."),
         (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
+        (cfg.trainer.save_every >= 0 and cfg.trainer.keep_last >= 0, "trainer.save_every and trainer.keep_last "
+                                                                     "must be >= 0."),
     ]
     for ok, message in checks:
         if not ok:

@@ -39,11 +39,20 @@ CONSOLE = [("critic/score/mean", "reward"), ("actor/pg_loss", "pg"), ("actor/kl_
 class MetricsLogger:
     """Appends one JSON object per step to `run_dir/metrics.jsonl`; prints a line every `every` steps."""
 
-    def __init__(self, run_dir: str | Path, every: int = 10, fresh: bool = True) -> None:
+    def __init__(self, run_dir: str | Path, every: int = 10) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
-        if fresh and self.path.exists():
-            self.path.unlink()
         self.every = max(every, 1)
+
+    def start(self, resume_step: int = 0) -> list[dict]:
+        """Keep the records of steps <= resume_step (all of a fresh run's are dropped); return them.
+
+        A run resumed from step k redoes the steps after k, so their old records go."""
+        kept = [r for r in read_metrics(self.path.parent) if 0 < resume_step and r["step"] <= resume_step] \
+            if self.path.exists() else []
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(self.path)
+        return kept
 
     def log(self, step: int, metrics: dict[str, float], *, force_print: bool = False) -> None:
         record = {"step": step, **{k: _clean(v) for k, v in sorted(metrics.items())}}

@@ -7,6 +7,10 @@ is the mean cross-entropy over target tokens (+ EOS); prompt tokens are not trai
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
 import time
 from pathlib import Path
 
@@ -57,7 +61,15 @@ def collate(examples: list[tuple[list[int], list[int]]], pad_token_id: int) -> d
 
 def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: int, lr: float, batch_size: int,
             prompt_key: str = "prompt", response_key: str = "answer", seed: int = 0) -> str:
-    """Train `steps` supervised steps from `model_path`, save to `out_dir` (HF folder); return it."""
+    """Train `steps` supervised steps from `model_path`, save to `out_dir` (HF folder); return it.
+
+    If `out_dir` already holds a warm start with the same settings (a resumed run), it is reused."""
+    rows_hash = hashlib.sha1(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
+    settings = {"model_path": str(model_path), "rows": rows_hash, "steps": steps, "lr": lr,
+                "batch_size": batch_size, "prompt_key": prompt_key, "response_key": response_key, "seed": seed}
+    if finished_sft(out_dir, settings):
+        tqdm.write(f"sft: reusing the warm start in {out_dir}")
+        return str(out_dir)
     tokenizer = load_tokenizer(model_path)
     model = load_causal_lm(model_path)
     examples = sft_examples(rows, tokenizer, prompt_key, response_key)
@@ -72,10 +84,27 @@ def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: in
         engine.optimizer_step()
         loss = metrics["loss"]
         bar.set_postfix(loss=f"{loss:.3f}")
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    # written aside and renamed, so a folder that exists is complete (a resumed run reuses it)
+    tmp = Path(f"{out_dir}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / SFT_MARKER).write_text(json.dumps(settings))
+    if Path(out_dir).exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
     tqdm.write(f"sft: {steps} steps in {time.perf_counter() - start:.1f}s, final loss {loss:.3f} -> {out_dir}")
     return str(out_dir)
+
+
+SFT_MARKER = "grpoflow_sft.json"
+
+
+def finished_sft(out_dir: str | Path, settings: dict) -> bool:
+    """True if `out_dir` holds a warm start made with exactly these settings."""
+    marker = Path(out_dir) / SFT_MARKER
+    return marker.exists() and json.loads(marker.read_text()) == settings
 
 
 def _ce(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, POLICY_LOSSES, call_with_available,
                                  groups_with_signal, kl_in_reward, overlong_penalty, required_inputs)
 from grpoflow.config import Config
+from grpoflow.controller.checkpoint import CheckpointManager, load_state, rng_state, save_state, set_rng_state
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
 from grpoflow.controller.validation import validate
 from grpoflow.data.batch import Batch
@@ -97,6 +98,7 @@ class Controller:
                                        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
         self.version = 0
         self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
+        self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
 
     def step(self, step: int) -> dict[str, float]:
         """One RL step; returns its metrics."""
@@ -218,16 +220,49 @@ class Controller:
         return validate(self.rollout, self.val_items, self.reward_fn, params=params,
                         batch_size=self.cfg.rollout.val_batch_size, error_score=self.cfg.reward.error_score)
 
+    def save_checkpoint(self, step: int) -> Path:
+        """Everything needed to continue exactly: weights, optimizers, sampler, KL controller, RNG."""
+        def write(folder: Path) -> None:
+            folder.mkdir(parents=True)
+            self.actor.save_checkpoint(str(folder / "actor"))
+            if self.critic is not None:
+                self.critic.save_checkpoint(str(folder / "critic"))
+            save_state({"step": step, "version": self.version, "sampler": self.sampler.state_dict(),
+                        "kl_ctrl": self.kl_ctrl.state_dict(), "rng": rng_state()}, folder / "controller.pt")
+
+        return self.checkpoints.save(step, write)
+
+    def load_checkpoint(self, folder: Path) -> int:
+        """Restore a checkpoint written by `save_checkpoint`; returns its step."""
+        state = load_state(folder / "controller.pt")
+        self.actor.load_checkpoint(str(folder / "actor"))
+        if self.critic is not None:
+            self.critic.load_checkpoint(str(folder / "critic"))
+        self.sampler.load_state_dict(state["sampler"])
+        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        set_rng_state(state["rng"])
+        self.version = state["version"]
+        self.rollout.update_weights(self.actor.named_weights(), self.version)
+        return state["step"]
+
     def fit(self) -> dict[str, dict[str, float]]:
-        """Validate, train `trainer.total_steps` steps (validating every `val_every`), validate again."""
+        """(Resume,) validate, train to `trainer.total_steps` (validating every `val_every`, saving every
+        `save_every`), validate again."""
         t = self.cfg.trainer
         do_val = t.val_every > 0 and bool(self.val_items)
-        first = self.validate() if do_val else {}
-        if first:
+        checkpoint = self.checkpoints.resolve(t.resume)
+        start = self.load_checkpoint(checkpoint) if checkpoint is not None else 0
+        history = self.logger.start(start)
+        if checkpoint is not None:
+            tqdm.write(f"resumed from {checkpoint} (step {start} of {t.total_steps})")
+        first = next((r for r in history if r["step"] == 0), {}) if start else (self.validate() if do_val else {})
+        if first and not start:
             self.logger.log(0, first, force_print=True)
-        last = dict(first)
-        start = time.perf_counter()
-        bar = tqdm(range(1, t.total_steps + 1), desc="rl", unit="step", dynamic_ncols=True)
+        first = {k: v for k, v in first.items() if k != "step"}
+        last = next(({k: v for k, v in r.items() if k.startswith("val/")} for r in reversed(history)
+                     if any(k.startswith("val/") for k in r)), dict(first))
+        began = time.perf_counter()
+        bar = tqdm(range(start + 1, t.total_steps + 1), desc="rl", unit="step", dynamic_ncols=True)
         for step in bar:
             try:
                 metrics = self.step(step)
@@ -242,8 +277,13 @@ class Controller:
                 last = self.validate()
                 metrics.update(last)
             self.logger.log(step, metrics, force_print=step == t.total_steps)
+            if t.save_every and (step % t.save_every == 0 or step == t.total_steps):
+                self.save_checkpoint(step)
             bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}")
-        return {"before": first, "after": last, "seconds": time.perf_counter() - start}
+        if start >= t.total_steps:
+            tqdm.write(f"nothing left to train: the checkpoint is at step {start} of trainer.total_steps="
+                       f"{t.total_steps}; use trainer.resume=never or another trainer.output_dir to start over.")
+        return {"before": first, "after": last, "seconds": time.perf_counter() - began}
 
 
 def length_metrics(batch: Batch) -> dict[str, float]:

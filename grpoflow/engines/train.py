@@ -9,10 +9,12 @@ when torch.distributed is initialised the gradient-normalising counts are global
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
+from safetensors.torch import load_file
 from torch import Tensor
 
 
@@ -96,11 +98,37 @@ class TrainEngine:
         for name, p in self.model.named_parameters():
             yield name, p.detach()
 
-    def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict()}
+    def save(self, folder: str | Path) -> None:
+        """Weights as an HF folder (safetensors) and optimizer + LR schedule as optimizer.pt."""
+        self.model.save_pretrained(folder, safe_serialization=True)
+        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
+                   Path(folder) / OPTIMIZER_FILE)
 
-    def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+    def load(self, folder: str | Path) -> None:
+        """Restore what `save` wrote, in place (the optimizer keeps pointing at these parameters)."""
+        folder = Path(folder)
+        state: dict[str, Tensor] = {}
+        for file in sorted(folder.glob("*.safetensors")):
+            state.update(load_file(file))
+        if not state:
+            raise FileNotFoundError(f"checkpoint {folder} holds no *.safetensors weights.")
+        result = self.model.load_state_dict(state, strict=False)
+        untied = [k for k in result.missing_keys if not _is_tied(self.model, k)]
+        if untied or result.unexpected_keys:
+            raise ValueError(f"checkpoint {folder} does not match the model: missing {untied[:3]}, unexpected "
+                             f"{result.unexpected_keys[:3]}; resume with the model.path it was trained from.")
+        opt = torch.load(folder / OPTIMIZER_FILE, weights_only=True)
+        self.optimizer.load_state_dict(opt["optimizer"])
+        self.scheduler.load_state_dict(opt["scheduler"])
+
+
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def _is_tied(model: torch.nn.Module, name: str) -> bool:
+    """True if parameter `name` shares its storage with another parameter (tied embeddings)."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    if name not in params:
+        return False
+    ptr = params[name].data_ptr()
+    return any(other != name and p.data_ptr() == ptr for other, p in params.items())

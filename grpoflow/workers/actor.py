@@ -18,7 +18,7 @@ from grpoflow.config import ActorConfig
 from grpoflow.data.batch import Batch
 from grpoflow.engines.microbatch import split_by_tokens
 from grpoflow.engines.train import TrainEngine, global_sum, lr_multiplier
-from grpoflow.models.loading import load_causal_lm
+from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.workers.forward import batch_log_probs
 
@@ -28,7 +28,7 @@ class ActorWorker:
                  horizon: int, seed: int, total_optimizer_steps: int = 0) -> None:
         torch.manual_seed(seed)
         self.rank, self.world_size = rank, world_size
-        self.cfg = cfg
+        self.cfg, self.model_path = cfg, model_path
         self.temperature = temperature
         self.horizon = horizon  # max response length, the Dr.GRPO normaliser
         self.policy_loss = POLICY_LOSSES.resolve(cfg.policy_loss)
@@ -117,6 +117,15 @@ class ActorWorker:
         for name, per_token in pg_metrics.items():
             metrics[f"actor/{name}"] = agg(per_token, "token-mean")
         return loss, metrics
+
+    def save_checkpoint(self, folder: str) -> None:
+        """Rank 0 writes the policy as an HF folder (weights, config, tokenizer) + optimizer state."""
+        if self.rank == 0:
+            self.engine.save(folder)
+            load_tokenizer(self.model_path).save_pretrained(folder)
+
+    def load_checkpoint(self, folder: str) -> None:
+        self.engine.load(folder)
 
     def named_weights(self) -> list[tuple[str, Tensor]]:
         """The policy's parameters, one (name, tensor) at a time, for the rollout engine."""

@@ -32,10 +32,17 @@ class CriticWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: CriticConfig, schedule: ActorConfig,
                  seed: int) -> None:
         torch.manual_seed(seed)
-        self.cfg = cfg
+        self.rank, self.cfg = rank, cfg
         self.minibatches, self.epochs = schedule.minibatches, schedule.epochs
         self.max_tokens = schedule.max_tokens_per_microbatch
         self.engine = TrainEngine(load_value_model(cfg.model_path or model_path), lr=cfg.lr, grad_clip=cfg.grad_clip)
+
+    def save_checkpoint(self, folder: str) -> None:
+        if self.rank == 0:
+            self.engine.save(folder)
+
+    def load_checkpoint(self, folder: str) -> None:
+        self.engine.load(folder)
 
     @torch.no_grad()
     def compute_values(self, batch: Batch) -> Batch:

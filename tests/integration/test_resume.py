@@ -1,0 +1,100 @@
+"""Kill a run anywhere (SIGKILL at a step, or in the middle of writing a checkpoint), resume, get the same run."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grpoflow.config import load_config
+from grpoflow.controller.checkpoint import CheckpointManager
+from grpoflow.controller.metrics import read_metrics
+from grpoflow.controller.run import train
+
+ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
+        "rollout.max_new_tokens=5", "trainer.total_steps=6", "trainer.save_every=2", "trainer.keep_last=0",
+        "trainer.val_every=3", "data.val_max_prompts=8", "actor.minibatches=2", "algorithm.use_kl_in_reward=true",
+        "algorithm.kl_ctrl.type=adaptive", "trainer.log_every=1"]
+# In the middle of writing the step-4 checkpoint (all files written, folder not yet renamed): die.
+CRASH_IN_SAVE = """
+import os, signal, sys
+import grpoflow.controller.checkpoint as ckpt
+real = ckpt._fsync_tree
+def fsync_then_die(folder):
+    real(folder)
+    if folder.name == ".tmp-step_000004":
+        os.kill(os.getpid(), signal.SIGKILL)
+ckpt._fsync_tree = fsync_then_die
+from grpoflow.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def comparable(run_dir):
+    return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(run_dir)]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full")
+    train(load_config(None, [f"trainer.output_dir={out}", *ARGS]))
+    return comparable(out)
+
+
+def start(out, script=None):
+    cmd = [sys.executable, "-c", script] if script else [sys.executable, "-m", "grpoflow.cli"]
+    return subprocess.Popen([*cmd, "train", f"trainer.output_dir={out}", *ARGS],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_sigkill_at_a_random_step_then_resume_equals_uninterrupted(tmp_path, uninterrupted):
+    kill_after = random.Random().randint(3, 5)
+    proc = start(tmp_path)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        path = tmp_path / "metrics.jsonl"
+        if path.exists() and any(json.loads(l)["step"] >= kill_after for l in path.read_text().splitlines() if l):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert CheckpointManager(tmp_path).latest() is not None, "no checkpoint was written before the kill"
+    train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))   # trainer.resume=auto
+    assert comparable(tmp_path) == uninterrupted
+
+
+def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, uninterrupted):
+    proc = start(tmp_path, CRASH_IN_SAVE)
+    proc.wait(timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    assert CheckpointManager(tmp_path).latest().name == "step_000002"    # step 4 never became visible
+    assert (tmp_path / "checkpoints" / ".tmp-step_000004").exists()
+    train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))
+    assert comparable(tmp_path) == uninterrupted
+    assert not (tmp_path / "checkpoints" / ".tmp-step_000004").exists()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == \
+        ["step_000002", "step_000004", "step_000006"]
+
+
+def test_resume_of_a_finished_run_trains_nothing_and_never_starts_over(tmp_path, capsys):
+    cfg = load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS, "trainer.total_steps=2"])
+    train(cfg)
+    before = comparable(tmp_path)
+    train(cfg)
+    assert comparable(tmp_path) == before
+    assert "nothing left to train" in capsys.readouterr().out
+
+
+def test_keep_last_prunes_and_resume_path_errors(tmp_path):
+    manager = CheckpointManager(tmp_path, keep_last=2)
+    for step in (1, 2, 3):
+        manager.save(step, lambda folder: (folder.mkdir(), (folder / "controller.pt").write_text("x")))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_000002", "step_000003"]
+    assert manager.latest().name == "step_000003" and manager.resolve("never") is None
+    with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
+        manager.resolve(str(tmp_path / "nowhere"))

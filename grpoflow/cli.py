@@ -12,6 +12,7 @@ commands:
   train   supervised warm start (when configured) then GRPO; no arguments trains the built-in task
   sft     only the supervised warm start; saves an HF folder in <trainer.output_dir>/sft_model
   config  print the resolved config as YAML
+  export  RUN_DIR [--step N] --out DIR: a checkpoint's policy as a plain HF folder (LoRA merged)
 
 presets (grpoflow/recipes/): grpo, dr_grpo, dapo, gspo, rloo, ppo, e.g. `grpoflow train dapo`.
 `grpoflow train --help` lists every key with its default and meaning.
@@ -24,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     command, rest = argv[0], argv[1:]
+    if command == "export":
+        return _export(rest)
     from grpoflow.config import ConfigError, help_text, load_config, to_yaml
     if "-h" in rest or "--help" in rest:
         print(USAGE + "\nconfig keys:\n" + help_text())
@@ -50,6 +53,25 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"grpoflow {command}: error: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _export(args: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="grpoflow export", description="Write a checkpoint's policy as an HF folder.")
+    parser.add_argument("run_dir")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+    parser.add_argument("--out", required=True, help="new folder for the model")
+    ns = parser.parse_args(args)
+    from grpoflow.controller.export import export
+
+    try:
+        out = export(ns.run_dir, ns.out, ns.step)
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
+        print(f"grpoflow export: error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported to {out}")
     return 0
 
 

@@ -36,10 +36,22 @@ def opt(default: Any, help: str) -> Any:
 
 
 @dataclass
+class LoRAConfig:
+    rank: int = opt(0, "LoRA rank; 0 trains all weights. With LoRA only the adapters train and the reference "
+                    "policy is the same model with adapters disabled (no second copy).")
+    alpha: float = opt(16.0, "LoRA alpha (the update is scaled by alpha / rank).")
+    target_modules: list = opt(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                               "Module names that get adapters (or [all-linear]).")
+
+
+@dataclass
 class ModelConfig:
     path: str = opt("builtin:tiny-4m", "Local HF folder of a causal LM + tokenizer, or `builtin:tiny-<size>` "
                     "(size 0.5m, 4m, 30m) to build a tiny Llama with a character tokenizer from scratch.")
     seed: int = opt(0, "Initialisation seed for a `builtin:` model.")
+    dtype: str = opt("float32", "Parameter dtype of the trained models: float32 or bfloat16.")
+    gradient_checkpointing: bool = opt(False, "Recompute activations in the backward pass to save memory.")
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
 
 
 @dataclass
@@ -72,8 +84,18 @@ class RolloutConfig:
 
 @dataclass
 class RewardConfig:
-    function: str = opt("exact_match", "Reward function: a built-in name (exact_match, length) or "
-                        "`path/to/file.py:function`. Called as fn(prompt, completion, **row_columns).")
+    function: str = opt("exact_match", "Reward function: a built-in (exact_match, gsm8k, gsm8k_flexible, math, "
+                        "countdown, format, length, length_penalty) or `path/to/file.py:function`. Called as "
+                        "fn(prompt, completion, **row_columns) -> float | dict | None.")
+    functions: list = opt([], "Several reward functions whose weighted sum is the score, each logged as "
+                          "reward/<name>/mean (replaces reward.function when given).")
+    weights: Optional[list] = opt(None, "Weights of reward.functions (None: all 1).")
+    routes: Optional[dict] = opt(None, "data_source -> reward function (or list) for datasets that mix sources; "
+                                 "other sources use reward.function(s).")
+    workers: int = opt(0, "Reward worker processes (0: score in this process).")
+    timeout_s: Optional[float] = opt(None, "Per-sample time limit; a call over it is killed, scores "
+                                     "reward.error_score and counts in reward/timeouts (needs reward.workers > 0 "
+                                     "for plain functions).")
     error_score: float = opt(0.0, "Score given to a sample whose reward function raised, returned None or NaN.")
     overlong_buffer_len: int = opt(0, "DAPO overlong shaping: responses longer than rollout.max_new_tokens - "
                                    "this many tokens get a linear penalty (0 disables).")
@@ -241,6 +263,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             return [value]
         if isinstance(value, (list, tuple)):
             return list(value)
+    elif tp is dict or origin is dict:
+        if isinstance(value, dict):
+            return dict(value)
     else:  # pragma: no cover - schema uses only the types above
         return value
     name = getattr(tp, "__name__", str(tp))
@@ -314,6 +339,8 @@ def validate(cfg: Config) -> None:
     """Checks that need no model: choices, ranges, and the batch schedule."""
     checks = [
         (cfg.backend in ("local",), f"backend={cfg.backend!r} is not available; use backend=local."),
+        (cfg.model.dtype in ("float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}; use float32 or bfloat16."),
+        (cfg.model.lora.rank >= 0, "model.lora.rank must be >= 0."),
         (cfg.rollout.engine in ("hf",), f"rollout.engine={cfg.rollout.engine!r} is not available; use hf."),
         (cfg.data.overlong in ("drop", "error"), f"data.overlong={cfg.data.overlong!r}; use drop or error."),
         (cfg.rollout.n >= 1, f"rollout.n={cfg.rollout.n} must be >= 1."),
@@ -334,6 +361,11 @@ def validate(cfg: Config) -> None:
         (cfg.algorithm.kl_ctrl.type in ("fixed", "adaptive"),
          f"algorithm.kl_ctrl.type={cfg.algorithm.kl_ctrl.type!r}; use fixed or adaptive."),
         (cfg.algorithm.filter_groups.max_draws >= 1, "algorithm.filter_groups.max_draws must be >= 1."),
+        (cfg.reward.weights is None or len(cfg.reward.weights) == len(cfg.reward.functions),
+         f"reward.weights has {len(cfg.reward.weights or [])} entries for {len(cfg.reward.functions)} "
+         "reward.functions; give one weight per function."),
+        (cfg.reward.timeout_s is None or cfg.reward.timeout_s > 0, "reward.timeout_s must be > 0 (or null)."),
+        (cfg.reward.workers >= 0, "reward.workers must be >= 0."),
         (0 <= cfg.reward.overlong_buffer_len < cfg.rollout.max_new_tokens,
          f"reward.overlong_buffer_len={cfg.reward.overlong_buffer_len} must be in [0, rollout.max_new_tokens)."),
         (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),

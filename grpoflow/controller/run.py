@@ -18,7 +18,7 @@ from grpoflow.controller.trainer import Controller, check_algorithm
 from grpoflow.data.dataset import load_rows, prepare_prompts
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
-from grpoflow.rewards.functions import load_reward_function
+from grpoflow.rewards import RewardScorer, build_reward
 from grpoflow.tasks.addition import addition_splits
 
 BUILTIN_DATA = {"builtin:addition/train": 0, "builtin:addition/val": 1}
@@ -36,12 +36,12 @@ def resolve_model(cfg: Config, run_dir: Path) -> str:
         if not Path(path).is_dir():
             raise ConfigError(f"model.path={path} is not a folder; give a local HF model folder "
                               f"(this machine has no model hub) or builtin:tiny-4m.")
-        return path
+        return str(Path(path).resolve())  # absolute: checkpoints (LoRA adapters) record it
     size = path.removeprefix("builtin:tiny-")
     if size not in TINY_SIZES:
         raise ConfigError(f"model.path={path}: unknown built-in; use one of "
                           f"{['builtin:tiny-' + s for s in TINY_SIZES]}.")
-    return save_tiny_model(run_dir / "base_model", size=size, seed=cfg.model.seed)
+    return save_tiny_model(run_dir.resolve() / "base_model", size=size, seed=cfg.model.seed)
 
 
 def read_rows(files: list[str]) -> list[dict]:
@@ -86,7 +86,7 @@ def sft_stage(cfg: Config, run_dir: Path | None = None) -> str:
     steps = sft_steps(cfg)
     if steps <= 0:
         return base
-    return run_sft(base, read_rows(cfg.data.train_files), run_dir / "sft_model", steps=steps, lr=cfg.sft.lr,
+    return run_sft(base, read_rows(cfg.data.train_files), run_dir.resolve() / "sft_model", steps=steps, lr=cfg.sft.lr,
                    batch_size=cfg.sft.batch_size, prompt_key=cfg.data.prompt_key,
                    response_key=cfg.sft.response_key, seed=cfg.trainer.seed)
 
@@ -96,7 +96,9 @@ def train(cfg: Config) -> dict:
     start = time.perf_counter()
     schedule = batch_schedule(cfg)
     check_algorithm(cfg)
-    reward_fn = load_reward_function(cfg.reward.function)
+    r = cfg.reward
+    scorer = RewardScorer(build_reward(r.functions or r.function, r.weights, r.routes), error_score=r.error_score,
+                          timeout_s=r.timeout_s, workers=r.workers)
     run_dir = setup_run_dir(cfg)
     train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))
     tqdm.write(f"run folder: {run_dir.resolve()}")
@@ -110,9 +112,10 @@ def train(cfg: Config) -> dict:
     val_items = prepare_prompts(val_rows, tokenizer, **prep)[0][:d.val_max_prompts] if val_rows else []
     tqdm.write(f"data: {stats.kept} of {stats.total} training prompts kept ({stats.missing_prompt} without a prompt, "
                f"{stats.overlong} over {d.max_prompt_length} tokens); {len(val_items)} validation prompts")
-    controller = Controller(cfg, model_path=model_path, train_items=train_items, val_items=val_items,
-                            reward_fn=reward_fn, run_dir=run_dir)
-    result = controller.fit()
+    with scorer:
+        controller = Controller(cfg, model_path=model_path, train_items=train_items, val_items=val_items,
+                                scorer=scorer, run_dir=run_dir)
+        result = controller.fit()
     result["wall_s"] = time.perf_counter() - start
     before, after = result["before"].get("val/mean@1"), result["after"].get("val/mean@1")
     if before is not None and after is not None:

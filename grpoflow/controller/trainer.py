@@ -27,7 +27,7 @@ from grpoflow.data.sampler import EpochSampler
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.engines.rollout import SamplingParams
 from grpoflow.engines.train import NonFiniteLossError
-from grpoflow.rewards.scoring import Scores, score_completions
+from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
 from grpoflow.workers.reference import ReferenceWorker
@@ -65,10 +65,10 @@ def check_algorithm(cfg: Config) -> None:
 
 
 class Controller:
-    def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list, reward_fn,
+    def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list, scorer: RewardScorer,
                  run_dir: str | Path) -> None:
         check_algorithm(cfg)
-        self.cfg, self.reward_fn, self.run_dir = cfg, reward_fn, Path(run_dir)
+        self.cfg, self.scorer, self.run_dir = cfg, scorer, Path(run_dir)
         self.train_items, self.val_items = train_items, val_items
         self.advantage_fn = ADVANTAGE_ESTIMATORS.resolve(cfg.algorithm.adv_estimator)
         needs = required_inputs(self.advantage_fn)
@@ -76,12 +76,14 @@ class Controller:
         group = partial(WorkerGroup, backend=cfg.backend)
         self.actor = group("actor", partial(ActorWorker, model_path=model_path, cfg=a, seed=seed,
                                             temperature=cfg.rollout.temperature, horizon=cfg.rollout.max_new_tokens,
-                                            total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs))
-        # The reference policy exists only for a KL term: with neither, it is never built.
-        self.ref = group("reference", partial(
-            ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
-            max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size)) \
-            if a.kl_coef > 0 or alg.use_kl_in_reward else None
+                                            total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
+                                            model_cfg=cfg.model))
+        # The reference policy exists only for a KL term; with LoRA the actor serves it (adapters off).
+        self.ref = None
+        if a.kl_coef > 0 or alg.use_kl_in_reward:
+            self.ref = self.actor if cfg.model.lora.rank > 0 else group("reference", partial(
+                ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
+                max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size))
         self.critic = group("critic", partial(CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=a,
                                               seed=seed)) if "values" in needs else None
         self.rollout = group("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine))
@@ -168,8 +170,7 @@ class Controller:
     def score(self, batch: Batch) -> tuple[Batch, Scores]:
         """Reward each sample; add DAPO's overlong penalty when configured."""
         r = self.cfg.reward
-        scored = score_completions(self.reward_fn, batch.prompts, batch.completions, batch.rows,
-                                   error_score=r.error_score)
+        scored = self.scorer.score(batch.prompts, batch.completions, batch.rows)
         scores = torch.tensor(scored.scores, dtype=torch.float32)
         if r.overlong_buffer_len > 0:
             scores = scores + overlong_penalty(batch.response_lengths, max_length=self.cfg.rollout.max_new_tokens,
@@ -217,8 +218,8 @@ class Controller:
             return {}
         params = SamplingParams(n=1, max_new_tokens=self.cfg.rollout.max_new_tokens,
                                 temperature=self.cfg.rollout.val_temperature, top_p=1.0)
-        return validate(self.rollout, self.val_items, self.reward_fn, params=params,
-                        batch_size=self.cfg.rollout.val_batch_size, error_score=self.cfg.reward.error_score)
+        return validate(self.rollout, self.val_items, self.scorer, params=params,
+                        batch_size=self.cfg.rollout.val_batch_size)
 
     def save_checkpoint(self, step: int) -> Path:
         """Everything needed to continue exactly: weights, optimizers, sampler, KL controller, RNG."""

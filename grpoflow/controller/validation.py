@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from grpoflow.engines.rollout import SamplingParams
-from grpoflow.rewards.scoring import score_completions
 
 
-def validate(rollout, items: list, reward_fn, *, params: SamplingParams, batch_size: int,
-             error_score: float = 0.0) -> dict[str, float]:
+def validate(rollout, items: list, scorer, *, params: SamplingParams, batch_size: int) -> dict[str, float]:
     """`val/<data_source>/mean@1` (and `val/mean@1` over all prompts) of one sample per prompt.
 
     `rollout` is the rollout worker group; `params.n` must be 1 (mean@k for k > 1 comes later).
@@ -18,7 +16,7 @@ def validate(rollout, items: list, reward_fn, *, params: SamplingParams, batch_s
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
         batch = rollout.generate(chunk, params)
-        scored = score_completions(reward_fn, batch.prompts, batch.completions, batch.rows, error_score=error_score)
+        scored = scorer.score(batch.prompts, batch.completions, batch.rows)
         for item, score in zip(chunk, scored.scores):
             per_source[item.data_source].append(score)
     metrics = {f"val/{src}/mean@1": sum(v) / len(v) for src, v in per_source.items()}

@@ -14,8 +14,9 @@ from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 from torch import Tensor
+
+from grpoflow.models.loading import load_saved_weights
 
 
 class NonFiniteLossError(RuntimeError):
@@ -106,29 +107,10 @@ class TrainEngine:
 
     def load(self, folder: str | Path) -> None:
         """Restore what `save` wrote, in place (the optimizer keeps pointing at these parameters)."""
-        folder = Path(folder)
-        state: dict[str, Tensor] = {}
-        for file in sorted(folder.glob("*.safetensors")):
-            state.update(load_file(file))
-        if not state:
-            raise FileNotFoundError(f"checkpoint {folder} holds no *.safetensors weights.")
-        result = self.model.load_state_dict(state, strict=False)
-        untied = [k for k in result.missing_keys if not _is_tied(self.model, k)]
-        if untied or result.unexpected_keys:
-            raise ValueError(f"checkpoint {folder} does not match the model: missing {untied[:3]}, unexpected "
-                             f"{result.unexpected_keys[:3]}; resume with the model.path it was trained from.")
-        opt = torch.load(folder / OPTIMIZER_FILE, weights_only=True)
+        load_saved_weights(self.model, folder)
+        opt = torch.load(Path(folder) / OPTIMIZER_FILE, weights_only=True)
         self.optimizer.load_state_dict(opt["optimizer"])
         self.scheduler.load_state_dict(opt["scheduler"])
 
 
 OPTIMIZER_FILE = "optimizer.pt"
-
-
-def _is_tied(model: torch.nn.Module, name: str) -> bool:
-    """True if parameter `name` shares its storage with another parameter (tied embeddings)."""
-    params = dict(model.named_parameters(remove_duplicate=False))
-    if name not in params:
-        return False
-    ptr = params[name].data_ptr()
-    return any(other != name and p.data_ptr() == ptr for other, p in params.items())

@@ -8,6 +8,7 @@ first be saved into a folder (``save_pretrained``, ``huggingface-cli download`` 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -112,3 +113,34 @@ def load_value_model(path: str | os.PathLike, dtype: torch.dtype = torch.float32
                              config_overrides={"num_labels": 1, "classifier_dropout": 0.0})
     finally:
         hf_logging.set_verbosity(verbosity)
+
+
+def load_saved_weights(model: torch.nn.Module, folder: str | os.PathLike) -> None:
+    """Load, in place, weights that `model.save_pretrained(folder)` wrote: LoRA adapters when the
+    folder holds an adapter_config.json, else the full safetensors state (tied weights may be absent)."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    if (folder / "adapter_config.json").exists():
+        from grpoflow.models.lora import load_adapter_weights
+
+        return load_adapter_weights(model, folder)
+    state: dict[str, torch.Tensor] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        state.update(load_file(file))
+    if not state:
+        raise FileNotFoundError(f"checkpoint {folder} holds no *.safetensors weights.")
+    result = model.load_state_dict(state, strict=False)
+    untied = [k for k in result.missing_keys if not _is_tied(model, k)]
+    if untied or result.unexpected_keys:
+        raise ValueError(f"checkpoint {folder} does not match the model: missing {untied[:3]}, unexpected "
+                         f"{result.unexpected_keys[:3]}; resume with the model.path it was trained from.")
+
+
+def _is_tied(model: torch.nn.Module, name: str) -> bool:
+    """True if parameter `name` shares its storage with another parameter (tied embeddings)."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    if name not in params:
+        return False
+    ptr = params[name].data_ptr()
+    return any(other != name and p.data_ptr() == ptr for other, p in params.items())

@@ -1,0 +1,31 @@
+"""Reward functions and scoring (DESIGN.md section 2): standard library only, math-verify optional.
+
+    functions.py   the contract fn(prompt, completion, **row) -> float | dict | None, the registry,
+                   ground_truth_of(row), loading `name` or `path/to/file.py:function`
+    answers.py     gsm8k, gsm8k_flexible (verl's `#### 42`), math (last \\boxed{} vs the reference)
+    math_normalize.py  last_boxed, math_equal: LaTeX answer normalisation (+ math-verify if installed)
+    countdown.py   countdown (TinyZero): an equation over given numbers, checked with `ast`
+    shaping.py     format (regex), length_penalty (characters over a budget)
+    combine.py     CombinedReward (weighted sum), RoutedReward (by data_source), build_reward(spec)
+    scoring.py     Scores, RewardScorer (in-process, worker processes with a timeout, or async)
+    pool.py        the worker processes: one call each, a hung one is killed and replaced
+
+Importing the package registers the built-ins (exact_match, length, gsm8k, gsm8k_flexible, math,
+countdown, format, length_penalty).
+"""
+
+from grpoflow.rewards.functions import (REWARD_FUNCTIONS, RewardFn, exact_match, ground_truth_of, length,
+                                        load_reward_function, register_reward)
+from grpoflow.rewards.answers import extract_gsm8k_answer, gsm8k_flexible_reward, gsm8k_reward, math_reward
+from grpoflow.rewards.countdown import countdown_reward
+from grpoflow.rewards.math_normalize import last_boxed, math_equal
+from grpoflow.rewards.shaping import format_reward, length_penalty_reward
+from grpoflow.rewards.combine import CombinedReward, RoutedReward, build_reward
+from grpoflow.rewards.scoring import RewardScorer, Scores, score_completions
+
+__all__ = [
+    "REWARD_FUNCTIONS", "RewardFn", "register_reward", "load_reward_function", "ground_truth_of",
+    "exact_match", "length", "gsm8k_reward", "gsm8k_flexible_reward", "math_reward", "countdown_reward",
+    "format_reward", "length_penalty_reward", "extract_gsm8k_answer", "last_boxed", "math_equal",
+    "CombinedReward", "RoutedReward", "build_reward", "RewardScorer", "Scores", "score_completions",
+]

@@ -1,16 +1,21 @@
-"""Reward functions: the contract, the built-ins, and loading a user's function.
+"""Reward functions: the contract, the registry, and loading a user's function.
 
 Contract: `fn(prompt: str, completion: str, **row_columns) -> float | dict | None`.
 `row_columns` are the dataset row's other columns (e.g. `answer`, `data_source`,
 verl's `reward_model` and `extra_info`). A dict must hold a "score"; its other numeric
 entries are logged as `reward/<key>/mean`. None means "cannot score" and gets the
-configured error score.
+configured error score. A coroutine function (`async def`) is accepted too; the scorer
+awaits it (scoring.py).
+
+The built-ins live next to this file (answers.py, countdown.py, shaping.py) and register
+themselves when `grpoflow.rewards` is imported, which happens before this module runs.
 """
 
 from __future__ import annotations
 
 import difflib
 import inspect
+import math
 from typing import Any, Callable
 
 from grpoflow.plugins import is_file_spec, load_from_file
@@ -51,6 +56,27 @@ def exact_match(prompt: str, completion: str, **row: Any) -> float | None:
 def length(prompt: str, completion: str, **row: Any) -> float:
     """The completion's length in characters (the seed article's toy score)."""
     return float(len(completion))
+
+
+def split_value(value: Any) -> tuple[float | None, dict[str, float]]:
+    """(score, numeric extras) of a non-None return value; score is None if it is not a finite number.
+
+    A dict gives its "score" and its other int/float entries; a bool is not a number.
+    """
+    extras: dict[str, float] = {}
+    if isinstance(value, dict):
+        extras = {k: float(v) for k, v in value.items()
+                  if k != "score" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        value = value.get("score")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, extras
+    value = float(value)
+    return (value if math.isfinite(value) else None), extras
+
+
+def is_async_reward(fn: Any) -> bool:
+    """Whether calling `fn` gives a coroutine: an `async def` function, or an object with `async def __call__`."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
 def load_reward_function(spec: str) -> RewardFn:

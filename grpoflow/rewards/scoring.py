@@ -1,14 +1,35 @@
-"""Scoring a batch of completions, counting every failure instead of crashing the step."""
+"""Scoring a batch of completions, counting every failure instead of crashing or stalling the step.
+
+`RewardScorer(fn, error_score=, timeout_s=, workers=)` runs the function in one of three ways:
+
+- in this process, one sample after another (`workers=0`, the default; also what
+  `score_completions` does): no overhead, no timeout;
+- in `workers` worker processes (pool.py), each call bounded by `timeout_s`: a call that runs
+  longer scores `error_score`, is counted in `reward/timeouts`, and its process is killed and
+  replaced, so a hung call costs at most `timeout_s` of the step. The function must be picklable:
+  a built-in, a module-level function of an importable module or of a `path/to/file.py`, or a
+  `CombinedReward`/`RoutedReward` of such. A lambda or closure cannot be; the scorer then warns
+  and scores in this process without a timeout;
+- a coroutine function (`async def`) runs in this process: all samples of a batch are awaited
+  concurrently in one event loop (at most `workers` at a time if `workers > 0`), each bounded by
+  `timeout_s` via `asyncio.wait_for`. A coroutine that blocks (e.g. `time.sleep`) cannot be
+  timed out this way.
+
+Every way gives the same `Scores`: results in input order, a failure scored `error_score` and
+counted (errors, None returns, timeouts), and one warning per batch with the first failure.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpoflow.rewards.functions import RewardFn
+from grpoflow.rewards.functions import RewardFn, is_async_reward, split_value
+from grpoflow.rewards.pool import Outcome, WorkerPool, WorkerStartError, dumps_function
 
 log = logging.getLogger("grpoflow.reward")
 RESERVED = ("prompt", "completion")
@@ -20,10 +41,12 @@ class Scores:
     extras: dict[str, list[float]] = field(default_factory=dict)   # per-key values of dict returns
     errors: int = 0      # the function raised or returned NaN/inf or a non-number
     nones: int = 0       # the function returned None
+    timeouts: int = 0    # the call ran longer than the scorer's timeout_s
 
     def metrics(self) -> dict[str, float]:
         """Failure counts and the means of dict-return extras (the score itself is logged by the caller)."""
-        out = {"reward/errors": float(self.errors), "reward/none": float(self.nones)}
+        out = {"reward/errors": float(self.errors), "reward/none": float(self.nones),
+               "reward/timeouts": float(self.timeouts)}
         for k, vs in self.extras.items():
             out[f"reward/{k}/mean"] = sum(vs) / max(len(vs), 1)
         return out
@@ -31,46 +54,171 @@ class Scores:
     def merge(self, other: "Scores") -> "Scores":
         """Scores of both calls, in order, with counts added (several draws of one step)."""
         extras = {k: self.extras.get(k, []) + other.extras.get(k, []) for k in {*self.extras, *other.extras}}
-        return Scores(self.scores + other.scores, extras, self.errors + other.errors, self.nones + other.nones)
+        return Scores(self.scores + other.scores, extras, self.errors + other.errors, self.nones + other.nones,
+                      self.timeouts + other.timeouts)
+
+
+class RewardScorer:
+    """Scores batches with one reward function; see the module docstring for how it runs.
+
+    Args:
+        fn: the reward function (contract in functions.py), sync or async.
+        error_score: the score of a sample whose call raised, returned None/NaN/a non-number, or timed out.
+        timeout_s: per-call limit in seconds (None: no limit). A sync function needs `workers >= 1`
+            for it, since only a separate process can be stopped mid-call.
+        workers: worker processes for a sync function (0: call it in this process); for an async
+            one, the most calls in flight (0: no limit).
+
+    Owns its worker processes: call `close()` (or use it as a context manager) when done;
+    they are also killed when the scorer is garbage-collected or the interpreter exits.
+    """
+
+    def __init__(self, fn: RewardFn, *, error_score: float = 0.0, timeout_s: float | None = None,
+                 workers: int = 0):
+        if not callable(fn):
+            raise TypeError(f"RewardScorer needs a callable reward function, got {fn!r}.")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"reward workers={workers!r} must be an int >= 0 (0 scores in this process).")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"reward timeout_s={timeout_s!r} must be a positive number of seconds, or None.")
+        self.fn, self.error_score, self.timeout_s, self.workers = fn, float(error_score), timeout_s, workers
+        self.is_async = is_async_reward(fn)
+        self._pool: WorkerPool | None = None
+        if self.is_async or workers == 0:
+            if timeout_s is not None and not self.is_async:
+                raise ValueError(f"reward timeout_s={timeout_s} needs workers >= 1: a hung call is stopped by "
+                                 f"killing the worker process that runs it (in this process, only an async "
+                                 f"function can be timed out). Set workers, or timeout_s=None.")
+            return
+        self._pool = self._start_pool(fn, workers)
+
+    def _start_pool(self, fn: RewardFn, workers: int) -> WorkerPool | None:
+        fallback = ("; scoring in this process, one sample at a time, with no timeout. Use a built-in or a "
+                    "module-level function in a file (reward.function=path/to/file.py:name) to get "
+                    "worker processes.")
+        try:
+            payload = dumps_function(fn)
+        except Exception as e:  # pickling raises PicklingError, AttributeError or TypeError
+            log.warning("reward function %r cannot be sent to worker processes (%s)%s", fn, e, fallback)
+            return None
+        try:
+            return WorkerPool(payload, workers)
+        except WorkerStartError as e:
+            log.warning("reward worker processes could not start: %s%s", e, fallback)
+            return None
+
+    @property
+    def uses_processes(self) -> bool:
+        """Whether calls run in worker processes (False: in this process)."""
+        return self._pool is not None
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current worker processes (empty in-process); a replaced worker gets a new one."""
+        return self._pool.pids if self._pool is not None else []
+
+    def score(self, prompts: list[str], completions: list[str], rows: list[dict]) -> Scores:
+        """fn(prompt, completion, **row) for each sample (row keys "prompt"/"completion" are dropped)."""
+        if not len(prompts) == len(completions) == len(rows):
+            raise ValueError(f"score() needs one prompt, completion and row per sample; got {len(prompts)}, "
+                             f"{len(completions)} and {len(rows)}.")
+        tasks = [(p, c, {k: v for k, v in row.items() if k not in RESERVED})
+                 for p, c, row in zip(prompts, completions, rows)]
+        if self.is_async:
+            outcomes = _run_async(self.fn, tasks, self.timeout_s, self.workers)
+        elif self._pool is not None:
+            outcomes = self._pool.run(tasks, self.timeout_s)
+        else:
+            outcomes = [_call(self.fn, *task) for task in tasks]
+        return _collect(outcomes, self.error_score, self.timeout_s)
+
+    def close(self) -> None:
+        """Kill the worker processes (if any); the scorer cannot score afterwards."""
+        if self._pool is not None:
+            self._pool.close()
+
+    def __enter__(self) -> "RewardScorer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def score_completions(fn: RewardFn, prompts: list[str], completions: list[str], rows: list[dict],
                       *, error_score: float = 0.0) -> Scores:
-    """Call fn(prompt, completion, **row) for each sample; failures score `error_score` and are counted.
-
-    The first failure's traceback is logged once per call so a broken function is visible.
+    """Call fn(prompt, completion, **row) for each sample in this process; failures score `error_score`
+    and are counted. The first failure's traceback is logged once per call so a broken function is visible.
     """
+    return RewardScorer(fn, error_score=error_score).score(prompts, completions, rows)
+
+
+# ---------------------------------------------------------------- running the calls
+
+
+def _call(fn: RewardFn, prompt: str, completion: str, kwargs: dict) -> Outcome:
+    try:
+        return "ok", fn(prompt, completion, **kwargs)
+    except Exception:  # a user function may raise anything; it is counted and reported
+        return "error", traceback.format_exc(limit=3)
+
+
+def _run_async(fn: RewardFn, tasks: list, timeout_s: float | None, limit: int) -> list[Outcome]:
+    """Await every call in a fresh event loop (in a helper thread if this thread already runs one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_gather(fn, tasks, timeout_s, limit))
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, _gather(fn, tasks, timeout_s, limit)).result()
+
+
+async def _gather(fn: RewardFn, tasks: list, timeout_s: float | None, limit: int) -> list[Outcome]:
+    gate = asyncio.Semaphore(limit) if limit > 0 else None
+
+    async def one(prompt: str, completion: str, kwargs: dict) -> Outcome:
+        if gate is None:
+            return await _await_call(fn, prompt, completion, kwargs, timeout_s)
+        async with gate:
+            return await _await_call(fn, prompt, completion, kwargs, timeout_s)
+
+    return list(await asyncio.gather(*(one(*task) for task in tasks)))
+
+
+async def _await_call(fn: RewardFn, prompt: str, completion: str, kwargs: dict,
+                      timeout_s: float | None) -> Outcome:
+    try:
+        return "ok", await asyncio.wait_for(fn(prompt, completion, **kwargs), timeout_s)
+    except asyncio.TimeoutError:
+        return "timeout", None
+    except Exception:
+        return "error", traceback.format_exc(limit=3)
+
+
+def _collect(outcomes: list[Outcome], error_score: float, timeout_s: float | None) -> Scores:
+    """Scores from per-sample outcomes; one warning for errors and one for timeouts."""
     result = Scores(scores=[])
     first_error: str | None = None
-    for prompt, completion, row in zip(prompts, completions, rows):
-        kwargs = {k: v for k, v in row.items() if k not in RESERVED}
-        try:
-            value = fn(prompt, completion, **kwargs)
-            score = _to_score(value, result.extras)
-        except Exception:  # a user function may raise anything; it is counted and reported
-            score = None
+    for kind, info in outcomes:
+        score = None
+        if kind == "timeout":
+            result.timeouts += 1
+        elif kind == "error":
             result.errors += 1
-            first_error = first_error or traceback.format_exc(limit=3)
+            first_error = first_error or info
+        elif info is None:
+            result.nones += 1
         else:
-            if value is None:
-                result.nones += 1
-            elif score is None:
+            score, extras = split_value(info)
+            for k, v in extras.items():
+                result.extras.setdefault(k, []).append(v)
+            if score is None:
                 result.errors += 1
-                first_error = first_error or f"it returned {value!r}, not a finite number or a dict with 'score'"
+                first_error = first_error or f"it returned {info!r}, not a finite number or a dict with 'score'"
         result.scores.append(error_score if score is None else score)
     if first_error:
         log.warning("reward function failed on %d of %d samples (scored %s); first failure:\n%s",
-                    result.errors, len(prompts), error_score, first_error)
+                    result.errors, len(outcomes), error_score, first_error)
+    if result.timeouts:
+        log.warning("reward function timed out on %d of %d samples (over %s s; scored %s); each hung call was "
+                    "stopped.", result.timeouts, len(outcomes), timeout_s, error_score)
     return result
-
-
-def _to_score(value: Any, extras: dict[str, list[float]]) -> float | None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if k != "score" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                extras.setdefault(k, []).append(float(v))
-        value = value.get("score")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None

@@ -14,18 +14,20 @@ import torch
 from torch import Tensor
 
 from grpoflow.algorithms import POLICY_LOSSES, aggregate_loss, call_with_available, kl_penalty, truncated_is_weights
-from grpoflow.config import ActorConfig
+from grpoflow.config import ActorConfig, ModelConfig
 from grpoflow.data.batch import Batch
 from grpoflow.engines.microbatch import split_by_tokens
 from grpoflow.engines.train import TrainEngine, global_sum, lr_multiplier
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
+from grpoflow.models.lora import add_lora, is_lora, merged_named_weights
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.workers.forward import batch_log_probs
 
 
 class ActorWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: ActorConfig, temperature: float,
-                 horizon: int, seed: int, total_optimizer_steps: int = 0) -> None:
+                 horizon: int, seed: int, total_optimizer_steps: int = 0, model_cfg: ModelConfig | None = None
+                 ) -> None:
         torch.manual_seed(seed)
         self.rank, self.world_size = rank, world_size
         self.cfg, self.model_path = cfg, model_path
@@ -34,8 +36,18 @@ class ActorWorker:
         self.policy_loss = POLICY_LOSSES.resolve(cfg.policy_loss)
         schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
                            schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
-        self.engine = TrainEngine(load_causal_lm(model_path), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                  grad_clip=cfg.grad_clip, lr_schedule=schedule)
+        self.engine = TrainEngine(build_policy(model_path, model_cfg or ModelConfig()), lr=cfg.lr,
+                                  weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, lr_schedule=schedule)
+
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
+        """With LoRA the reference policy is this model with its adapters disabled: fill `ref_log_probs`."""
+        if not is_lora(self.engine.model):
+            raise RuntimeError("the actor serves the reference role only with LoRA adapters (model.lora.rank > 0).")
+        with self.engine.model.disable_adapter():
+            log_probs, _ = batch_log_probs(self.engine.model, batch, temperature=self.temperature,
+                                           max_tokens=self.cfg.max_tokens_per_microbatch,
+                                           chunk_size=self.cfg.logprob_chunk_size)
+        return batch.replace(ref_log_probs=log_probs)
 
     def compute_log_prob(self, batch: Batch) -> Batch:
         """Fill `old_log_probs` [B, R] with the current policy's log-probs."""
@@ -128,5 +140,19 @@ class ActorWorker:
         self.engine.load(folder)
 
     def named_weights(self) -> list[tuple[str, Tensor]]:
-        """The policy's parameters, one (name, tensor) at a time, for the rollout engine."""
-        return list(self.engine.named_weights())
+        """The policy's parameters, one (name, tensor) at a time, for the rollout engine (LoRA: merged)."""
+        model = self.engine.model
+        return list(merged_named_weights(model) if is_lora(model) else self.engine.named_weights())
+
+
+def build_policy(model_path: str, cfg: ModelConfig) -> torch.nn.Module:
+    """The trainable policy: the model in `model_path`, in `cfg.dtype`, with LoRA and/or gradient
+    checkpointing when configured."""
+    model = load_causal_lm(model_path, dtype=getattr(torch, cfg.dtype))
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.lora.rank > 0:
+        target = cfg.lora.target_modules
+        model = add_lora(model, rank=cfg.lora.rank, alpha=cfg.lora.alpha,
+                         target_modules=target[0] if target == ["all-linear"] else target)
+    return model

@@ -45,3 +45,27 @@ def test_tiny_budget_really_splits():
 
     parts, plans = split_by_tokens(random_batch(), 13)
     assert len(parts) >= 6 and sorted(i for p in plans for i in p) == list(range(12))
+
+
+def test_gradient_checkpointing_leaves_gradient_unchanged(tiny_model_path):
+    from grpoflow.config import ModelConfig
+
+    batch = random_batch()
+    grads = []
+    for checkpointing in (False, True):
+        worker = ActorWorker(0, 1, model_path=tiny_model_path, cfg=ActorConfig(kl_coef=0.1), temperature=1.0,
+                             horizon=6, seed=0, model_cfg=ModelConfig(gradient_checkpointing=checkpointing))
+        worker.accumulate_gradients(batch)
+        grads.append([p.grad.clone() for p in worker.engine.model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_bfloat16_policy_trains(tiny_model_path):
+    from grpoflow.config import ModelConfig
+
+    worker = ActorWorker(0, 1, model_path=tiny_model_path, cfg=ActorConfig(), temperature=1.0, horizon=6, seed=0,
+                         model_cfg=ModelConfig(dtype="bfloat16"))
+    assert next(worker.engine.model.parameters()).dtype == torch.bfloat16
+    metrics = worker.update_policy(random_batch())
+    assert metrics["actor/grad_norm"] > 0

@@ -1,0 +1,39 @@
+"""`grpoflow export RUN_DIR [--step N] --out DIR`: a checkpoint's policy as a plain HF model folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from grpoflow.controller.checkpoint import CheckpointManager, step_dir_name
+from grpoflow.engines.train import OPTIMIZER_FILE
+from grpoflow.models.loading import load_tokenizer
+from grpoflow.models.lora import merge_to_plain_model
+
+
+def find_checkpoint(run_dir: str | Path, step: int | None = None) -> Path:
+    manager = CheckpointManager(run_dir)
+    path = manager.root / step_dir_name(step) if step is not None else manager.latest()
+    if path is None or not (path / "actor").is_dir():
+        have = sorted(p.name for p in manager.root.glob("step_*")) if manager.root.exists() else []
+        raise FileNotFoundError(f"{run_dir} has no checkpoint{f' for step {step}' if step is not None else ''} "
+                                f"(found: {have or 'none'}); train with trainer.save_every > 0 first.")
+    return path
+
+
+def export(run_dir: str | Path, out: str | Path, step: int | None = None) -> Path:
+    """Write the policy of a run's checkpoint (the latest, or `step`) to `out`: config, tokenizer and
+    safetensors weights that `AutoModelForCausalLM.from_pretrained(out)` loads; LoRA adapters merged."""
+    actor = find_checkpoint(run_dir, step) / "actor"
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"--out {out} is not empty; give a new folder so nothing there is overwritten.")
+    adapter_config = actor / "adapter_config.json"
+    if adapter_config.exists():
+        base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
+        merge_to_plain_model(base, str(actor)).save_pretrained(out, safe_serialization=True)
+        load_tokenizer(actor).save_pretrained(out)
+    else:
+        shutil.copytree(actor, out, ignore=shutil.ignore_patterns(OPTIMIZER_FILE), dirs_exist_ok=True)
+    return out

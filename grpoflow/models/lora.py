@@ -1,0 +1,77 @@
+"""LoRA adapters via `peft`, and what the rest of grpoflow needs from an adapted model.
+
+Only the adapters train. The reference policy is the same module with its adapters disabled,
+so a KL term costs no second copy of the model. The rollout engine receives merged weights
+`W + scale * B @ A` under the base model's parameter names, computed without touching the
+trained weights (merge-then-unmerge would drift by rounding every step).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+from torch import Tensor
+
+
+def _peft():
+    try:
+        import peft
+    except ImportError:
+        raise ImportError("model.lora.rank > 0 needs peft, which is not installed; pip install 'grpoflow[lora]'.") \
+            from None
+    return peft
+
+
+def add_lora(model: torch.nn.Module, *, rank: int, alpha: float, target_modules: list[str] | str,
+             dropout: float = 0.0) -> torch.nn.Module:
+    """Wrap `model` with fresh LoRA adapters; base weights are frozen."""
+    peft = _peft()
+    config = peft.LoraConfig(r=rank, lora_alpha=alpha, target_modules=target_modules, lora_dropout=dropout,
+                             bias="none", task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, config)
+
+
+def is_lora(model: torch.nn.Module) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def merged_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, Tensor]]:
+    """(name, tensor) of the base model with each LoRA delta added, under the base model's names."""
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    deltas: dict[str, Tensor] = {}
+    for name, module in base.named_modules():
+        if isinstance(module, LoraLayer) and not module.merged:
+            delta = sum(module.get_delta_weight(a) for a in module.active_adapters)
+            deltas[f"{name}.base_layer.weight"] = delta
+    for name, param in base.named_parameters():
+        if "lora_" in name:
+            continue
+        tensor = param.detach()
+        if name in deltas:
+            tensor = tensor + deltas[name].detach()
+        yield name.replace(".base_layer.", "."), tensor
+
+
+def load_adapter_weights(model: torch.nn.Module, folder) -> None:
+    """Load adapter weights saved by `model.save_pretrained(folder)` into the adapted `model`."""
+    peft = _peft()
+    from safetensors.torch import load_file
+
+    state = load_file(f"{folder}/adapter_model.safetensors")
+    result = peft.set_peft_model_state_dict(model, state)
+    missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+    if missing:
+        raise ValueError(f"checkpoint {folder} has adapter weights the model lacks, e.g. {missing[:3]}; "
+                         "resume with the same model.lora settings.")
+
+
+def merge_to_plain_model(base_path: str, adapter_folder: str, dtype: torch.dtype = torch.float32):
+    """The base model in `base_path` with the adapters in `adapter_folder` merged in: a plain HF model."""
+    peft = _peft()
+    from grpoflow.models.loading import load_causal_lm
+
+    adapted = peft.PeftModel.from_pretrained(load_causal_lm(base_path, dtype), adapter_folder)
+    return adapted.merge_and_unload()

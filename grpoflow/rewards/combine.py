@@ -1,0 +1,129 @@
+"""Several reward functions as one: a weighted sum, and routing by the row's `data_source`.
+
+Both results are reward functions themselves (same contract), so the scorer treats them like
+any other, and they pickle (for the scorer's worker processes) when their parts do.
+
+A sample is scored only if every part scores it: a part that returns None makes the whole
+sample None (it gets the error score and is counted in `reward/none`), and a part that raises
+or returns a non-number makes the whole sample an error (`reward/errors`, with the part's name
+in the logged message). A partial sum would silently change the scale of the reward.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from grpoflow.plugins import is_file_spec
+from grpoflow.rewards.functions import RewardFn, is_async_reward, load_reward_function, split_value
+
+
+def _score_of(name: str, value: Any) -> tuple[float, dict[str, float]]:
+    score, extras = split_value(value)
+    if score is None:
+        raise ValueError(f"reward part {name!r} returned {value!r}, not a finite number or a dict with a "
+                         f"numeric 'score'.")
+    return score, extras
+
+
+class CombinedReward:
+    """score = sum_i weights[i] * functions[i](...), returned as a dict that also holds each part:
+
+        {"score": total, "<name>": part score, "<name>/<key>": a part's own extras, ...}
+
+    so each part is logged as `reward/<name>/mean`.
+    """
+
+    def __init__(self, functions: Sequence[tuple[str, RewardFn]], weights: Sequence[float] | None = None):
+        functions = list(functions)
+        if not functions:
+            raise ValueError("CombinedReward needs at least one (name, function) pair.")
+        names = [name for name, _ in functions]
+        if len(set(names)) != len(names) or "score" in names:
+            raise ValueError(f"CombinedReward: names {names} must be unique and not 'score' (they are log keys).")
+        for name, fn in functions:
+            if not callable(fn) or is_async_reward(fn):
+                raise ValueError(f"CombinedReward: part {name!r} must be a plain (not async) function "
+                                 f"fn(prompt, completion, **row); got {fn!r}.")
+        weights = [1.0] * len(functions) if weights is None else [float(w) for w in weights]
+        if len(weights) != len(functions) or not all(math.isfinite(w) for w in weights):
+            raise ValueError(f"CombinedReward: weights {weights} must be {len(functions)} finite numbers, "
+                             f"one per function {names}.")
+        self.functions, self.weights = functions, weights
+
+    def __call__(self, prompt: str, completion: str, **row: Any) -> dict[str, float] | None:
+        parts: dict[str, float] = {}
+        total = 0.0
+        for (name, fn), weight in zip(self.functions, self.weights):
+            value = fn(prompt, completion, **row)
+            if value is None:
+                return None
+            score, extras = _score_of(name, value)
+            parts[name] = score
+            parts.update({f"{name}/{k}": v for k, v in extras.items()})
+            total += weight * score
+        return {"score": total, **parts}
+
+    def __repr__(self) -> str:
+        return f"CombinedReward({[n for n, _ in self.functions]}, weights={self.weights})"
+
+
+class RoutedReward:
+    """Scores a sample with `routes[row["data_source"]]`, or with `default` for other sources.
+
+    Returns {"score": s, "<route>/score": s, "<route>/<key>": the route's extras, "route": name},
+    where the route's name is its data_source ("default" for the fallback), so each source's mean
+    reward is logged as `reward/<data_source>/score/mean`. ("route" is text, so it is not logged.)
+    """
+
+    def __init__(self, default: RewardFn, routes: dict[str, RewardFn], default_name: str = "default"):
+        self.default, self.routes, self.default_name = default, dict(routes), default_name
+
+    def __call__(self, prompt: str, completion: str, **row: Any) -> dict[str, Any] | None:
+        source = row.get("data_source")
+        if isinstance(source, str) and source in self.routes:
+            name, fn = source, self.routes[source]
+        else:
+            name, fn = self.default_name, self.default
+        value = fn(prompt, completion, **row)
+        if value is None:
+            return None
+        score, extras = _score_of(name, value)
+        return {"score": score, f"{name}/score": score, **{f"{name}/{k}": v for k, v in extras.items()},
+                "route": name}
+
+    def __repr__(self) -> str:
+        return f"RoutedReward(default={self.default!r}, routes={self.routes!r})"
+
+
+def build_reward(spec: str | Sequence[str], weights: Sequence[float] | None = None,
+                 routes: dict[str, str | Sequence[str]] | None = None) -> RewardFn:
+    """The reward function that a config names.
+
+    spec: a built-in name or `path/to/file.py:function`, or a list of them (a `CombinedReward`,
+        each part named by its built-in name or its function's name).
+    weights: one per spec (default 1.0 each); with a single spec and weights, a `CombinedReward`
+        of one part.
+    routes: data_source -> spec (or list of specs, equally weighted) for samples of that source;
+        other samples use `spec`. The result is a `RoutedReward`.
+    """
+    fn = _build_one(spec, weights)
+    if not routes:
+        return fn
+    return RoutedReward(fn, {source: _build_one(s, None) for source, s in routes.items()})
+
+
+def _build_one(spec: str | Sequence[str], weights: Sequence[float] | None) -> RewardFn:
+    specs = [spec] if isinstance(spec, str) else list(spec)
+    if not specs or not all(isinstance(s, str) for s in specs):
+        raise ValueError(f"reward spec {spec!r} must be a name or `file.py:function`, or a non-empty list of them.")
+    if len(specs) == 1 and weights is None:
+        return load_reward_function(specs[0])
+    names: list[str] = []
+    for s in specs:
+        base = s.rsplit(":", 1)[1] if is_file_spec(s) else s
+        name, i = base, 2
+        while name in names:
+            name, i = f"{base}_{i}", i + 1
+        names.append(name)
+    return CombinedReward([(n, load_reward_function(s)) for n, s in zip(names, specs)], weights)

@@ -11,6 +11,7 @@ USAGE = """usage: grpoflow <command> [recipe.yaml | preset] [key=value ...]
 commands:
   train   supervised warm start (when configured) then GRPO; no arguments trains the built-in task
   sft     only the supervised warm start; saves an HF folder in <trainer.output_dir>/sft_model
+  eval    validation metrics (mean@k, pass@k, maj@k) of model.path (a model or run folder) on data.val_files
   config  print the resolved config as YAML
   export  RUN_DIR [--step N] --out DIR: a checkpoint's policy as a plain HF folder (LoRA merged)
 
@@ -39,10 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     transformers.utils.logging.disable_progress_bar()  # per-file load/save bars drown the run's own output
     recipe = rest[0] if rest and "=" not in rest[0] else None
     overrides = rest[1:] if recipe else rest
+    from grpoflow.controller.evaluate import evaluate
     from grpoflow.controller.run import sft_stage, train
     from grpoflow.controller.trainer import TrainingError
     from grpoflow.distributed.worker_group import WorkerError
-    commands = {"train": train, "sft": sft_stage, "config": lambda cfg: print(to_yaml(cfg))}
+    commands = {"train": train, "sft": sft_stage, "eval": evaluate, "config": lambda cfg: print(to_yaml(cfg))}
     if command not in commands:
         print(f"grpoflow: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

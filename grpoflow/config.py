@@ -79,6 +79,7 @@ class RolloutConfig:
     temperature: float = opt(1.0, "Sampling temperature for training rollouts (also divides the actor's logits).")
     top_p: float = opt(1.0, "Nucleus sampling threshold for training rollouts.")
     val_temperature: float = opt(0.0, "Validation sampling temperature; 0 means greedy.")
+    val_n: int = opt(1, "Validation samples per prompt (k of mean@k, pass@k, maj@k; use with val_temperature > 0).")
     val_batch_size: int = opt(256, "Prompts per generate call during validation.")
 
 
@@ -189,6 +190,7 @@ class TrainerConfig:
     seed: int = opt(0, "Seed for sampling prompts, rollouts and everything else.")
     output_dir: str = opt("runs/default", "Run folder: metrics.jsonl, config.yaml, the warm-start model.")
     log_every: int = opt(10, "Print a metrics line to the console every this many steps.")
+    log_samples: int = opt(8, "Validation completions appended to <output_dir>/samples.jsonl at each validation.")
     save_every: int = opt(50, "Write a checkpoint every this many steps and after the last (0: never).")
     keep_last: int = opt(2, "Keep only the newest this many checkpoints (0: keep all).")
     resume: str = opt("auto", "auto: continue from the run folder's latest checkpoint if there is one; never: "
@@ -344,6 +346,7 @@ def validate(cfg: Config) -> None:
         (cfg.rollout.engine in ("hf",), f"rollout.engine={cfg.rollout.engine!r} is not available; use hf."),
         (cfg.data.overlong in ("drop", "error"), f"data.overlong={cfg.data.overlong!r}; use drop or error."),
         (cfg.rollout.n >= 1, f"rollout.n={cfg.rollout.n} must be >= 1."),
+        (cfg.rollout.val_n >= 1, f"rollout.val_n={cfg.rollout.val_n} must be >= 1."),
         (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1."),
         (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for training rollouts "
                                       "(use rollout.val_temperature=0 for greedy validation)."),

@@ -213,13 +213,14 @@ class Controller:
         self.version += 1
         self.rollout.update_weights(self.actor.named_weights(), self.version)
 
-    def validate(self) -> dict[str, float]:
+    def validate(self, step: int) -> dict[str, float]:
         if not self.val_items:
             return {}
-        params = SamplingParams(n=1, max_new_tokens=self.cfg.rollout.max_new_tokens,
-                                temperature=self.cfg.rollout.val_temperature, top_p=1.0)
-        return validate(self.rollout, self.val_items, self.scorer, params=params,
-                        batch_size=self.cfg.rollout.val_batch_size)
+        r = self.cfg.rollout
+        params = SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)
+        return validate(self.rollout, self.val_items, self.scorer, params=params, batch_size=r.val_batch_size,
+                        samples_path=self.run_dir / "samples.jsonl", step=step,
+                        num_samples=self.cfg.trainer.log_samples)
 
     def save_checkpoint(self, step: int) -> Path:
         """Everything needed to continue exactly: weights, optimizers, sampler, KL controller, RNG."""
@@ -254,9 +255,11 @@ class Controller:
         checkpoint = self.checkpoints.resolve(t.resume)
         start = self.load_checkpoint(checkpoint) if checkpoint is not None else 0
         history = self.logger.start(start)
+        if not start:
+            (self.run_dir / "samples.jsonl").unlink(missing_ok=True)
         if checkpoint is not None:
             tqdm.write(f"resumed from {checkpoint} (step {start} of {t.total_steps})")
-        first = next((r for r in history if r["step"] == 0), {}) if start else (self.validate() if do_val else {})
+        first = next((r for r in history if r["step"] == 0), {}) if start else (self.validate(0) if do_val else {})
         if first and not start:
             self.logger.log(0, first, force_print=True)
         first = {k: v for k, v in first.items() if k != "step"}
@@ -275,7 +278,7 @@ class Controller:
                         f"in {self.logger.path}.") from None
                 raise
             if do_val and (step % t.val_every == 0 or step == t.total_steps):
-                last = self.validate()
+                last = self.validate(step)
                 metrics.update(last)
             self.logger.log(step, metrics, force_print=step == t.total_steps)
             if t.save_every and (step % t.save_every == 0 or step == t.total_steps):

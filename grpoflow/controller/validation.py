@@ -1,26 +1,47 @@
-"""Validation: generate on held-out prompts and report mean@1 per data source."""
+"""Validation: k samples per held-out prompt, metrics per data source, sample completions to read."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from pathlib import Path
 
+from grpoflow.controller.val_metrics import extract_answer, group_metrics
 from grpoflow.engines.rollout import SamplingParams
 
 
-def validate(rollout, items: list, scorer, *, params: SamplingParams, batch_size: int) -> dict[str, float]:
-    """`val/<data_source>/mean@1` (and `val/mean@1` over all prompts) of one sample per prompt.
+def validate(rollout, items: list, scorer, *, params: SamplingParams, batch_size: int,
+             samples_path: Path | None = None, step: int = 0, num_samples: int = 0) -> dict[str, float]:
+    """`val/<data_source>/<metric>` and `val/<metric>` over all prompts, for k = `params.n` samples
+    each: mean@k, and for k > 1 std@k, pass@1, pass@k, maj@k (see val_metrics).
 
-    `rollout` is the rollout worker group; `params.n` must be 1 (mean@k for k > 1 comes later).
+    `rollout` is the rollout worker group. The first `num_samples` completions are appended to
+    `samples_path` (JSON lines: step, data_source, prompt, completion, score).
     """
-    per_source: dict[str, list[float]] = defaultdict(list)
+    k = params.n
+    scores: dict[str, list[list[float]]] = defaultdict(list)
+    answers: dict[str, list[list[str]]] = defaultdict(list)
+    shown = []
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
         batch = rollout.generate(chunk, params)
         scored = scorer.score(batch.prompts, batch.completions, batch.rows)
-        for item, score in zip(chunk, scored.scores):
-            per_source[item.data_source].append(score)
-    metrics = {f"val/{src}/mean@1": sum(v) / len(v) for src, v in per_source.items()}
-    every = [s for v in per_source.values() for s in v]
-    if every:
-        metrics["val/mean@1"] = sum(every) / len(every)
+        for i, item in enumerate(chunk):
+            rows = range(i * k, (i + 1) * k)
+            scores[item.data_source].append([scored.scores[j] for j in rows])
+            answers[item.data_source].append([extract_answer(batch.completions[j]) for j in rows])
+        shown += [{"step": step, "data_source": chunk[j // k].data_source, "prompt": batch.prompts[j],
+                   "completion": batch.completions[j], "score": scored.scores[j]}
+                  for j in range(min(len(batch), num_samples - len(shown)))]
+    if samples_path is not None and shown:
+        with open(samples_path, "a") as f:
+            f.writelines(json.dumps(s) + "\n" for s in shown)
+    metrics = {}
+    for source in scores:
+        for name, value in group_metrics(scores[source], answers[source]).items():
+            metrics[f"val/{source}/{name}"] = value
+    if scores:
+        every = [s for v in scores.values() for s in v]
+        every_answers = [a for v in answers.values() for a in v]
+        metrics.update({f"val/{name}": value for name, value in group_metrics(every, every_answers).items()})
     return metrics

@@ -1,0 +1,65 @@
+"""`grpoflow eval`: the validation metrics of a model folder or a run's latest checkpoint, per data source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tqdm import tqdm
+
+from grpoflow.config import Config, ConfigError
+from grpoflow.controller.checkpoint import CheckpointManager
+from grpoflow.controller.run import read_rows, val_files
+from grpoflow.controller.validation import validate
+from grpoflow.data.dataset import prepare_prompts
+from grpoflow.distributed.worker_group import WorkerGroup
+from grpoflow.engines.rollout import SamplingParams
+from grpoflow.models.loading import load_tokenizer
+from grpoflow.rewards import RewardScorer, build_reward
+from grpoflow.workers.rollout import RolloutWorker
+
+
+def policy_folder(path: str) -> str:
+    """An HF model folder as is; a run folder -> the policy of its latest checkpoint."""
+    checkpoint = CheckpointManager(path).latest()
+    if checkpoint is not None:
+        return str(checkpoint / "actor")
+    if not (Path(path) / "config.json").exists():
+        raise ConfigError(f"model.path={path} is neither a model folder (config.json) nor a run folder with "
+                          f"checkpoints; give one of those.")
+    return path
+
+
+def evaluate(cfg: Config) -> dict[str, float]:
+    """Generate `rollout.val_n` samples per prompt of `data.val_files` and print a table per data source."""
+    files = val_files(cfg)
+    if not files:
+        raise ConfigError("grpoflow eval needs prompts: set data.val_files (or data.train_files=builtin:addition/train "
+                          "for the built-in task's held-out split).")
+    model_path = policy_folder(cfg.model.path)
+    r, d = cfg.reward, cfg.data
+    scorer = RewardScorer(build_reward(r.functions or r.function, r.weights, r.routes), error_score=r.error_score,
+                          timeout_s=r.timeout_s, workers=r.workers)
+    items, stats = prepare_prompts(read_rows(files), load_tokenizer(model_path), prompt_key=d.prompt_key,
+                                   max_prompt_length=d.max_prompt_length, overlong=d.overlong,
+                                   apply_chat_template=d.apply_chat_template, system_prompt=d.system_prompt)
+    items = items[:d.val_max_prompts]
+    rollout = WorkerGroup("rollout", lambda rank, world: RolloutWorker(rank, world, model_path=model_path,
+                                                                        engine=cfg.rollout.engine),
+                          backend=cfg.backend)
+    params = SamplingParams(n=cfg.rollout.val_n, max_new_tokens=cfg.rollout.max_new_tokens,
+                            temperature=cfg.rollout.val_temperature, top_p=1.0)
+    with scorer:
+        metrics = validate(rollout, items, scorer, params=params, batch_size=cfg.rollout.val_batch_size)
+    tqdm.write(f"model: {model_path}\n" + format_table(metrics, {it.data_source for it in items}, len(items)))
+    return metrics
+
+
+def format_table(metrics: dict[str, float], sources: set[str], total: int) -> str:
+    """One row per data source (and `all`), one column per metric."""
+    names = sorted({k.split("/")[-1] for k in metrics})
+    rows = [("data_source", *names)]
+    for source in [*sorted(sources), None]:
+        prefix = f"val/{source}/" if source else "val/"
+        rows.append((source or "all", *(f"{metrics[prefix + n]:.4f}" for n in names)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows) + f"\n({total} prompts)"

@@ -1,0 +1,41 @@
+"""`grpoflow eval` on a run folder and a model folder; validation with k samples; samples.jsonl."""
+
+import json
+
+import pytest
+
+from grpoflow.cli import main
+from grpoflow.config import load_config
+from grpoflow.controller.metrics import read_metrics
+from grpoflow.controller.run import train
+
+ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
+        "rollout.max_new_tokens=5", "trainer.total_steps=2", "trainer.save_every=2", "trainer.val_every=2",
+        "data.val_max_prompts=6", "rollout.val_n=3", "rollout.val_temperature=1.0", "trainer.log_samples=4"]
+
+
+def test_validation_with_k_samples_and_samples_file(tmp_path):
+    train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))
+    row = read_metrics(tmp_path)[-1]
+    for name in ["mean@3", "std@3", "pass@1", "pass@3", "maj@3"]:
+        assert f"val/addition/{name}" in row and f"val/{name}" in row
+    assert row["val/addition/pass@1"] <= row["val/addition/pass@3"]
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in samples] == [0] * 4 + [2] * 4
+    assert {"prompt", "completion", "score", "data_source"} <= set(samples[0])
+
+
+def test_eval_prints_a_table_per_source(tmp_path, capsys):
+    train(load_config(None, [f"trainer.output_dir={tmp_path / 'run'}", *ARGS, "trainer.val_every=0"]))
+    capsys.readouterr()
+    for model in (tmp_path / "run", tmp_path / "run" / "sft_model"):       # a run folder, a model folder
+        assert main(["eval", f"model.path={model}", "data.val_max_prompts=5", "rollout.val_n=2",
+                     "rollout.val_temperature=1.0"]) == 0
+        out = capsys.readouterr().out
+        assert "data_source" in out and "addition" in out and "pass@2" in out and "(5 prompts)" in out
+    assert "checkpoints/step_000002/actor" in out or "sft_model" in out
+
+
+def test_eval_errors(tmp_path, capsys):
+    assert main(["eval", f"model.path={tmp_path}"]) == 2
+    assert "neither a model folder" in capsys.readouterr().err

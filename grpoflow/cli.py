@@ -11,8 +11,11 @@ USAGE = """usage: grpoflow <command> [recipe.yaml | preset] [key=value ...]
 commands:
   train   supervised warm start (when configured) then GRPO; no arguments trains the built-in task
   sft     only the supervised warm start; saves an HF folder in <trainer.output_dir>/sft_model
+  data    NAME --source PATH... --out DIR [--test-source PATH | --test-size N]: verl-style parquet
+          (gsm8k, math, countdown) from a local copy of the source dataset
   eval    validation metrics (mean@k, pass@k, maj@k) of model.path (a model or run folder) on data.val_files
   config  print the resolved config as YAML
+  plot    RUN_DIR... [--out DIR] [--metrics NAME...]: curves (PNG) and report.md of one or more runs
   export  RUN_DIR [--step N] --out DIR: a checkpoint's policy as a plain HF folder (LoRA merged)
 
 presets (grpoflow/recipes/): grpo, dr_grpo, dapo, gspo, rloo, ppo, e.g. `grpoflow train dapo`.
@@ -28,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "export":
         return _export(rest)
+    if command == "data":
+        return _data(rest)
+    if command == "plot":
+        return _plot(rest)
     from grpoflow.config import ConfigError, help_text, load_config, to_yaml
     if "-h" in rest or "--help" in rest:
         print(USAGE + "\nconfig keys:\n" + help_text())
@@ -42,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = rest[1:] if recipe else rest
     from grpoflow.controller.evaluate import evaluate
     from grpoflow.controller.run import sft_stage, train
+    from grpoflow.controller.trackers import MissingExtraError
     from grpoflow.controller.trainer import TrainingError
     from grpoflow.distributed.worker_group import WorkerError
     commands = {"train": train, "sft": sft_stage, "eval": evaluate, "config": lambda cfg: print(to_yaml(cfg))}
@@ -50,11 +58,62 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         commands[command](load_config(recipe, overrides))
-    except (ConfigError, TrainingError, WorkerError, FileNotFoundError, ValueError, KeyError) as e:
+    except (ConfigError, TrainingError, WorkerError, MissingExtraError, FileNotFoundError, ValueError,
+            KeyError) as e:
         if os.environ.get("GRPOFLOW_DEBUG"):
             raise
         print(f"grpoflow {command}: error: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _data(args: list[str]) -> int:
+    import argparse
+
+    from grpoflow.data.prepare import DATASETS, prepare_dataset
+
+    parser = argparse.ArgumentParser(prog="grpoflow data", description="Write verl-style train/test parquet.")
+    parser.add_argument("name", choices=sorted(DATASETS))
+    parser.add_argument("--source", nargs="+", required=True, help="local file(s) or dataset folder of the source")
+    parser.add_argument("--out", required=True, help="folder for train.parquet (and test.parquet)")
+    parser.add_argument("--test-source", nargs="+", default=None, help="local test split")
+    parser.add_argument("--test-size", default=None, help="split this many rows (or a fraction) off for test")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=None, help="keep the first N rows of each split")
+    ns = parser.parse_args(args)
+    test_size = None if ns.test_size is None else (int(ns.test_size) if ns.test_size.isdigit() else float(ns.test_size))
+    try:
+        written = prepare_dataset(ns.name, ns.source, ns.out, test_source=ns.test_source, test_size=test_size,
+                                  seed=ns.seed, limit=ns.limit)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"grpoflow data: error: {e}", file=sys.stderr)
+        return 2
+    for split, path in written.items():
+        print(f"{split}: {path}")
+    return 0
+
+
+def _plot(args: list[str]) -> int:
+    import argparse
+
+    from grpoflow.plotting import GROUPS
+
+    parser = argparse.ArgumentParser(prog="grpoflow plot", description="Curves and report.md of one or more runs.")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders holding metrics.jsonl")
+    parser.add_argument("--out", help="output folder (default: RUN_DIR/plots for one run, ./plots for several)")
+    parser.add_argument("--metrics", nargs="+", metavar="NAME",
+                        help=f"groups ({', '.join(GROUPS)}) or metric keys/patterns (default: every group)")
+    ns = parser.parse_args(args)
+    out = ns.out or (os.path.join(ns.run_dirs[0], "plots") if len(ns.run_dirs) == 1 else "plots")
+    from grpoflow.plotting import plot_runs, write_report
+
+    try:
+        images = plot_runs(ns.run_dirs, out, ns.metrics)
+        report = write_report(ns.run_dirs, out, images)
+    except (FileNotFoundError, ValueError, ImportError) as e:
+        print(f"grpoflow plot: error: {e}", file=sys.stderr)
+        return 2
+    print(f"{len(images)} plots and {report}")
     return 0
 
 

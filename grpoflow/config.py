@@ -190,6 +190,11 @@ class TrainerConfig:
     seed: int = opt(0, "Seed for sampling prompts, rollouts and everything else.")
     output_dir: str = opt("runs/default", "Run folder: metrics.jsonl, config.yaml, the warm-start model.")
     log_every: int = opt(10, "Print a metrics line to the console every this many steps.")
+    loggers: list = opt(["console", "jsonl"], "Where step metrics go: console and jsonl (always on), plus any of "
+                        "tensorboard, wandb (offline unless WANDB_MODE is set), mlflow (<output_dir>/mlflow.db unless "
+                        "MLFLOW_TRACKING_URI is set); each needs its extra, e.g. pip install 'grpoflow[wandb]'.")
+    project: str = opt("grpoflow", "W&B project and MLflow experiment name.")
+    run_name: Optional[str] = opt(None, "Run name in W&B and MLflow (None: the run folder's name).")
     log_samples: int = opt(8, "Validation completions appended to <output_dir>/samples.jsonl at each validation.")
     save_every: int = opt(50, "Write a checkpoint every this many steps and after the last (0: never).")
     keep_last: int = opt(2, "Keep only the newest this many checkpoints (0: keep all).")

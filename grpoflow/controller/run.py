@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from grpoflow.config import Config, ConfigError, batch_schedule, to_yaml
 from grpoflow.controller.sft import run_sft
+from grpoflow.controller.trackers import check_trackers
 from grpoflow.controller.trainer import Controller, check_algorithm
 from grpoflow.data.dataset import load_rows, prepare_prompts
 from grpoflow.models.loading import load_tokenizer
@@ -96,6 +97,7 @@ def train(cfg: Config) -> dict:
     start = time.perf_counter()
     schedule = batch_schedule(cfg)
     check_algorithm(cfg)
+    check_trackers(cfg.trainer.loggers)
     r = cfg.reward
     scorer = RewardScorer(build_reward(r.functions or r.function, r.weights, r.routes), error_score=r.error_score,
                           timeout_s=r.timeout_s, workers=r.workers)

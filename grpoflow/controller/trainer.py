@@ -21,6 +21,7 @@ from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, POLICY_LO
 from grpoflow.config import Config
 from grpoflow.controller.checkpoint import CheckpointManager, load_state, rng_state, save_state, set_rng_state
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
+from grpoflow.controller.trackers import build_trackers
 from grpoflow.controller.validation import validate
 from grpoflow.data.batch import Batch
 from grpoflow.data.sampler import EpochSampler
@@ -101,6 +102,7 @@ class Controller:
         self.version = 0
         self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
+        self.trackers: list = []  # built in fit(), once the resume step is known
 
     def step(self, step: int) -> dict[str, float]:
         """One RL step; returns its metrics."""
@@ -251,7 +253,6 @@ class Controller:
         """(Resume,) validate, train to `trainer.total_steps` (validating every `val_every`, saving every
         `save_every`), validate again."""
         t = self.cfg.trainer
-        do_val = t.val_every > 0 and bool(self.val_items)
         checkpoint = self.checkpoints.resolve(t.resume)
         start = self.load_checkpoint(checkpoint) if checkpoint is not None else 0
         history = self.logger.start(start)
@@ -259,9 +260,21 @@ class Controller:
             (self.run_dir / "samples.jsonl").unlink(missing_ok=True)
         if checkpoint is not None:
             tqdm.write(f"resumed from {checkpoint} (step {start} of {t.total_steps})")
+        self.trackers = build_trackers(t.loggers, self.run_dir, self.cfg.to_dict(), t.project,
+                                       t.run_name or self.run_dir.resolve().name, resume_step=start)
+        try:
+            return self.train_from(start, history)
+        finally:
+            for tracker in self.trackers:
+                tracker.close()
+
+    def train_from(self, start: int, history: list[dict]) -> dict[str, dict[str, float]]:
+        """Steps start+1 .. trainer.total_steps; `history` holds the kept records of a resumed run."""
+        t = self.cfg.trainer
+        do_val = t.val_every > 0 and bool(self.val_items)
         first = next((r for r in history if r["step"] == 0), {}) if start else (self.validate(0) if do_val else {})
         if first and not start:
-            self.logger.log(0, first, force_print=True)
+            self.log(0, first, force_print=True)
         first = {k: v for k, v in first.items() if k != "step"}
         last = next(({k: v for k, v in r.items() if k.startswith("val/")} for r in reversed(history)
                      if any(k.startswith("val/") for k in r)), dict(first))
@@ -280,7 +293,7 @@ class Controller:
             if do_val and (step % t.val_every == 0 or step == t.total_steps):
                 last = self.validate(step)
                 metrics.update(last)
-            self.logger.log(step, metrics, force_print=step == t.total_steps)
+            self.log(step, metrics, force_print=step == t.total_steps)
             if t.save_every and (step % t.save_every == 0 or step == t.total_steps):
                 self.save_checkpoint(step)
             bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}")
@@ -288,6 +301,12 @@ class Controller:
             tqdm.write(f"nothing left to train: the checkpoint is at step {start} of trainer.total_steps="
                        f"{t.total_steps}; use trainer.resume=never or another trainer.output_dir to start over.")
         return {"before": first, "after": last, "seconds": time.perf_counter() - began}
+
+    def log(self, step: int, metrics: dict[str, float], *, force_print: bool = False) -> None:
+        """One step's metrics to metrics.jsonl and the console, and to every tracker of trainer.loggers."""
+        self.logger.log(step, metrics, force_print=force_print)
+        for tracker in self.trackers:
+            tracker.log(step, metrics)
 
 
 def length_metrics(batch: Batch) -> dict[str, float]:

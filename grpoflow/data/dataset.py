@@ -1,4 +1,4 @@
-"""Read prompt datasets (jsonl / json / parquet) and turn rows into tokenized prompts.
+"""Read prompt datasets (jsonl / json / parquet / Hugging Face folders) and turn rows into tokenized prompts.
 
 Two row conventions are accepted, so datasets prepared for TRL or verl work unchanged:
 
@@ -9,18 +9,25 @@ Two row conventions are accepted, so datasets prepared for TRL or verl work unch
 
 The whole original row is kept on each ``PromptItem`` and later passed to reward functions
 as keyword arguments, so the reward side decides which columns matter.
+
+``load_rows`` also reads local Hugging Face ``datasets`` folders with pyarrow alone (the
+``datasets`` package is not needed): a ``Dataset.save_to_disk`` folder (``state.json`` and
+``data-XXXXX-of-XXXXX.arrow`` files in Arrow IPC stream format), one split of a saved
+``DatasetDict`` (``folder/train``), and a folder of ``.parquet`` files such as a hub snapshot.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_EXTENSIONS = (".jsonl", ".json", ".parquet")
+SUPPORTED_EXTENSIONS = (".jsonl", ".json", ".parquet", ".arrow")
 
 
 @dataclass
@@ -90,27 +97,147 @@ def _read_parquet(path: str) -> list:
     return pq.read_table(path).to_pylist()
 
 
-_READERS = {".jsonl": _read_jsonl, ".json": _read_json, ".parquet": _read_parquet}
+def _read_arrow(path: str) -> list:
+    """One Arrow IPC file: the stream format ``datasets`` writes, or the random-access file format."""
+    import pyarrow as pa
+
+    with pa.memory_map(path) as source:  # rows are copied out before the map closes
+        try:
+            return pa.ipc.open_stream(source).read_all().to_pylist()
+        except pa.ArrowInvalid:
+            source.seek(0)
+        try:
+            return pa.ipc.open_file(source).read_all().to_pylist()
+        except pa.ArrowInvalid as e:
+            raise ValueError(
+                f"{path}: not an Arrow IPC stream or file ({e}); give the .arrow files that "
+                f"`datasets` wrote, or convert the data to .parquet or .jsonl."
+            ) from e
+
+
+_READERS = {".jsonl": _read_jsonl, ".json": _read_json, ".parquet": _read_parquet, ".arrow": _read_arrow}
+
+# Hub and verl file names start with their split: train-00000-of-00001.parquet, test.parquet.
+_SPLIT_NAME = re.compile(r"^(train|test|validation|valid|val|dev|eval)(?=[-_.])", re.IGNORECASE)
+
+
+def _dataset_dict_splits(folder: str) -> list[str]:
+    """The splits of a ``DatasetDict.save_to_disk`` folder (its dataset_dict.json, else its subfolders)."""
+    try:
+        with open(os.path.join(folder, "dataset_dict.json"), encoding="utf-8") as f:
+            splits = json.load(f).get("splits")
+    except (OSError, ValueError, AttributeError):
+        splits = None
+    if not splits:
+        splits = sorted(d for d in os.listdir(folder) if os.path.isdir(os.path.join(folder, d)))
+    return [str(s) for s in splits]
+
+
+def _save_to_disk_files(folder: str) -> list[str]:
+    """The .arrow files of a ``Dataset.save_to_disk`` folder, in the order its state.json lists
+    them (sorted ``data-*.arrow`` without one); [] if the folder holds none."""
+    state_path = os.path.join(folder, "state.json")
+    state: dict = {}
+    if os.path.isfile(state_path):
+        with open(state_path, encoding="utf-8") as f:
+            try:
+                state = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{state_path} is not valid JSON ({e.msg}); re-save the dataset.") from e
+    if state.get("_indices_data_files"):
+        raise ValueError(
+            f"{folder}: the saved dataset has an indices mapping (written by an old `datasets` "
+            f"version); re-save it with `ds.flatten_indices().save_to_disk(...)`."
+        )
+    listed = [entry["filename"] for entry in state.get("_data_files") or []]
+    if not listed:
+        return sorted(glob.glob(os.path.join(folder, "data-*.arrow")))
+    files = [os.path.join(folder, name) for name in listed]
+    for path in files:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{state_path} lists {os.path.basename(path)!r}, which is missing.")
+    return files
+
+
+def _parquet_files(folder: str) -> list[str]:
+    """All .parquet files under ``folder`` (sorted), refusing a mix of splits or configs."""
+    files = sorted(glob.glob(os.path.join(folder, "**", "*.parquet"), recursive=True))
+    groups: dict[str, str] = {}
+    for path in files:
+        split = _SPLIT_NAME.match(os.path.basename(path))
+        if split:
+            rel_dir = os.path.relpath(os.path.dirname(path), folder)
+            key = split.group(1) if rel_dir == "." else f"{rel_dir}/{split.group(1)}"
+            groups.setdefault(key, path)
+    if len(groups) > 1:  # e.g. train and test files of one hub snapshot: never mix them silently
+        raise ValueError(
+            f"{folder} holds parquet files of {len(groups)} splits ({', '.join(sorted(groups))}); "
+            f"give one split's folder or files, e.g. {next(iter(groups.values()))!r}."
+        )
+    return files
+
+
+def _read_folder(folder: str) -> list:
+    """A saved ``Dataset`` (state.json + .arrow), or a folder of parquet files such as a hub snapshot."""
+    if os.path.isfile(os.path.join(folder, "dataset_dict.json")):
+        splits = _dataset_dict_splits(folder)
+        example = os.path.join(folder, splits[0] if splits else "train")
+        raise ValueError(
+            f"{folder} is a saved DatasetDict with splits {splits}; name the split as a path, "
+            f"e.g. {example!r}."
+        )
+    arrow_files = _save_to_disk_files(folder)
+    if arrow_files:
+        return [row for path in arrow_files for row in _read_arrow(path)]
+    parquet_files = _parquet_files(folder)
+    if parquet_files:
+        return [row for path in parquet_files for row in _read_parquet(path)]
+    raise ValueError(
+        f"folder {folder!r} holds no dataset: no state.json or data-*.arrow (Dataset.save_to_disk), "
+        f"no dataset_dict.json and no .parquet files; give data files or such a folder."
+    )
+
+
+def _missing_path_error(path: str) -> Exception:
+    parent = os.path.dirname(os.path.normpath(path))
+    if parent and os.path.isfile(os.path.join(parent, "dataset_dict.json")):
+        return FileNotFoundError(
+            f"{parent} is a saved DatasetDict without a split {os.path.basename(path)!r}; its "
+            f"splits are {_dataset_dict_splits(parent)}."
+        )
+    return FileNotFoundError(
+        f"data file {path!r} does not exist; check the paths in `data.train_files` "
+        f"(and `data.val_files`)."
+    )
+
+
+def _read_path(path: str) -> list:
+    if os.path.isdir(path):
+        return _read_folder(path)
+    if not os.path.isfile(path):
+        raise _missing_path_error(path)
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in _READERS:
+        raise ValueError(
+            f"data file {path!r} has unsupported extension {ext!r}; supported: "
+            f"{', '.join(SUPPORTED_EXTENSIONS)}, or a Hugging Face dataset folder."
+        )
+    return _READERS[ext](path)
 
 
 def load_rows(files: str | os.PathLike | list) -> list[dict]:
-    """Read and concatenate the rows of one or more ``.jsonl``, ``.json`` or ``.parquet`` files."""
+    """Read and concatenate the rows of one or more data files or dataset folders.
+
+    Each entry is a ``.jsonl``, ``.json``, ``.parquet`` or ``.arrow`` file, a
+    ``Dataset.save_to_disk`` folder (its .arrow files in the order state.json lists them), one
+    split of a saved ``DatasetDict`` named as ``folder/<split>``, or a folder of ``.parquet``
+    files (all of them, recursively, sorted by path; a folder that mixes splits is refused).
+    """
     if isinstance(files, (str, os.PathLike)):
         files = [files]
     rows: list[dict] = []
     for path in map(os.fspath, files):
-        if not os.path.isfile(path):
-            raise FileNotFoundError(
-                f"data file {path!r} does not exist; check the paths in `data.train_files` "
-                f"(and `data.val_files`)."
-            )
-        ext = os.path.splitext(path)[1].lower()
-        if ext not in _READERS:
-            raise ValueError(
-                f"data file {path!r} has unsupported extension {ext!r}; supported: "
-                f"{', '.join(SUPPORTED_EXTENSIONS)}."
-            )
-        for i, row in enumerate(_READERS[ext](path)):
+        for i, row in enumerate(_read_path(path)):
             if not isinstance(row, dict):
                 raise ValueError(
                     f"{path}: row {i} is a {type(row).__name__}, not an object with named "

@@ -163,3 +163,95 @@ def test_non_object_row_error(tmp_path):
     path = _write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "a"}, ["not", "an", "object"]])
     with pytest.raises(ValueError, match=r"rows\.jsonl: row 1 is a list"):
         load_rows(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Local Hugging Face dataset folders, read with pyarrow alone
+
+
+def _write_arrow_stream(path, rows):
+    """An .arrow file as `datasets` writes it: Arrow IPC *stream* format, features in the metadata."""
+    table = pa.Table.from_pylist(rows)
+    table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": {}}})})
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _save_to_disk(folder, shards, state_order=None):
+    """Mimic Dataset.save_to_disk: data-XXXXX-of-XXXXX.arrow shards, dataset_info.json, state.json."""
+    folder.mkdir(parents=True)
+    names = [f"data-{i:05d}-of-{len(shards):05d}.arrow" for i in range(len(shards))]
+    for name, rows in zip(names, shards):
+        _write_arrow_stream(folder / name, rows)
+    (folder / "dataset_info.json").write_text(json.dumps({"citation": "", "features": {}}))
+    order = names if state_order is None else [names[i] for i in state_order]
+    (folder / "state.json").write_text(json.dumps({
+        "_data_files": [{"filename": n} for n in order], "_fingerprint": "abc",
+        "_format_type": None, "_split": "train"}))
+    return folder
+
+
+def test_save_to_disk_folder_in_state_json_order(tmp_path, tok):
+    messages = [{"role": "user", "content": "2+2?"}]
+    folder = _save_to_disk(tmp_path / "ds", [
+        [{"prompt": messages, "reward_model": {"ground_truth": "4", "style": "rule"}, "k": 0}],
+        [{"prompt": messages, "reward_model": {"ground_truth": "5", "style": "rule"}, "k": 1},
+         {"prompt": messages, "reward_model": {"ground_truth": "6", "style": "rule"}, "k": 2}],
+    ], state_order=[1, 0])  # state.json, not the file names, decides the order
+    rows = load_rows(folder)
+    assert [r["k"] for r in rows] == [1, 2, 0]
+    assert rows[0]["prompt"] == messages and rows[0]["reward_model"]["ground_truth"] == "5"
+    items, stats = prepare_prompts(rows, tok)
+    assert stats.kept == 3 and items[0].prompt_text.endswith("2+2?<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_save_to_disk_folder_without_state_json_reads_sorted_shards(tmp_path):
+    folder = _save_to_disk(tmp_path / "ds", [[{"prompt": "a"}], [{"prompt": "b"}]], state_order=[1, 0])
+    (folder / "state.json").unlink()
+    assert [r["prompt"] for r in load_rows(str(folder))] == ["a", "b"]
+    assert [r["prompt"] for r in load_rows(folder / "data-00001-of-00002.arrow")] == ["b"]  # one .arrow file
+
+
+def test_state_json_naming_a_missing_shard(tmp_path):
+    folder = _save_to_disk(tmp_path / "ds", [[{"prompt": "a"}], [{"prompt": "b"}]])
+    (folder / "data-00001-of-00002.arrow").unlink()
+    with pytest.raises(FileNotFoundError, match=r"state\.json lists 'data-00001-of-00002\.arrow'"):
+        load_rows(folder)
+
+
+def test_dataset_dict_needs_a_split(tmp_path):
+    root = tmp_path / "gsm8k"
+    _save_to_disk(root / "train", [[{"prompt": "train row"}]])
+    _save_to_disk(root / "test", [[{"prompt": "test row"}]])
+    (root / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
+    with pytest.raises(ValueError, match=r"saved DatasetDict with splits \['train', 'test'\]; name the split.*"
+                                         r"gsm8k/train"):
+        load_rows(root)
+    assert load_rows(f"{root}/test") == [{"prompt": "test row"}]
+    with pytest.raises(FileNotFoundError, match=r"without a split 'validation'.*\['train', 'test'\]"):
+        load_rows(root / "validation")
+
+
+def test_parquet_folder_like_a_hub_snapshot(tmp_path):
+    data = tmp_path / "snapshot" / "data"
+    data.mkdir(parents=True)
+    (tmp_path / "snapshot" / "README.md").write_text("# card\n")
+    for i in (1, 0):  # written out of order: read sorted by path
+        pq.write_table(pa.Table.from_pylist([{"prompt": f"p{i}", "extra_info": {"index": i}}]),
+                       data / f"train-0000{i}-of-00002.parquet")
+    rows = load_rows(tmp_path / "snapshot")
+    assert rows == [{"prompt": "p0", "extra_info": {"index": 0}}, {"prompt": "p1", "extra_info": {"index": 1}}]
+
+
+def test_parquet_folder_with_two_splits_is_refused(tmp_path):
+    for split in ("train", "test"):
+        pq.write_table(pa.Table.from_pylist([{"prompt": split}]), tmp_path / f"{split}.parquet")
+    with pytest.raises(ValueError, match=r"parquet files of 2 splits \(test, train\); give one split's"):
+        load_rows(tmp_path)
+    assert load_rows(tmp_path / "test.parquet") == [{"prompt": "test"}]
+
+
+def test_folder_without_a_dataset(tmp_path):
+    (tmp_path / "notes.txt").write_text("nothing here")
+    with pytest.raises(ValueError, match="holds no dataset"):
+        load_rows(tmp_path)

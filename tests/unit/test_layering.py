@@ -20,7 +20,8 @@ ROOT = Path(grpoflow.__file__).parent
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
 UPPER_OF_DATA = {"engines", "workers", "distributed", "controller", "cli"}
 FORBIDDEN_PARTS = {
-    "plugins": None,  # None: nothing from any other grpoflow part (user-file loading, stdlib only)
+    "plugins": None,
+    "plotting": {"engines", "workers", "distributed", "cli"},  # reads metrics.jsonl via controller.metrics  # None: nothing from any other grpoflow part (user-file loading, stdlib only)
     "algorithms": {"data", "models", "tasks", "engines", "workers", "distributed", "controller", "cli", "config"},
     "rewards": {"algorithms", "data", "models", "tasks", "engines", "workers", "distributed", "controller", "cli",
                 "config"},

@@ -84,8 +84,18 @@ class RolloutConfig:
 
 
 @dataclass
+class RewardModelConfig:
+    path: Optional[str] = opt(None, "Local folder of an HF sequence-classification reward model (num_labels=1); "
+                              "its score, times reward.model.weight, is added to the rule reward (or alone, with "
+                              "reward.function=null).")
+    weight: float = opt(1.0, "Weight of the reward model's score.")
+    max_length: int = opt(1024, "Tokens of prompt + completion the reward model reads (the end is kept).")
+    batch_size: int = opt(32, "Texts per reward-model forward pass.")
+
+
+@dataclass
 class RewardConfig:
-    function: str = opt("exact_match", "Reward function: a built-in (exact_match, gsm8k, gsm8k_flexible, math, "
+    function: Optional[str] = opt("exact_match", "Reward function: a built-in (exact_match, gsm8k, gsm8k_flexible, math, "
                         "countdown, format, length, length_penalty) or `path/to/file.py:function`. Called as "
                         "fn(prompt, completion, **row_columns) -> float | dict | None.")
     functions: list = opt([], "Several reward functions whose weighted sum is the score, each logged as "
@@ -94,6 +104,7 @@ class RewardConfig:
     routes: Optional[dict] = opt(None, "data_source -> reward function (or list) for datasets that mix sources; "
                                  "other sources use reward.function(s).")
     workers: int = opt(0, "Reward worker processes (0: score in this process).")
+    model: RewardModelConfig = field(default_factory=RewardModelConfig)
     timeout_s: Optional[float] = opt(None, "Per-sample time limit; a call over it is killed, scores "
                                      "reward.error_score and counts in reward/timeouts (needs reward.workers > 0 "
                                      "for plain functions).")

@@ -8,13 +8,12 @@ from tqdm import tqdm
 
 from grpoflow.config import Config, ConfigError
 from grpoflow.controller.checkpoint import CheckpointManager
-from grpoflow.controller.run import read_rows, val_files
+from grpoflow.controller.run import build_scorer, read_rows, val_files
 from grpoflow.controller.validation import validate
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.distributed.worker_group import WorkerGroup
 from grpoflow.engines.rollout import SamplingParams
 from grpoflow.models.loading import load_tokenizer
-from grpoflow.rewards import RewardScorer, build_reward
 from grpoflow.workers.rollout import RolloutWorker
 
 
@@ -36,9 +35,10 @@ def evaluate(cfg: Config) -> dict[str, float]:
         raise ConfigError("grpoflow eval needs prompts: set data.val_files (or data.train_files=builtin:addition/train "
                           "for the built-in task's held-out split).")
     model_path = policy_folder(cfg.model.path)
-    r, d = cfg.reward, cfg.data
-    scorer = RewardScorer(build_reward(r.functions or r.function, r.weights, r.routes), error_score=r.error_score,
-                          timeout_s=r.timeout_s, workers=r.workers)
+    d = cfg.data
+    scorer = build_scorer(cfg)
+    if scorer is None:
+        raise ConfigError("grpoflow eval scores with reward.function (or reward.functions); set one.")
     items, stats = prepare_prompts(read_rows(files), load_tokenizer(model_path), prompt_key=d.prompt_key,
                                    max_prompt_length=d.max_prompt_length, overlong=d.overlong,
                                    apply_chat_template=d.apply_chat_template, system_prompt=d.system_prompt)
@@ -49,7 +49,8 @@ def evaluate(cfg: Config) -> dict[str, float]:
     params = SamplingParams(n=cfg.rollout.val_n, max_new_tokens=cfg.rollout.max_new_tokens,
                             temperature=cfg.rollout.val_temperature, top_p=1.0)
     with scorer:
-        metrics = validate(rollout, items, scorer, params=params, batch_size=cfg.rollout.val_batch_size)
+        metrics = validate(rollout, items, lambda b: scorer.score(b.prompts, b.completions, b.rows), params=params,
+                           batch_size=cfg.rollout.val_batch_size)
     tqdm.write(f"model: {model_path}\n" + format_table(metrics, {it.data_source for it in items}, len(items)))
     return metrics
 

@@ -6,6 +6,7 @@ here, before any heavy stage starts, so a mistake costs seconds, not a training 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -24,6 +25,18 @@ from grpoflow.tasks.addition import addition_splits
 
 BUILTIN_DATA = {"builtin:addition/train": 0, "builtin:addition/val": 1}
 DEFAULT_SFT_STEPS = 350
+
+
+def build_scorer(cfg: Config) -> RewardScorer | None:
+    """The rule-reward scorer (None when only a reward model scores)."""
+    r = cfg.reward
+    spec = r.functions or r.function
+    if not spec and not r.model.path:
+        raise ConfigError("No reward: set reward.function (or reward.functions) and/or reward.model.path.")
+    if not spec:
+        return None
+    return RewardScorer(build_reward(spec, r.weights, r.routes), error_score=r.error_score, timeout_s=r.timeout_s,
+                        workers=r.workers)
 
 
 def is_builtin_model(path: str) -> bool:
@@ -98,9 +111,7 @@ def train(cfg: Config) -> dict:
     schedule = batch_schedule(cfg)
     check_algorithm(cfg)
     check_trackers(cfg.trainer.loggers)
-    r = cfg.reward
-    scorer = RewardScorer(build_reward(r.functions or r.function, r.weights, r.routes), error_score=r.error_score,
-                          timeout_s=r.timeout_s, workers=r.workers)
+    scorer = build_scorer(cfg)
     run_dir = setup_run_dir(cfg)
     train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))
     tqdm.write(f"run folder: {run_dir.resolve()}")
@@ -114,7 +125,7 @@ def train(cfg: Config) -> dict:
     val_items = prepare_prompts(val_rows, tokenizer, **prep)[0][:d.val_max_prompts] if val_rows else []
     tqdm.write(f"data: {stats.kept} of {stats.total} training prompts kept ({stats.missing_prompt} without a prompt, "
                f"{stats.overlong} over {d.max_prompt_length} tokens); {len(val_items)} validation prompts")
-    with scorer:
+    with scorer or contextlib.nullcontext():
         controller = Controller(cfg, model_path=model_path, train_items=train_items, val_items=val_items,
                                 scorer=scorer, run_dir=run_dir)
         result = controller.fit()

@@ -32,6 +32,7 @@ from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
 from grpoflow.workers.reference import ReferenceWorker
+from grpoflow.workers.reward_model import RewardModelWorker
 from grpoflow.workers.rollout import RolloutWorker
 
 
@@ -66,8 +67,8 @@ def check_algorithm(cfg: Config) -> None:
 
 
 class Controller:
-    def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list, scorer: RewardScorer,
-                 run_dir: str | Path) -> None:
+    def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list,
+                 scorer: RewardScorer | None, run_dir: str | Path) -> None:
         check_algorithm(cfg)
         self.cfg, self.scorer, self.run_dir = cfg, scorer, Path(run_dir)
         self.train_items, self.val_items = train_items, val_items
@@ -87,6 +88,10 @@ class Controller:
                 max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size))
         self.critic = group("critic", partial(CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=a,
                                               seed=seed)) if "values" in needs else None
+        rm = cfg.reward.model
+        self.reward_model = group("reward_model", partial(RewardModelWorker, model_path=rm.path,
+                                                          max_length=rm.max_length, batch_size=rm.batch_size)) \
+            if rm.path else None
         self.rollout = group("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine))
         self.needs_baselines = "baselines" in needs
         # With one optimizer step per RL step the importance ratio is exactly 1, so the
@@ -169,10 +174,20 @@ class Controller:
         metrics.update(length_metrics(batch))
         return batch.replace(group_ids=torch.arange(want).repeat_interleave(n)), [it for _, it in chosen]
 
+    def reward(self, batch: Batch) -> Scores:
+        """Rule rewards and/or the reward model's score (times reward.model.weight), per sample."""
+        scored = self.scorer.score(batch.prompts, batch.completions, batch.rows) if self.scorer is not None \
+            else Scores([0.0] * len(batch))
+        if self.reward_model is not None:
+            rm = self.reward_model.compute_rm_score(batch).rm_scores.tolist()
+            scored.scores = [s + self.cfg.reward.model.weight * m for s, m in zip(scored.scores, rm)]
+            scored.extras["model"] = rm
+        return scored
+
     def score(self, batch: Batch) -> tuple[Batch, Scores]:
         """Reward each sample; add DAPO's overlong penalty when configured."""
         r = self.cfg.reward
-        scored = self.scorer.score(batch.prompts, batch.completions, batch.rows)
+        scored = self.reward(batch)
         scores = torch.tensor(scored.scores, dtype=torch.float32)
         if r.overlong_buffer_len > 0:
             scores = scores + overlong_penalty(batch.response_lengths, max_length=self.cfg.rollout.max_new_tokens,
@@ -220,7 +235,7 @@ class Controller:
             return {}
         r = self.cfg.rollout
         params = SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)
-        return validate(self.rollout, self.val_items, self.scorer, params=params, batch_size=r.val_batch_size,
+        return validate(self.rollout, self.val_items, self.reward, params=params, batch_size=r.val_batch_size,
                         samples_path=self.run_dir / "samples.jsonl", step=step,
                         num_samples=self.cfg.trainer.log_samples)
 

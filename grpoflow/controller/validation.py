@@ -5,17 +5,20 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Callable
 
 from grpoflow.controller.val_metrics import extract_answer, group_metrics
+from grpoflow.data.batch import Batch
 from grpoflow.engines.rollout import SamplingParams
+from grpoflow.rewards.scoring import Scores
 
 
-def validate(rollout, items: list, scorer, *, params: SamplingParams, batch_size: int,
+def validate(rollout, items: list, reward: Callable[[Batch], Scores], *, params: SamplingParams, batch_size: int,
              samples_path: Path | None = None, step: int = 0, num_samples: int = 0) -> dict[str, float]:
     """`val/<data_source>/<metric>` and `val/<metric>` over all prompts, for k = `params.n` samples
     each: mean@k, and for k > 1 std@k, pass@1, pass@k, maj@k (see val_metrics).
 
-    `rollout` is the rollout worker group. The first `num_samples` completions are appended to
+    `rollout` is the rollout worker group, `reward(batch)` scores a batch. The first `num_samples` completions are appended to
     `samples_path` (JSON lines: step, data_source, prompt, completion, score).
     """
     k = params.n
@@ -25,7 +28,7 @@ def validate(rollout, items: list, scorer, *, params: SamplingParams, batch_size
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
         batch = rollout.generate(chunk, params)
-        scored = scorer.score(batch.prompts, batch.completions, batch.rows)
+        scored = reward(batch)
         for i, item in enumerate(chunk):
             rows = range(i * k, (i + 1) * k)
             scores[item.data_source].append([scored.scores[j] for j in rows])

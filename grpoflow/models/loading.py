@@ -144,3 +144,22 @@ def _is_tied(model: torch.nn.Module, name: str) -> bool:
         return False
     ptr = params[name].data_ptr()
     return any(other != name and p.data_ptr() == ptr for other, p in params.items())
+
+
+def load_reward_model(path: str | os.PathLike, dtype: torch.dtype = torch.float32):
+    """A sequence-classification model with one score per text (a reward model) from a local folder."""
+    from transformers import AutoModelForSequenceClassification
+
+    path = _check_folder(path, "reward model")
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"reward.model_path={path}: not a loadable sequence-classification model "
+                         f"({type(e).__name__}: {e}); save one with model.save_pretrained(path).") from e
+    if model.config.num_labels != 1:
+        raise ValueError(f"reward.model_path={path} has {model.config.num_labels} labels; a reward model gives "
+                         "one score per text (num_labels=1).")
+    if model.config.pad_token_id is None:
+        raise ValueError(f"reward.model_path={path}: its config has no pad_token_id, so the score position of a "
+                         "padded batch is unknown; set pad_token_id in its config.json.")
+    return model

@@ -20,13 +20,13 @@ from grpoflow.controller.metrics import read_metrics
 # group name (also the PNG's name) -> (title, metric keys or fnmatch patterns)
 GROUPS: dict[str, tuple[str, list[str]]] = {
     "reward": ("Training reward", ["critic/score/mean"]),
-    "val_accuracy": ("Validation accuracy (mean@1)", ["val/*/mean@1"]),
+    "val_accuracy": ("Validation accuracy (mean@k)", ["val/*/mean@*"]),
     "kl": ("KL", ["actor/kl_loss", "kl_in_reward/kl_mean"]),
     "entropy": ("Policy entropy", ["actor/entropy"]),
     "response_length": ("Response length (tokens)", ["response_length/mean"]),
     "step_time": ("Step time (s)", ["timing_s/step"]),
 }
-REWARD, STEP_TIME, VAL_OVERALL = "critic/score/mean", "timing_s/step", "val/mean@1"
+REWARD, STEP_TIME = "critic/score/mean", "timing_s/step"
 
 
 def load_runs(run_dirs: list[str]) -> dict[str, list[dict]]:
@@ -122,8 +122,8 @@ def _fmt(value: float | None) -> str:
 
 
 def _summary_row(label: str, records: list[dict]) -> str:
-    val_key = VAL_OVERALL if any(VAL_OVERALL in r for r in records) else next(
-        iter(matching_keys({label: records}, ["val/*/mean@1"])), None)
+    overall = sorted(k for r in records for k in r if k.startswith("val/mean@"))
+    val_key = overall[0] if overall else next(iter(matching_keys({label: records}, ["val/*/mean@*"])), None)
     reward = series(records, REWARD)[1]
     val = series(records, val_key)[1] if val_key else []
     step_s = series(records, STEP_TIME)[1]
@@ -140,7 +140,7 @@ def write_report(run_dirs: list[str], out_dir: str, images: list[str]) -> str:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# Runs", "",
-             "Validation accuracy is `val/mean@1` (or the first `val/<source>/mean@1` when absent); "
+             "Validation accuracy is `val/mean@k` (or the first `val/<source>/mean@k` when absent); "
              "first = before training when validated at step 0. Step time is the median of `timing_s/step`.", "",
              "| run | steps | first reward | last reward | first val acc | last val acc | median step s |",
              "|---|---|---|---|---|---|---|"]

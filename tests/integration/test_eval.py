@@ -20,6 +20,9 @@ def test_validation_with_k_samples_and_samples_file(tmp_path):
     for name in ["mean@3", "std@3", "pass@1", "pass@3", "maj@3"]:
         assert f"val/addition/{name}" in row and f"val/{name}" in row
     assert row["val/addition/pass@1"] <= row["val/addition/pass@3"]
+    assert main(["plot", str(tmp_path)]) == 0                      # curves from this real run
+    pngs = sorted(p.name for p in (tmp_path / "plots").glob("*.png"))
+    assert "val_accuracy.png" in pngs and (tmp_path / "plots" / "report.md").exists()
     samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [s["step"] for s in samples] == [0] * 4 + [2] * 4
     assert {"prompt", "completion", "score", "data_source"} <= set(samples[0])

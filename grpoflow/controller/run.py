@@ -93,14 +93,15 @@ def setup_run_dir(cfg: Config) -> Path:
     return run_dir
 
 
-def sft_stage(cfg: Config, run_dir: Path | None = None) -> str:
+def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None = None) -> str:
     """`grpoflow sft`: warm-start the configured model on the training rows; returns the saved folder."""
     run_dir = run_dir or setup_run_dir(cfg)
     base = resolve_model(cfg, run_dir)
     steps = sft_steps(cfg)
     if steps <= 0:
         return base
-    return run_sft(base, read_rows(cfg.data.train_files), run_dir.resolve() / "sft_model", steps=steps, lr=cfg.sft.lr,
+    rows = rows if rows is not None else read_rows(cfg.data.train_files)
+    return run_sft(base, rows, run_dir.resolve() / "sft_model", steps=steps, lr=cfg.sft.lr,
                    batch_size=cfg.sft.batch_size, prompt_key=cfg.data.prompt_key,
                    response_key=cfg.sft.response_key, seed=cfg.trainer.seed)
 
@@ -116,7 +117,7 @@ def train(cfg: Config) -> dict:
     train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))
     tqdm.write(f"run folder: {run_dir.resolve()}")
     tqdm.write(schedule.describe())
-    model_path = sft_stage(cfg, run_dir)
+    model_path = sft_stage(cfg, run_dir, train_rows)
     tokenizer = load_tokenizer(model_path)
     d = cfg.data
     prep = dict(prompt_key=d.prompt_key, max_prompt_length=d.max_prompt_length, overlong=d.overlong,

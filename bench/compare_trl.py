@@ -89,7 +89,7 @@ def heldout_accuracy(model, tokenizer) -> float:
         out = model.generate(**enc, do_sample=False, max_new_tokens=EVAL_NEW_TOKENS,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-    return statistics.mean(exact_match(r["prompt"], t, **r) for r, t in zip(rows, texts))
+    return statistics.mean(exact_match(r["prompt"], t, answer=r["answer"]) for r, t in zip(rows, texts))
 
 
 def emit(record: dict) -> None:

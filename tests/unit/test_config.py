@@ -276,8 +276,11 @@ def test_help_text_lists_every_key_with_its_help():
 
 
 @pytest.mark.parametrize("override, fragment", [
-    ("backend=ray", "backend='ray'"),
-    ("rollout.engine=vllm", "rollout.engine='vllm'"),
+    ("backend=slurm", "backend='slurm'"),
+    ("placement=spread", "placement='spread'"),
+    ("trainer.mode=async", "trainer.mode=async"),
+    ("resources.devices_per_node=2", "backend=local runs one rank"),
+    ("rollout.engine=tgi", "rollout.engine='tgi'"),
     ("data.overlong=truncate", "data.overlong='truncate'"),
     ("rollout.temperature=0", "rollout.temperature must be > 0"),
     ("rollout.temperature=-1", "rollout.temperature must be > 0"),

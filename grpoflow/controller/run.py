@@ -129,7 +129,10 @@ def train(cfg: Config) -> dict:
     with scorer or contextlib.nullcontext():
         controller = Controller(cfg, model_path=model_path, train_items=train_items, val_items=val_items,
                                 scorer=scorer, run_dir=run_dir)
-        result = controller.fit()
+        try:
+            result = controller.fit()
+        finally:
+            controller.close()
     result["wall_s"] = time.perf_counter() - start
     before, after = result["before"].get("val/mean@1"), result["after"].get("val/mean@1")
     if before is not None and after is not None:

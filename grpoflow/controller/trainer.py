@@ -25,6 +25,7 @@ from grpoflow.controller.trackers import build_trackers
 from grpoflow.controller.validation import validate
 from grpoflow.data.batch import Batch
 from grpoflow.data.sampler import EpochSampler
+from grpoflow.distributed.placement import build_placement
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.engines.rollout import SamplingParams
 from grpoflow.engines.train import NonFiniteLossError
@@ -75,7 +76,33 @@ class Controller:
         self.advantage_fn = ADVANTAGE_ESTIMATORS.resolve(cfg.algorithm.adv_estimator)
         needs = required_inputs(self.advantage_fn)
         a, alg, seed = cfg.actor, cfg.algorithm, cfg.trainer.seed
-        group = partial(WorkerGroup, backend=cfg.backend)
+        # Where the roles run (this process, or Ray actors colocated or split); the rest of the
+        # controller cannot tell the difference.
+        self.placement = build_placement(cfg)
+        try:
+            self._build_groups(cfg, model_path, needs)
+        except BaseException:
+            self.placement.close()
+            raise
+        self.needs_baselines = "baselines" in needs
+        # With one optimizer step per RL step the importance ratio is exactly 1, so the
+        # old-log-prob pass would recompute what the update computes anyway: skip it unless
+        # the KL-in-reward needs the log-probs before the update.
+        self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward
+        kl = alg.kl_ctrl
+        self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
+                                           target_kl=kl.target_kl, horizon=kl.horizon)
+        self.sampler = EpochSampler(len(train_items), seed=seed)
+        self.sampling = SamplingParams(n=cfg.rollout.n, max_new_tokens=cfg.rollout.max_new_tokens,
+                                       temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
+        self.version = 0
+        self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
+        self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
+        self.trackers: list = []  # built in fit(), once the resume step is known
+
+    def _build_groups(self, cfg: Config, model_path: str, needs: set[str]) -> None:
+        a, alg, seed = cfg.actor, cfg.algorithm, cfg.trainer.seed
+        group = partial(WorkerGroup, pool=self.placement.train)
         self.actor = group("actor", partial(ActorWorker, model_path=model_path, cfg=a, seed=seed,
                                             temperature=cfg.rollout.temperature, horizon=cfg.rollout.max_new_tokens,
                                             total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
@@ -92,22 +119,9 @@ class Controller:
         self.reward_model = group("reward_model", partial(RewardModelWorker, model_path=rm.path,
                                                           max_length=rm.max_length, batch_size=rm.batch_size)) \
             if rm.path else None
-        self.rollout = group("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine))
-        self.needs_baselines = "baselines" in needs
-        # With one optimizer step per RL step the importance ratio is exactly 1, so the
-        # old-log-prob pass would recompute what the update computes anyway: skip it unless
-        # the KL-in-reward needs the log-probs before the update.
-        self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward
-        kl = alg.kl_ctrl
-        self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
-                                           target_kl=kl.target_kl, horizon=kl.horizon)
-        self.sampler = EpochSampler(len(train_items), seed=seed)
-        self.sampling = SamplingParams(n=cfg.rollout.n, max_new_tokens=cfg.rollout.max_new_tokens,
-                                       temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
-        self.version = 0
-        self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
-        self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
-        self.trackers: list = []  # built in fit(), once the resume step is known
+        self.rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine),
+                                   pool=self.placement.rollout,
+                                   timeouts={"update_weights": cfg.rollout.sync_timeout_s})
 
     def step(self, step: int) -> dict[str, float]:
         """One RL step; returns its metrics."""
@@ -226,9 +240,14 @@ class Controller:
         return batch.replace(advantages=advantages, returns=returns, token_level_rewards=rewards)
 
     def sync_weights(self) -> None:
-        """Push the actor's weights to the rollout engine, one tensor at a time, versioned."""
+        """Push the actor's weights to the rollout engines, one tensor at a time, versioned (inside each
+        rank's process when colocated; from the actor's rank 0 to every engine when split)."""
         self.version += 1
-        self.rollout.update_weights(self.actor.named_weights(), self.version)
+        self.actor.transfer("named_weights", self.rollout, "update_weights", self.version)
+
+    def close(self) -> None:
+        """Stop the workers (Ray actors, and Ray if this run started it)."""
+        self.placement.close()
 
     def validate(self, step: int) -> dict[str, float]:
         if not self.val_items:
@@ -261,7 +280,7 @@ class Controller:
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         set_rng_state(state["rng"])
         self.version = state["version"]
-        self.rollout.update_weights(self.actor.named_weights(), self.version)
+        self.actor.transfer("named_weights", self.rollout, "update_weights", self.version)
         return state["step"]
 
     def fit(self) -> dict[str, dict[str, float]]:

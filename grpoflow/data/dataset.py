@@ -42,6 +42,9 @@ class PromptItem:
     """The original dataset row, all columns; reward functions receive it as keyword arguments."""
     data_source: str
     """``row["data_source"]`` if present, else the default; selects the reward function."""
+    index: int = 0
+    """Position among the prepared prompts; with the step's seed it seeds this prompt's samples, so
+    rollouts do not depend on how prompts are spread over rollout workers."""
 
 
 @dataclass
@@ -353,6 +356,7 @@ def prepare_prompts(
                 prompt_text=text,
                 row=row,
                 data_source=str(source) if source is not None else default_data_source,
+                index=len(items),
             )
         )
     stats.kept = len(items)

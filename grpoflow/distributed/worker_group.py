@@ -4,21 +4,25 @@
 the backend. One dispatch rule for every verb:
 
 - the first positional argument, if it is a `Batch` or a list, is split into one contiguous
-  shard per data-parallel rank; every other argument goes to every rank unchanged;
+  shard per data-parallel rank (every rank of a tensor-parallel replica gets the same shard);
+  `Broadcast(value)` sends `value` whole to every rank; every other argument goes to every rank
+  unchanged;
 - results are gathered from the ranks that hold one (the first rank of each data-parallel
   replica): `Batch` shards are concatenated back in rank order, anything else (metrics,
   which ranks have already all-reduced) is taken from rank 0.
 
-A backend only knows how to create rank objects and call a method on all of them; `local`
-calls them in this process. The Ray backend (a later issue) implements the same two methods.
+A group lives on a pool of ranks (`grpoflow.distributed.host`): `LocalPool` in this process,
+`RayPool` in Ray actors. Roles placed on the same pool are colocated: they share each rank's
+process, and `transfer` between them never leaves it.
 """
 
 from __future__ import annotations
 
-import traceback
-from typing import Any, Callable, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from grpoflow.data.batch import Batch, split_bounds
+from grpoflow.distributed.host import LocalPool, Pool, RankFailure
 
 
 class WorkerError(RuntimeError):
@@ -29,50 +33,23 @@ class WorkerError(RuntimeError):
         self.role, self.rank, self.original = role, rank, original
 
 
-class RankFailure(Exception):
-    """Raised by a backend: rank `rank` failed with `original` (traceback text kept)."""
-
-    def __init__(self, rank: int, original: BaseException, traceback_text: str) -> None:
-        super().__init__(f"rank {rank}: {type(original).__name__}: {original}")
-        self.rank, self.original, self.traceback_text = rank, original, traceback_text
-
-
-class Backend(Protocol):
-    def spawn(self, factory: Callable[[int, int], Any], world_size: int) -> list[Any]: ...
-
-    def call(self, handles: list[Any], method: str, per_rank_args: list[tuple[tuple, dict]]) -> list[Any]: ...
-
-
-class LocalBackend:
-    """Every rank is an object in this process; calls run one after another."""
-
-    def spawn(self, factory: Callable[[int, int], Any], world_size: int) -> list[Any]:
-        return [_on_rank(rank, factory, rank, world_size) for rank in range(world_size)]
-
-    def call(self, handles: list[Any], method: str, per_rank_args: list[tuple[tuple, dict]]) -> list[Any]:
-        return [_on_rank(rank, getattr(h, method), *args, **kwargs)
-                for rank, (h, (args, kwargs)) in enumerate(zip(handles, per_rank_args))]
-
-
-def _on_rank(rank: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    try:
-        return fn(*args, **kwargs)
-    except Exception as e:  # re-raised with the rank attached
-        raise RankFailure(rank, e, traceback.format_exc()) from e
-
-
-BACKENDS: dict[str, Callable[[], Backend]] = {"local": LocalBackend}
+@dataclass(frozen=True)
+class Broadcast:
+    """An argument sent whole to every rank (a list would otherwise be split by rank)."""
+    value: Any
 
 
 class WorkerGroup:
-    def __init__(self, role: str, factory: Callable[[int, int], Any], *, world_size: int = 1,
-                 backend: str = "local", tensor_parallel: int = 1) -> None:
+    def __init__(self, role: str, factory: Callable[[int, int], Any], *, pool: Pool | None = None,
+                 world_size: int = 1, tensor_parallel: int = 1, timeouts: dict[str, float] | None = None) -> None:
+        self.pool = pool if pool is not None else LocalPool(world_size)
+        world_size = self.pool.world_size
         if world_size % tensor_parallel:
             raise ValueError(f"{role}: world size {world_size} is not a multiple of tensor_parallel={tensor_parallel}.")
         self.role, self.world_size, self.tp = role, world_size, tensor_parallel
         self.dp_size = world_size // tensor_parallel
-        self.backend = BACKENDS[backend]()
-        self.handles = self._guard("__init__", lambda: self.backend.spawn(factory, world_size))
+        self.timeouts = dict(timeouts or {})
+        self._guard("__init__", lambda: self.pool.run("add_role", [(role, factory)] * world_size))
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         if method.startswith("_"):
@@ -80,22 +57,38 @@ class WorkerGroup:
         return lambda *args, **kwargs: self.dispatch(method, *args, **kwargs)
 
     def dispatch(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        per_rank = [(args, kwargs)] * self.world_size
-        sharded = bool(args) and isinstance(args[0], (Batch, list))
-        if sharded:
-            shards = _split(args[0], self.dp_size)
-            per_rank = [((shards[rank // self.tp], *args[1:]), kwargs) for rank in range(self.world_size)]
-        results = self._guard(method, lambda: self.backend.call(self.handles, method, per_rank))
+        first = args[0] if args else None
+        per_rank = [(self.role, method, args, kwargs)] * self.world_size
+        if isinstance(first, Broadcast):
+            per_rank = [(self.role, method, (first.value, *args[1:]), kwargs)] * self.world_size
+        elif isinstance(first, (Batch, list)):
+            shards = _split(first, self.dp_size)
+            per_rank = [(self.role, method, (shards[rank // self.tp], *args[1:]), kwargs)
+                        for rank in range(self.world_size)]
+        results = self._guard(method, lambda: self.pool.run("call", per_rank, timeout_s=self.timeouts.get(method)))
         held = [results[rank] for rank in range(0, self.world_size, self.tp)]
         if all(isinstance(r, Batch) for r in held):
             return Batch.concat(held)
         return held[0]
 
+    def colocated_with(self, other: "WorkerGroup") -> bool:
+        return self.pool is other.pool
+
+    def transfer(self, src_method: str, dst: "WorkerGroup", dst_method: str, *args: Any) -> None:
+        """dst.dst_method(self.src_method(), *args): inside each rank's process when the groups are
+        colocated; otherwise through the controller (rank 0's result broadcast to every dst rank)."""
+        if self.colocated_with(dst):
+            self._guard(f"{src_method} -> {dst.role}.{dst_method}", lambda: self.pool.run(
+                "pipe", [(self.role, src_method, dst.role, dst_method, args)] * self.world_size,
+                timeout_s=dst.timeouts.get(dst_method)))
+        else:
+            dst.dispatch(dst_method, Broadcast(self.dispatch(src_method)), *args)
+
     def _guard(self, method: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
         except RankFailure as e:
-            raise WorkerError(f"{self.role} worker rank {e.rank} failed in `{method}`: "
+            raise WorkerError(f"{self.role} worker {self.pool.describe(e.rank)} failed in `{method}`: "
                               f"{type(e.original).__name__}: {e.original}\n--- original traceback ---\n"
                               f"{e.traceback_text}", role=self.role, rank=e.rank, original=e.original) from e
 

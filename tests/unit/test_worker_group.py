@@ -26,6 +26,11 @@ def make_batch(n: int) -> Batch:
     )
 
 
+def workers(group: WorkerGroup) -> list:
+    """The role objects of a local group, in rank order."""
+    return [host.roles[group.role] for host in group.pool.hosts]
+
+
 class Toy:
     """A worker whose verbs record what they were given."""
 
@@ -75,7 +80,7 @@ def test_batch_is_split_into_contiguous_shards_and_gathered_in_order(world_size)
     out = group.double_scores(batch, factor=3.0)
     # the same as calling the row-wise verb on the whole batch
     assert_batches_equal(out, Toy(0, 1).double_scores(batch, factor=3.0))
-    shards = [h.seen[-1] for h in group.handles]
+    shards = [h.seen[-1] for h in workers(group)]
     sizes = [len(s) for s in shards]
     assert sum(sizes) == 11 and max(sizes) - min(sizes) <= 1
     # contiguous and in rank order
@@ -92,7 +97,7 @@ def test_list_argument_is_split_and_other_args_broadcast(world_size):
     items = list(range(10))
     extra = object()
     out = group.take_list(items, extra)
-    received = [h.seen[-1] for h in group.handles]
+    received = [h.seen[-1] for h in workers(group)]
     assert [x for got, _ in received for x in got] == items
     assert max(len(g) for g, _ in received) - min(len(g) for g, _ in received) <= 1
     assert all(e is extra for _, e in received)  # broadcast unchanged, not copied
@@ -104,7 +109,7 @@ def test_non_first_positional_and_keyword_args_go_to_every_rank():
     group = WorkerGroup("actor", Toy, world_size=4)
     extra, tag = {"lr": 0.1}, object()
     out = group.stats(make_batch(8), extra, tag=tag)
-    for h in group.handles:
+    for h in workers(group):
         _, e, t = h.seen[-1]
         assert e is extra and t is tag
     assert out == {"rank": 0, "rows": 2}
@@ -117,7 +122,7 @@ def test_verb_without_arguments_runs_on_every_rank_and_returns_rank_zero():
 
 def test_ranks_are_constructed_with_rank_and_world_size():
     group = WorkerGroup("actor", Toy, world_size=4)
-    assert [(h.rank, h.world_size) for h in group.handles] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    assert [(h.rank, h.world_size) for h in workers(group)] == [(0, 4), (1, 4), (2, 4), (3, 4)]
 
 
 def test_tensor_parallel_ranks_share_a_shard_and_only_replica_leaders_are_gathered():
@@ -125,7 +130,7 @@ def test_tensor_parallel_ranks_share_a_shard_and_only_replica_leaders_are_gather
     assert group.dp_size == 2
     batch = make_batch(7)
     out = group.stamp_rank(batch)
-    shards = [h.seen[-1] for h in group.handles]
+    shards = [h.seen[-1] for h in workers(group)]
     assert_batches_equal(shards[0], shards[1])
     assert_batches_equal(shards[2], shards[3])
     assert len(shards[0]) + len(shards[2]) == 7

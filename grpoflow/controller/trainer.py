@@ -9,8 +9,11 @@ estimator's signature asks for (values -> a critic, baselines -> a greedy rollou
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections import deque
 from functools import partial
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -26,7 +29,7 @@ from grpoflow.controller.validation import validate
 from grpoflow.data.batch import Batch
 from grpoflow.data.sampler import EpochSampler
 from grpoflow.distributed.placement import build_placement
-from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
+from grpoflow.distributed.worker_group import Broadcast, WorkerError, WorkerGroup
 from grpoflow.engines.rollout import SamplingParams
 from grpoflow.engines.train import NonFiniteLossError
 from grpoflow.rewards.scoring import RewardScorer, Scores
@@ -80,7 +83,7 @@ class Controller:
         # controller cannot tell the difference.
         self.placement = build_placement(cfg)
         try:
-            self._build_groups(cfg, model_path, needs)
+            self._build_groups(cfg if not stale_without_is(cfg) else with_rollout_is(cfg), model_path, needs)
         except BaseException:
             self.placement.close()
             raise
@@ -88,7 +91,10 @@ class Controller:
         # With one optimizer step per RL step the importance ratio is exactly 1, so the
         # old-log-prob pass would recompute what the update computes anyway: skip it unless
         # the KL-in-reward needs the log-probs before the update.
-        self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward
+        # Stale samples (async mode) need the proximal policy's log-probs and, through actor.rollout_is,
+        # the importance weight pi_old / pi_rollout.
+        stale = cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0
+        self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward or stale
         kl = alg.kl_ctrl
         self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
                                            target_kl=kl.target_kl, horizon=kl.horizon)
@@ -96,6 +102,12 @@ class Controller:
         self.sampling = SamplingParams(n=cfg.rollout.n, max_new_tokens=cfg.rollout.max_new_tokens,
                                        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
         self.version = 0
+        # Generation calls in flight (step, prompts, call) and, in async mode, weight updates not yet
+        # confirmed by the engines.
+        self.is_async = cfg.trainer.mode == "async"
+        self.in_flight: deque = deque()
+        self.next_rollout_step = 1
+        self.pending_syncs: list = []
         self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
         self.trackers: list = []  # built in fit(), once the resume step is known
@@ -112,23 +124,30 @@ class Controller:
         if a.kl_coef > 0 or alg.use_kl_in_reward:
             self.ref = self.actor if cfg.model.lora.rank > 0 else group("reference", partial(
                 ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
-                max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size))
+                max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
+                compute_dtype=cfg.model.compute_dtype))
         self.critic = group("critic", partial(CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=a,
-                                              seed=seed)) if "values" in needs else None
+                                              seed=seed, compute_dtype=cfg.model.compute_dtype)) \
+            if "values" in needs else None
         rm = cfg.reward.model
         self.reward_model = group("reward_model", partial(RewardModelWorker, model_path=rm.path,
                                                           max_length=rm.max_length, batch_size=rm.batch_size)) \
             if rm.path else None
-        self.rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine),
+        # bf16 compute: the rollout copy is stored in bf16 (it never trains, so needs no fp32 master).
+        bf16 = "bfloat16" in (cfg.model.dtype, cfg.model.compute_dtype)
+        self.rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine,
+                                                      dtype="bfloat16" if bf16 else None),
                                    pool=self.placement.rollout,
                                    timeouts={"update_weights": cfg.rollout.sync_timeout_s})
 
     def step(self, step: int) -> dict[str, float]:
         """One RL step; returns its metrics."""
         cfg, timer, metrics = self.cfg, StageTimer(), {}
-        torch.manual_seed(cfg.trainer.seed * 1_000_003 + step)  # rollouts depend on (seed, step) only
+        torch.manual_seed(self.step_seed(step))
         with timer("step"):
-            batch, items = self.generate_and_score(timer, metrics)
+            batch, items = self.generate_and_score(step, timer, metrics)
+            if self.is_async:
+                metrics.update(staleness_metrics(batch, self.version))
             if self.needs_baselines:
                 with timer("gen_baseline"):
                     batch = batch.replace(baselines=self.greedy_baselines(items))
@@ -151,10 +170,40 @@ class Controller:
                     metrics.update(self.actor.update_policy(batch))
                 with timer("sync"):
                     self.sync_weights()
+        # The dispatch layer's own cost: time in worker calls beyond the ranks' time on them.
+        dispatch = sum(g.take_dispatch_seconds() for g in self.groups())
+        metrics.update({"timing_s/dispatch": dispatch, "perf/dispatch_share": dispatch / timer.seconds["step"]})
+        if self.is_async:  # the rollout engines were idle for the part of the step they did not generate
+            metrics["timing_s/rollout_wait"] = max(0.0, timer.seconds["step"] - metrics.pop("_gen_busy_s"))
+        metrics.pop("_gen_busy_s", None)
         return {**metrics, **batch_metrics(batch), **timer.metrics(),
                 "perf/throughput": float(batch.attention_mask.sum()) / timer.seconds["step"]}
 
-    def generate_and_score(self, timer: StageTimer, metrics: dict) -> tuple[Batch, list]:
+    def groups(self) -> list[WorkerGroup]:
+        every = [self.actor, self.ref, self.critic, self.reward_model, self.rollout]
+        return list({id(g): g for g in every if g is not None}.values())
+
+    def step_seed(self, step: int, draw: int = 0) -> int:
+        """Rollouts depend on (trainer.seed, step, draw) only, wherever and whenever they run."""
+        return self.cfg.trainer.seed * 1_000_003 + step + 7_919 * draw
+
+    def rollout_for(self, step: int) -> tuple[list, Any]:
+        """The prompts of `step` and its generation call. Sync mode submits it now; async mode keeps up
+        to `rollout.max_staleness` later steps' generations in flight, so they run while this step
+        trains (each queued behind the weight update submitted before it)."""
+        ahead = self.cfg.rollout.max_staleness if self.is_async else 0
+        last = min(step + ahead, self.cfg.trainer.total_steps)
+        while self.next_rollout_step <= max(last, step):
+            sampler_state = self.sampler.state_dict()
+            items = [self.train_items[i] for i in self.sampler.next_indices(self.cfg.data.prompts_per_step)]
+            call = self.rollout.timed_submit("generate", items, self.sampling, seed=self.step_seed(self.next_rollout_step))
+            self.in_flight.append((self.next_rollout_step, items, call, sampler_state))
+            self.next_rollout_step += 1
+        queued_step, items, call, _ = self.in_flight.popleft()
+        assert queued_step == step, (queued_step, step)
+        return items, call
+
+    def generate_and_score(self, step: int, timer: StageTimer, metrics: dict) -> tuple[Batch, list]:
         """Sample `rollout.n` responses for `data.prompts_per_step` prompts and score them.
 
         With `algorithm.filter_groups.enable` (DAPO dynamic sampling), groups whose rewards are all
@@ -167,9 +216,15 @@ class Controller:
         spare: list[tuple[Batch, object]] = []
         scores = None
         for draw in range(draws):
-            items = [self.train_items[i] for i in self.sampler.next_indices(want)]
-            with timer("gen"):
-                batch = self.rollout.generate(items, self.sampling)
+            with timer("trainer_wait" if self.is_async else "gen"):
+                if draw == 0:
+                    items, call = self.rollout_for(step)
+                else:
+                    items = [self.train_items[i] for i in self.sampler.next_indices(want)]
+                    call = self.rollout.timed_submit("generate", items, self.sampling,
+                                                     seed=self.step_seed(step, draw))
+                batch, busy = call.result()
+            metrics["_gen_busy_s"] = metrics.get("_gen_busy_s", 0.0) + busy
             with timer("reward"):
                 batch, scored = self.score(batch)
             scores = scored if scores is None else scores.merge(scored)
@@ -241,9 +296,27 @@ class Controller:
 
     def sync_weights(self) -> None:
         """Push the actor's weights to the rollout engines, one tensor at a time, versioned (inside each
-        rank's process when colocated; from the actor's rank 0 to every engine when split)."""
+        rank's process when colocated; from the actor's rank 0 to every engine when split). In async
+        mode the update is queued on the engines behind the generations already in flight, and checked
+        when the next one is taken."""
         self.version += 1
-        self.actor.transfer("named_weights", self.rollout, "update_weights", self.version)
+        if not self.is_async:
+            self.actor.transfer("named_weights", self.rollout, "update_weights", self.version)
+            return
+        for pending in [c for c in self.pending_syncs if c.done()]:
+            pending.result()  # raises a sync that failed
+            self.pending_syncs.remove(pending)
+        self.pending_syncs.append(self.rollout.submit("update_weights", Broadcast(self.actor.named_weights()),
+                                                      self.version))
+
+    def drain(self) -> None:
+        """Wait for the weight updates and generations still in flight (async mode) and drop them."""
+        for pending in self.pending_syncs:
+            pending.result()
+        for _, _, call, _ in self.in_flight:
+            call.result()
+        self.pending_syncs.clear()
+        self.in_flight.clear()
 
     def close(self) -> None:
         """Stop the workers (Ray actors, and Ray if this run started it)."""
@@ -256,7 +329,7 @@ class Controller:
         params = SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)
         return validate(self.rollout, self.val_items, self.reward, params=params, batch_size=r.val_batch_size,
                         samples_path=self.run_dir / "samples.jsonl", step=step,
-                        num_samples=self.cfg.trainer.log_samples)
+                        num_samples=self.cfg.trainer.log_samples, seed=10**9 + self.step_seed(step))
 
     def save_checkpoint(self, step: int) -> Path:
         """Everything needed to continue exactly: weights, optimizers, sampler, KL controller, RNG."""
@@ -265,7 +338,9 @@ class Controller:
             self.actor.save_checkpoint(str(folder / "actor"))
             if self.critic is not None:
                 self.critic.save_checkpoint(str(folder / "critic"))
-            save_state({"step": step, "version": self.version, "sampler": self.sampler.state_dict(),
+            # Async mode: prompts already drawn for steps in flight are drawn again after a resume.
+            sampler = self.in_flight[0][3] if self.in_flight else self.sampler.state_dict()
+            save_state({"step": step, "version": self.version, "sampler": sampler,
                         "kl_ctrl": self.kl_ctrl.state_dict(), "rng": rng_state()}, folder / "controller.pt")
 
         return self.checkpoints.save(step, write)
@@ -277,6 +352,7 @@ class Controller:
         if self.critic is not None:
             self.critic.load_checkpoint(str(folder / "critic"))
         self.sampler.load_state_dict(state["sampler"])
+        self.next_rollout_step = state["step"] + 1
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         set_rng_state(state["rng"])
         self.version = state["version"]
@@ -331,6 +407,7 @@ class Controller:
             if t.save_every and (step % t.save_every == 0 or step == t.total_steps):
                 self.save_checkpoint(step)
             bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}")
+        self.drain()
         if start >= t.total_steps:
             tqdm.write(f"nothing left to train: the checkpoint is at step {start} of trainer.total_steps="
                        f"{t.total_steps}; use trainer.resume=never or another trainer.output_dir to start over.")
@@ -341,6 +418,22 @@ class Controller:
         self.logger.log(step, metrics, force_print=force_print)
         for tracker in self.trackers:
             tracker.log(step, metrics)
+
+
+def stale_without_is(cfg: Config) -> bool:
+    return cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0 and cfg.actor.rollout_is is None
+
+
+def with_rollout_is(cfg: Config) -> Config:
+    """Async mode corrects stale samples with token-level truncated importance sampling unless the
+    config chose a level (actor.rollout_is)."""
+    return dataclasses.replace(cfg, actor=dataclasses.replace(cfg.actor, rollout_is="token"))
+
+
+def staleness_metrics(batch: Batch, version: int) -> dict[str, float]:
+    """How many weight versions behind the trained policy the samples were generated."""
+    staleness = (version - batch.policy_version).float()
+    return {"async/staleness/mean": staleness.mean().item(), "async/staleness/max": staleness.max().item()}
 
 
 def length_metrics(batch: Batch) -> dict[str, float]:

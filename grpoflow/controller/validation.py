@@ -14,12 +14,14 @@ from grpoflow.rewards.scoring import Scores
 
 
 def validate(rollout, items: list, reward: Callable[[Batch], Scores], *, params: SamplingParams, batch_size: int,
-             samples_path: Path | None = None, step: int = 0, num_samples: int = 0) -> dict[str, float]:
+             samples_path: Path | None = None, step: int = 0, num_samples: int = 0, seed: int | None = None
+             ) -> dict[str, float]:
     """`val/<data_source>/<metric>` and `val/<metric>` over all prompts, for k = `params.n` samples
     each: mean@k, and for k > 1 std@k, pass@1, pass@k, maj@k (see val_metrics).
 
     `rollout` is the rollout worker group, `reward(batch)` scores a batch. The first `num_samples` completions are appended to
-    `samples_path` (JSON lines: step, data_source, prompt, completion, score).
+    `samples_path` (JSON lines: step, data_source, prompt, completion, score). `seed` (+ the chunk's
+    offset) seeds each generate call, so sampled validation does not depend on where the engine runs.
     """
     k = params.n
     scores: dict[str, list[list[float]]] = defaultdict(list)
@@ -27,7 +29,7 @@ def validate(rollout, items: list, reward: Callable[[Batch], Scores], *, params:
     shown = []
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
-        batch = rollout.generate(chunk, params)
+        batch = rollout.generate(chunk, params, seed=None if seed is None else seed + start)
         scored = reward(batch)
         for i, item in enumerate(chunk):
             rows = range(i * k, (i + 1) * k)

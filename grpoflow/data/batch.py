@@ -37,6 +37,7 @@ class Batch:
     values: Optional[Tensor] = None         # [B, R] critic values before the update
     returns: Optional[Tensor] = None        # [B, R] critic regression targets
     truncated: Optional[Tensor] = None      # [B] bool, hit the length limit before EOS
+    policy_version: Optional[Tensor] = None  # [B] int64, version of the weights that sampled it
     prompts: list = field(default_factory=list)      # [B] prompt text
     completions: list = field(default_factory=list)  # [B] decoded response text
     rows: list = field(default_factory=list)         # [B] dataset row (dict) of the prompt

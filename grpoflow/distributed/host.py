@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import traceback
 from datetime import timedelta
 from typing import Any, Callable, Protocol
@@ -75,6 +76,11 @@ class RankHost:
     def call(self, role: str, method: str, args: tuple, kwargs: dict) -> Any:
         return _on_rank(self.rank, getattr(self.roles[role], method), *args, **kwargs)
 
+    def timed_call(self, role: str, method: str, args: tuple, kwargs: dict) -> tuple[Any, float]:
+        """`call`, and the seconds it took in this process (for the controller's wait metrics)."""
+        began = time.perf_counter()
+        return self.call(role, method, args, kwargs), time.perf_counter() - began
+
     def pipe(self, src_role: str, src_method: str, dst_role: str, dst_method: str, args: tuple) -> Any:
         """dst_role.dst_method(src_role.src_method(), *args) on this rank (colocated weight sync)."""
         value = self.call(src_role, src_method, (), {})
@@ -113,6 +119,8 @@ class Pool(Protocol):
     def run(self, host_method: str, per_rank_args: list[tuple], *, timeout_s: float | None = None,
             ranks: list[int] | None = None) -> list[Any]: ...
 
+    def submit(self, host_method: str, per_rank_args: list[tuple], *, ranks: list[int] | None = None) -> Any: ...
+
     def describe(self, rank: int) -> str: ...
 
     def close(self) -> None: ...
@@ -130,9 +138,31 @@ class LocalPool:
         ranks = list(range(self.world_size)) if ranks is None else ranks
         return [getattr(self.hosts[r], host_method)(*args) for r, args in zip(ranks, per_rank_args)]
 
+    def submit(self, host_method: str, per_rank_args: list[tuple], *, ranks: list[int] | None = None) -> "DoneCall":
+        """Runs the call now (this process has no one to overlap with); `.result()` returns or raises it."""
+        try:
+            return DoneCall(self.run(host_method, per_rank_args, ranks=ranks), None)
+        except RankFailure as e:
+            return DoneCall(None, e)
+
     def describe(self, rank: int) -> str:
         return f"rank {rank} (in the controller process)"
 
     def close(self) -> None:
         for host in self.hosts:
             host.close()
+
+
+class DoneCall:
+    """A finished call (LocalPool.submit)."""
+
+    def __init__(self, results: list[Any] | None, error: RankFailure | None) -> None:
+        self.results, self.error = results, error
+
+    def done(self) -> bool:
+        return True
+
+    def result(self, timeout_s: float | None = None) -> list[Any]:
+        if self.error is not None:
+            raise self.error
+        return self.results

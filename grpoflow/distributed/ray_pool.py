@@ -81,7 +81,7 @@ class RayPool:
         actor_cls = ray.remote(RankHost)
         threads = threads or max(1, int(cpus_per_rank))
         self.hosts = [actor_cls.options(
-            num_cpus=cpus_per_rank, num_gpus=1 if use_gpu else 0, max_concurrency=2,
+            num_cpus=cpus_per_rank, num_gpus=1 if use_gpu else 0, max_concurrency=1,
             name=None, scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r),
         ).remote(r, world_size, threads) for r in range(world_size)]
         self.infos: list[dict] = [{} for _ in range(world_size)]
@@ -98,6 +98,11 @@ class RayPool:
         Raises RankFailure for the first rank that fails (its exception, or WorkerDied if its
         process ended) and CallTimeout for the first rank still running after `timeout_s`.
         """
+        return self.submit(host_method, per_rank_args, ranks=ranks).result(timeout_s)
+
+    def submit(self, host_method: str, per_rank_args: list[tuple], *, ranks: list[int] | None = None) -> "RayCall":
+        """Start the call and return at once; `.result()` waits for it. Calls to one rank run in the
+        order they were submitted."""
         ray = _ray()
         ranks = list(range(self.world_size)) if ranks is None else ranks
         shared = all(a is per_rank_args[0] for a in per_rank_args)
@@ -106,19 +111,7 @@ class RayPool:
             refs = [_remote_call(self.hosts[r], host_method, stored) for r in ranks]
         else:
             refs = [_remote_call(self.hosts[r], host_method, args) for r, args in zip(ranks, per_rank_args)]
-        rank_of = {ref: r for ref, r in zip(refs, ranks)}
-        pending, results = list(refs), {}
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while pending:
-            wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
-            done, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
-            if not done:
-                late = sorted(rank_of[ref] for ref in pending)
-                raise RankFailure(late[0], CallTimeout(
-                    f"no answer from rank(s) {late} to `{host_method}` within {timeout_s:.0f}s"), "")
-            ref = done[0]
-            results[rank_of[ref]] = self._get(ref, rank_of[ref], host_method)
-        return [results[r] for r in ranks]
+        return RayCall(self, host_method, refs, ranks)
 
     def _get(self, ref: Any, rank: int, host_method: str) -> Any:
         ray = _ray()
@@ -147,6 +140,33 @@ class RayPool:
         if getattr(self, "pg", None) is not None:
             remove_placement_group(self.pg)
             self.pg = None
+
+
+class RayCall:
+    """An in-flight call on some ranks of a RayPool."""
+
+    def __init__(self, pool: RayPool, host_method: str, refs: list, ranks: list[int]) -> None:
+        self.pool, self.host_method, self.refs, self.ranks = pool, host_method, refs, ranks
+
+    def done(self) -> bool:
+        ready, _ = _ray().wait(self.refs, num_returns=len(self.refs), timeout=0)
+        return len(ready) == len(self.refs)
+
+    def result(self, timeout_s: float | None = None) -> list[Any]:
+        ray = _ray()
+        rank_of = {ref: r for ref, r in zip(self.refs, self.ranks)}
+        pending, results = list(self.refs), {}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while pending:
+            wait_s = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+            if not done:
+                late = sorted(rank_of[ref] for ref in pending)
+                raise RankFailure(late[0], CallTimeout(
+                    f"no answer from rank(s) {late} within {timeout_s:g}s"), "")
+            ref = done[0]
+            results[rank_of[ref]] = self.pool._get(ref, rank_of[ref], self.host_method)
+        return [results[r] for r in self.ranks]
 
 
 def _remote_call(host: Any, host_method: str, args: tuple) -> Any:

@@ -18,6 +18,7 @@ process, and `transfer` between them never leaves it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -49,6 +50,7 @@ class WorkerGroup:
         self.role, self.world_size, self.tp = role, world_size, tensor_parallel
         self.dp_size = world_size // tensor_parallel
         self.timeouts = dict(timeouts or {})
+        self.dispatch_s = 0.0
         self._guard("__init__", lambda: self.pool.run("add_role", [(role, factory)] * world_size))
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
@@ -57,6 +59,25 @@ class WorkerGroup:
         return lambda *args, **kwargs: self.dispatch(method, *args, **kwargs)
 
     def dispatch(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.submit(method, *args, **kwargs).result()
+
+    def submit(self, method: str, *args: Any, **kwargs: Any) -> "GroupCall":
+        """Start `method` on every rank and return at once (Ray overlaps it with whatever the controller
+        does next; the local backend runs it now). `.result()` gathers it like `dispatch`."""
+        return GroupCall(self, method, self._start("timed_call", method, args, kwargs))
+
+    def timed_submit(self, method: str, *args: Any, **kwargs: Any) -> "GroupCall":
+        """`submit`, whose `.result()` also returns the longest time a rank spent on the call; its wait is
+        not counted as dispatch overhead (the controller may overlap it with other work)."""
+        return GroupCall(self, method, self._start("timed_call", method, args, kwargs), timed=True)
+
+    def take_dispatch_seconds(self) -> float:
+        """Seconds the controller spent in this group's calls beyond the ranks' own time on them
+        (serialisation, transfer, scheduling) since the last time this was taken."""
+        seconds, self.dispatch_s = self.dispatch_s, 0.0
+        return seconds
+
+    def _start(self, host_method: str, method: str, args: tuple, kwargs: dict) -> Any:
         first = args[0] if args else None
         per_rank = [(self.role, method, args, kwargs)] * self.world_size
         if isinstance(first, Broadcast):
@@ -65,7 +86,10 @@ class WorkerGroup:
             shards = _split(first, self.dp_size)
             per_rank = [(self.role, method, (shards[rank // self.tp], *args[1:]), kwargs)
                         for rank in range(self.world_size)]
-        results = self._guard(method, lambda: self.pool.run("call", per_rank, timeout_s=self.timeouts.get(method)))
+        return self._guard(method, lambda: self.pool.submit(host_method, per_rank))
+
+    def gather(self, results: list[Any]) -> Any:
+        """Batch shards of the replica leaders concatenated in rank order; anything else from rank 0."""
         held = [results[rank] for rank in range(0, self.world_size, self.tp)]
         if all(isinstance(r, Batch) for r in held):
             return Batch.concat(held)
@@ -91,6 +115,27 @@ class WorkerGroup:
             raise WorkerError(f"{self.role} worker {self.pool.describe(e.rank)} failed in `{method}`: "
                               f"{type(e.original).__name__}: {e.original}\n--- original traceback ---\n"
                               f"{e.traceback_text}", role=self.role, rank=e.rank, original=e.original) from e
+
+
+class GroupCall:
+    """A method call in flight on every rank of a group."""
+
+    def __init__(self, group: WorkerGroup, method: str, call: Any, *, timed: bool = False) -> None:
+        self.group, self.method, self.call, self.timed = group, method, call, timed
+        self.started = time.perf_counter()
+
+    def done(self) -> bool:
+        return self.call.done()
+
+    def result(self) -> Any:
+        g = self.group
+        results = g._guard(self.method, lambda: self.call.result(g.timeouts.get(self.method)))
+        busy = max(seconds for _, seconds in results)
+        value = g.gather([r for r, _ in results])
+        if self.timed:
+            return value, busy
+        g.dispatch_s += max(0.0, time.perf_counter() - self.started - busy)
+        return value
 
 
 def _split(value: Batch | list, parts: int) -> list:

@@ -98,7 +98,7 @@ def test_a_dead_worker_stops_the_call_in_seconds_while_its_peer_waits_in_a_colle
 def test_a_call_past_its_timeout_is_an_error_not_a_hang(pool):
     group = WorkerGroup("slow", Toy, pool=pool, timeouts={"sleep": 1.0})
     began = time.monotonic()
-    with pytest.raises(WorkerError, match=r"CallTimeout: no answer from rank\(s\) \[0, 1\] to `call` within 1s"):
+    with pytest.raises(WorkerError, match=r"failed in `sleep`: CallTimeout: no answer from rank\(s\) \[0, 1\] within 1s"):
         group.sleep(5.0)
     assert time.monotonic() - began < 4
 

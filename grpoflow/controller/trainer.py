@@ -9,11 +9,12 @@ estimator's signature asks for (values -> a critic, baselines -> a greedy rollou
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections import deque
 from functools import partial
-from typing import Any
+from typing import Any, Iterator
 from pathlib import Path
 
 import torch
@@ -88,6 +89,8 @@ class Controller:
             self.placement.close()
             raise
         self.needs_baselines = "baselines" in needs
+        r = cfg.rollout
+        self.sleep_engines = self.placement.colocated and r.free_cache_engine and r.engine in ("vllm", "sglang")
         # With one optimizer step per RL step the importance ratio is exactly 1, so the
         # old-log-prob pass would recompute what the update computes anyway: skip it unless
         # the KL-in-reward needs the log-probs before the update.
@@ -145,11 +148,12 @@ class Controller:
         cfg, timer, metrics = self.cfg, StageTimer(), {}
         torch.manual_seed(self.step_seed(step))
         with timer("step"):
-            batch, items = self.generate_and_score(step, timer, metrics)
+            with self.engines_awake():
+                batch, items = self.generate_and_score(step, timer, metrics)
             if self.is_async:
                 metrics.update(staleness_metrics(batch, self.version))
             if self.needs_baselines:
-                with timer("gen_baseline"):
+                with timer("gen_baseline"), self.engines_awake():
                     batch = batch.replace(baselines=self.greedy_baselines(items))
             if self.need_old_log_probs:
                 with timer("old_log_prob"):
@@ -178,6 +182,18 @@ class Controller:
         metrics.pop("_gen_busy_s", None)
         return {**metrics, **batch_metrics(batch), **timer.metrics(),
                 "perf/throughput": float(batch.attention_mask.sum()) / timer.seconds["step"]}
+
+    @contextlib.contextmanager
+    def engines_awake(self) -> Iterator[None]:
+        """Colocated vllm/sglang engines hold their KV cache only while generating (rollout.free_cache_engine):
+        the actor trains in the memory they free."""
+        if self.sleep_engines:
+            self.rollout.wake()
+        try:
+            yield
+        finally:
+            if self.sleep_engines:
+                self.rollout.sleep()
 
     def groups(self) -> list[WorkerGroup]:
         every = [self.actor, self.ref, self.critic, self.reward_model, self.rollout]
@@ -327,9 +343,10 @@ class Controller:
             return {}
         r = self.cfg.rollout
         params = SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)
-        return validate(self.rollout, self.val_items, self.reward, params=params, batch_size=r.val_batch_size,
-                        samples_path=self.run_dir / "samples.jsonl", step=step,
-                        num_samples=self.cfg.trainer.log_samples, seed=10**9 + self.step_seed(step))
+        with self.engines_awake():
+            return validate(self.rollout, self.val_items, self.reward, params=params, batch_size=r.val_batch_size,
+                            samples_path=self.run_dir / "samples.jsonl", step=step,
+                            num_samples=self.cfg.trainer.log_samples, seed=10**9 + self.step_seed(step))
 
     def save_checkpoint(self, step: int) -> Path:
         """Everything needed to continue exactly: weights, optimizers, sampler, KL controller, RNG."""

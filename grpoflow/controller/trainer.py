@@ -29,7 +29,7 @@ from grpoflow.controller.trackers import build_trackers
 from grpoflow.controller.validation import validate
 from grpoflow.data.batch import Batch
 from grpoflow.data.sampler import EpochSampler
-from grpoflow.distributed.placement import build_placement
+from grpoflow.controller.placement import build_placement
 from grpoflow.distributed.worker_group import Broadcast, WorkerError, WorkerGroup
 from grpoflow.engines.rollout import SamplingParams
 from grpoflow.engines.train import NonFiniteLossError

@@ -2,33 +2,48 @@
 
 Verbs (verl's engine vocabulary): `forward_backward(microbatches, loss_fn)` accumulates
 gradients, `optimizer_step()` clips, checks and applies them, `named_weights()` yields the
-parameters one tensor at a time for weight sync. On one rank the model is a plain module;
-when torch.distributed is initialised the gradient-normalising counts are global sums.
+parameters one tensor at a time for weight sync, `save` / `load` checkpoint model + optimizer.
+
+On one rank the model is a plain module. When torch.distributed is initialised with more
+than one rank, the model is sharded with FSDP2 (`fully_shard` per decoder layer, then the
+root) and every verb is a collective that all ranks call together:
+
+- gradients are reduce-scattered as a SUM, not a mean: each rank's loss is already its share
+  of the global loss (normalised by counts summed over ranks, `global_sum`);
+- the metrics `forward_backward` returns are summed over ranks the same way;
+- the grad norm is the global norm, so clipping and the NaN check agree on every rank;
+- checkpoints hold full (unsharded) weights and optimizer state, so a checkpoint does not
+  depend on the world size it was written with.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch import Tensor, nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
+from torch.distributed.tensor import DTensor
 
+from grpoflow.engines.device import current_device, global_max, global_sum, rank, sum_over_ranks, to_device, \
+    world_size
+from grpoflow.engines.microbatch import PaddingBatch
 from grpoflow.models.loading import load_saved_weights
+from grpoflow.models.lora import is_lora, merged_named_weights
+
+__all__ = ["NonFiniteLossError", "TrainEngine", "global_sum", "lr_multiplier", "place_model"]
+
+OPTIMIZER_FILE = "optimizer.pt"
 
 
 class NonFiniteLossError(RuntimeError):
     """Raised before a NaN/inf gradient could reach the weights."""
-
-
-def global_sum(value: float | Tensor) -> Tensor:
-    """Sum of `value` over all ranks of the default process group (itself on one rank)."""
-    t = torch.as_tensor(value, dtype=torch.float64).clone()
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(t)
-    return t
 
 
 def lr_multiplier(step: int, *, warmup_steps: int = 0, total_steps: int = 0, schedule: str = "constant",
@@ -48,13 +63,53 @@ def lr_multiplier(step: int, *, warmup_steps: int = 0, total_steps: int = 0, sch
     return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The blocks FSDP shards one by one: the children of the model's largest `nn.ModuleList` (by
+    parameter count). That is `model.layers` of an HF decoder, whether it sits under a causal-LM head,
+    a token-classification head (the critic) or a PEFT wrapper."""
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)]
+    if not lists:
+        return []
+    return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))
+
+
+def place_model(model: nn.Module) -> nn.Module:
+    """Put `model` on this rank's device; with more than one rank, shard it with FSDP2 first.
+
+    Sharded gradients are summed over ranks (gradient divide factor 1, sum-only collectives),
+    because each rank's loss is already normalised by global counts.
+    """
+    device = current_device()
+    if world_size() == 1:
+        return model.to(device)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    mesh = init_device_mesh(device.type, (world_size(),))
+    for layer in decoder_layers(model):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)  # the rest (embeddings, final norm, head) as one group; moves shards to device
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+    return model
+
+
+def _full(t: Tensor) -> Tensor:
+    """The whole tensor behind a (possibly sharded) parameter; a collective for a DTensor."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
 class TrainEngine:
-    def __init__(self, model: torch.nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
+    def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
                  betas: tuple[float, float] = (0.9, 0.999), lr_schedule: Callable[[int], float] | None = None
                  ) -> None:
-        self.model = model
+        self.sharded = world_size() > 1
+        self.model = place_model(model)
+        self.device = current_device()
         self.grad_clip = grad_clip
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in self.model.parameters() if p.requires_grad]  # after sharding: the local shards
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_schedule or (lambda step: 1.0))
         self.model.train()
@@ -63,25 +118,36 @@ class TrainEngine:
         """Run loss_fn(model, mb) -> (loss, metrics) on each micro-batch and backprop it.
 
         loss_fn must return each micro-batch's share of the mini-batch loss (normalised by
-        global counts), so gradients simply add up. Metrics are summed the same way.
+        global counts), so gradients simply add up. Metrics are summed the same way, over
+        micro-batches and over ranks. Micro-batches are moved to the model's device first; a
+        `PaddingBatch` (see `split_by_tokens`) runs forward and backward but counts zero.
         """
         totals: dict[str, float] = {}
         for mb in microbatches:
-            loss, metrics = loss_fn(self.model, mb)
-            if not torch.isfinite(loss):
-                self.optimizer.zero_grad(set_to_none=True)
-                raise NonFiniteLossError(f"the loss became {loss.item()} (metrics of the micro-batch: "
-                                         f"{ {k: round(float(v), 4) for k, v in metrics.items()} })")
+            loss, metrics = loss_fn(self.model, to_device(mb, self.device))
+            if isinstance(mb, PaddingBatch):
+                loss, metrics = loss * 0.0, {k: v * 0.0 for k, v in metrics.items()}
+            self._check_finite(loss, metrics)
             loss.backward()
             for k, v in metrics.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
-        return totals
+        return sum_over_ranks(totals)
+
+    def _check_finite(self, loss: Tensor, metrics: dict) -> None:
+        """Raise on every rank together if the loss is NaN/inf on any (a lone raise would hang the others)."""
+        finite = bool(torch.isfinite(loss))
+        if global_max(0 if finite else 1) == 0:
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        where = f"{loss.item()}" if not finite else "non-finite on another rank"
+        raise NonFiniteLossError(f"the loss became {where} (metrics of the micro-batch here: "
+                                 f"{ {k: round(float(v), 4) for k, v in metrics.items()} })")
 
     def optimizer_step(self) -> float:
-        """Clip, check and apply the accumulated gradients; returns the pre-clip grad norm."""
+        """Clip, check and apply the accumulated gradients; returns the pre-clip (global) grad norm."""
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.grad_clip if self.grad_clip > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        norm = _full(torch.nn.utils.clip_grad_norm_(params, max_norm))
         if not torch.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLossError(f"the gradient norm became {norm.item()}")
@@ -95,22 +161,114 @@ class TrainEngine:
         return self.optimizer.param_groups[0]["lr"]
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
-        """(name, tensor) one at a time, detached, for pushing to a rollout engine."""
+        """(name, full tensor) one at a time, detached, for pushing to a rollout engine.
+
+        With LoRA the adapters are merged into the base weights under the base model's names.
+        Sharded, each tensor is gathered from the ranks: every rank must iterate to the end.
+        """
+        if is_lora(self.model) and not self.sharded:
+            yield from merged_named_weights(self.model)
+            return
+        if is_lora(self.model):
+            with self._unsharded():  # the whole model on every rank while the adapters are merged in
+                merged = [(name, t.detach().clone()) for name, t in merged_named_weights(self.model)]
+            yield from merged
+            return
         for name, p in self.model.named_parameters():
-            yield name, p.detach()
+            yield name, _full(p.detach())
+
+    @contextmanager
+    def _unsharded(self) -> Iterator[None]:
+        """Every FSDP group gathered, so the module's parameters are plain full tensors until the block
+        ends (then freed: clone what must outlive it)."""
+        from torch.distributed.fsdp import FSDPModule
+
+        groups = [m for m in self.model.modules() if isinstance(m, FSDPModule)]
+        for m in groups:
+            m.unshard()
+        try:
+            yield
+        finally:
+            for m in groups:
+                m.reshard()
 
     def save(self, folder: str | Path) -> None:
-        """Weights as an HF folder (safetensors) and optimizer + LR schedule as optimizer.pt."""
-        self.model.save_pretrained(folder, safe_serialization=True)
-        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
+        """Weights as an HF folder (safetensors) and optimizer + LR schedule as optimizer.pt.
+
+        Sharded, every rank must call it: the full state is gathered to rank 0 (on the CPU), which writes.
+        """
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(self.model, options=options) if self.sharded else None
+        optim = get_optimizer_state_dict(self.model, self.optimizer, options=options)
+        if rank() != 0:
+            return
+        self.model.save_pretrained(folder, safe_serialization=True,
+                                   **({"state_dict": weights} if self.sharded else {}))
+        torch.save({"optimizer": optim, "scheduler": self.scheduler.state_dict(), "world_size": world_size()},
                    Path(folder) / OPTIMIZER_FILE)
 
     def load(self, folder: str | Path) -> None:
-        """Restore what `save` wrote, in place (the optimizer keeps pointing at these parameters)."""
-        load_saved_weights(self.model, folder)
-        opt = torch.load(Path(folder) / OPTIMIZER_FILE, weights_only=True)
-        self.optimizer.load_state_dict(opt["optimizer"])
-        self.scheduler.load_state_dict(opt["scheduler"])
+        """Restore what `save` wrote (with any world size), in place: the optimizer keeps its parameters.
+
+        Sharded, every rank must call it; rank 0 reads the folder and sends each tensor to the ranks.
+        """
+        if not self.sharded:
+            load_saved_weights(self.model, folder)
+            saved = torch.load(Path(folder) / OPTIMIZER_FILE, weights_only=True)
+            set_optimizer_state_dict(self.model, self.optimizer, saved["optimizer"],
+                                     options=StateDictOptions(full_state_dict=True))
+            self.scheduler.load_state_dict(saved["scheduler"])
+            return
+        weights, saved, error = {}, {}, None
+        if rank() == 0:
+            try:
+                weights = saved_model_state(self.model, folder)
+                saved = torch.load(Path(folder) / OPTIMIZER_FILE, weights_only=True)
+            except Exception as e:  # sent to every rank, which all raise it: a lone raise would hang the others
+                error = f"{type(e).__name__}: {e}"
+        message = [(error, saved.get("scheduler"))]
+        dist.broadcast_object_list(message, src=0)
+        error, scheduler_state = message[0]
+        if error is not None:
+            raise RuntimeError(f"could not load the checkpoint in {folder} (read on rank 0): {error}")
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+        set_model_state_dict(self.model, weights, options=options)
+        set_optimizer_state_dict(self.model, self.optimizer, saved.get("optimizer", {}), options=options)
+        self.scheduler.load_state_dict(scheduler_state)
 
 
-OPTIMIZER_FILE = "optimizer.pt"
+def saved_model_state(model: nn.Module, folder: str | Path) -> dict[str, Tensor]:
+    """The weights `save` wrote in `folder`, keyed like `model.state_dict()`. A LoRA folder holds only the
+    adapters, under PEFT's file names (the adapter name left out: `lora_A.weight`, not `lora_A.default.weight`)."""
+    from safetensors.torch import load_file
+
+    state: dict[str, Tensor] = {}
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        state.update(load_file(file))
+    if not state:
+        raise FileNotFoundError(f"checkpoint {folder} holds no *.safetensors weights.")
+    keys = list(model.state_dict())
+    if is_lora(model):
+        adapters = list(model.peft_config)
+        file_key = {k: _without_adapter_name(k, adapters) for k in keys if "lora_" in k}
+        expected = {v: k for k, v in file_key.items()}
+    else:
+        expected = {k: k for k in keys}
+    unexpected = [k for k in state if k not in expected]
+    missing = [k for k in expected if k not in state and not _is_tied(model, expected[k])]
+    if unexpected or missing:
+        raise ValueError(f"checkpoint {folder} does not match the model: missing {missing[:3]}, unexpected "
+                         f"{unexpected[:3]}; resume with the model.path (and model.lora) it was trained with.")
+    return {expected[k]: v for k, v in state.items()}
+
+
+def _without_adapter_name(key: str, adapters: list[str]) -> str:
+    for name in adapters:
+        key = key.replace(f".{name}.", ".")
+    return key
+
+
+def _is_tied(model: nn.Module, name: str) -> bool:
+    """True if parameter `name` is the same Parameter as another name (tied embeddings)."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    return name in params and any(other != name and p is params[name] for other, p in params.items())

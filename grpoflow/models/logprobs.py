@@ -1,19 +1,44 @@
 """Per-token log-probabilities and entropy of a causal LM's responses.
 
-Log-softmax over a large vocabulary is the memory peak of an RL step (B x T x V floats), so
-it is computed in chunks of tokens, in float32, and only for the response positions
-(`logits_to_keep`), never for the prompt.
+Three things make this pass cheap:
+
+- **Shared prompts.** GRPO scores n responses to each prompt. When a micro-batch holds repeated
+  prompts, each distinct prompt is run once (its KV cache, with its autograd graph, is then
+  repeated for its responses) and only the response tokens run per row. The result and the
+  gradient are those of the full forward: the repeated prompt activations are the same
+  tensors, so their gradients add up exactly as the n separate copies' would.
+- **bf16 compute** (`compute_dtype="bfloat16"`): the model forward (and so its backward) runs
+  under `torch.autocast`, so the matrix products run in bfloat16 while the parameters, their
+  gradients and the optimizer stay in float32 (master weights).
+- **Log-softmax in chunks, in float32, for the response positions only** (`logits_to_keep`):
+  over a large vocabulary B x T x V floats are the memory peak of an RL step.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+import torch.distributed as dist
 from torch import Tensor
+from transformers import DynamicCache
+
+# Share the prompt forward only when it removes at least this fraction of the tokens: the
+# shared path runs two forwards instead of one, which costs a few milliseconds of overhead.
+MIN_SHARED_SAVING = 0.2
 
 
-def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024,
+def compute_autocast(compute_dtype: str | torch.dtype | None, device: torch.device | str = "cpu"):
+    """A context that runs matrix products in `compute_dtype` (autocast), or nothing for float32/None."""
+    dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
+    if dtype in (None, torch.float32):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+
+
+def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024, temperature: float = 1.0,
                     with_entropy: bool = False, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
-    """log p(label) and (optionally) the entropy of each position.
+    """log p(label) and (optionally) the entropy of each position, of softmax(logits / temperature).
 
     logits: [B, T, V] (any float dtype; computed in float32), labels: [B, T] int64.
     Returns log_probs [B, T] float32 and entropy [B, T] float32 (or None), where
@@ -26,6 +51,8 @@ def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024,
     logps, ents = [], []
     for start in range(0, b * t, max(chunk_size, 1)):
         z = flat[start:start + chunk_size].float()
+        if temperature != 1.0:
+            z = z / temperature
         lse = torch.logsumexp(z, dim=-1)
         logps.append(z.gather(-1, flat_labels[start:start + chunk_size, None]).squeeze(-1) - lse)
         if with_entropy:
@@ -38,22 +65,58 @@ def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024,
 
 def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
                        response_mask: Tensor, *, temperature: float = 1.0, chunk_size: int = 1024,
-                       with_entropy: bool = False, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
+                       with_entropy: bool = False, entropy_grad: bool = False,
+                       compute_dtype: str | torch.dtype | None = None) -> tuple[Tensor, Tensor | None]:
     """Log-probs [B, R] (and entropy [B, R]) of the response tokens given left-padded prompts.
 
     prompt_ids/prompt_mask: [B, P] (left-padded), response_ids/response_mask: [B, R]
     (right-padded). The logits at input position P - 1 + t predict response token t; they
-    are divided by `temperature` so the result matches the sampling distribution.
+    are divided by `temperature` (in float32) so the result matches the sampling distribution.
+    The forward runs under `compute_autocast(compute_dtype)`.
     Padding positions hold arbitrary values: mask them with `response_mask`.
     """
-    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    with compute_autocast(compute_dtype, prompt_ids.device):
+        logits = response_logits(model, prompt_ids, prompt_mask, response_ids, response_mask)
+    return token_log_probs(logits, response_ids, chunk_size=chunk_size, temperature=temperature,
+                           with_entropy=with_entropy, entropy_grad=entropy_grad)
+
+
+def response_logits(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
+                    response_mask: Tensor) -> Tensor:
+    """[B, R, V] logits that predict each response token (row t predicts response token t).
+
+    Repeated prompts are run once when that saves at least `MIN_SHARED_SAVING` of the tokens;
+    not with gradient checkpointing (its recomputation does not go through a KV cache) and not
+    on several ranks (a sharded model's forward is a collective: every rank must run as many
+    forwards as the others, whatever its own prompts).
+    """
+    b, p = prompt_ids.shape
+    r = response_ids.shape[1]
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    r = response_ids.shape[1]
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                logits_to_keep=r + 1, use_cache=False)
-    logits = out.logits[:, :-1]
-    if temperature != 1.0:
-        logits = logits / temperature
-    return token_log_probs(logits, response_ids, chunk_size=chunk_size, with_entropy=with_entropy,
-                           entropy_grad=entropy_grad)
+    distinct, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1), dim=0,
+                                     return_inverse=True)
+    shared_tokens = len(distinct) * p + b * r
+    if shared_tokens > (1 - MIN_SHARED_SAVING) * b * (p + r) or _checkpointing(model) or _several_ranks():
+        out = model(input_ids=torch.cat([prompt_ids, response_ids], dim=1), attention_mask=attention_mask,
+                    position_ids=position_ids, logits_to_keep=r + 1, use_cache=False)
+        return out.logits[:, :-1]
+    # Each distinct prompt once: the last prompt position's logits predict response token 0.
+    distinct_ids, distinct_mask = distinct[:, :p], distinct[:, p:]
+    cache = DynamicCache(config=model.config)
+    first = model(input_ids=distinct_ids, attention_mask=distinct_mask,
+                  position_ids=(distinct_mask.cumsum(-1) - 1).clamp(min=0), cache=cache, use_cache=True,
+                  logits_to_keep=1).logits
+    cache.reorder_cache(inverse)  # [distinct, ...] -> [B, ...]: an index_select, gradients flow back through it
+    rest = model(input_ids=response_ids, attention_mask=attention_mask, position_ids=position_ids[:, p:],
+                 cache=cache, use_cache=True, logits_to_keep=r).logits
+    return torch.cat([first[inverse], rest[:, :-1]], dim=1)
+
+
+def _checkpointing(model: torch.nn.Module) -> bool:
+    """Whether any layer recomputes its activations (transformers' gradient checkpointing flag)."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+
+
+def _several_ranks() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

@@ -19,7 +19,7 @@ from grpoflow.data.batch import Batch
 from grpoflow.engines.microbatch import split_by_tokens
 from grpoflow.engines.train import TrainEngine, global_sum, lr_multiplier
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
-from grpoflow.models.lora import add_lora, is_lora, merged_named_weights
+from grpoflow.models.lora import add_lora, is_lora
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.workers.forward import batch_log_probs
 
@@ -36,6 +36,7 @@ class ActorWorker:
         self.policy_loss = POLICY_LOSSES.resolve(cfg.policy_loss)
         schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
                            schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
+        self.compute_dtype = (model_cfg or ModelConfig()).compute_dtype  # autocast of every forward
         self.engine = TrainEngine(build_policy(model_path, model_cfg or ModelConfig()), lr=cfg.lr,
                                   weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, lr_schedule=schedule)
 
@@ -46,14 +47,14 @@ class ActorWorker:
         with self.engine.model.disable_adapter():
             log_probs, _ = batch_log_probs(self.engine.model, batch, temperature=self.temperature,
                                            max_tokens=self.cfg.max_tokens_per_microbatch,
-                                           chunk_size=self.cfg.logprob_chunk_size)
+                                           chunk_size=self.cfg.logprob_chunk_size, compute_dtype=self.compute_dtype)
         return batch.replace(ref_log_probs=log_probs)
 
     def compute_log_prob(self, batch: Batch) -> Batch:
         """Fill `old_log_probs` [B, R] with the current policy's log-probs."""
         log_probs, _ = batch_log_probs(self.engine.model, batch, temperature=self.temperature,
                                        max_tokens=self.cfg.max_tokens_per_microbatch,
-                                       chunk_size=self.cfg.logprob_chunk_size)
+                                       chunk_size=self.cfg.logprob_chunk_size, compute_dtype=self.compute_dtype)
         return batch.replace(old_log_probs=log_probs)
 
     def update_policy(self, batch: Batch) -> dict[str, float]:
@@ -96,7 +97,7 @@ class ActorWorker:
         log_probs, entropy = response_log_probs(
             model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask,
             temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
-            entropy_grad=cfg.entropy_coeff > 0)
+            entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype)
         # Strictly on-policy (one optimizer step per RL step) the ratio is exactly 1: the
         # controller skips the old-log-prob pass and the current log-probs stand in for it.
         old = mb.old_log_probs if mb.old_log_probs is not None else log_probs.detach()
@@ -131,18 +132,19 @@ class ActorWorker:
         return loss, metrics
 
     def save_checkpoint(self, folder: str) -> None:
-        """Rank 0 writes the policy as an HF folder (weights, config, tokenizer) + optimizer state."""
+        """Rank 0 writes the policy as an HF folder (weights, config, tokenizer) + optimizer state.
+        Every rank calls it: gathering sharded weights is a collective."""
+        self.engine.save(folder)
         if self.rank == 0:
-            self.engine.save(folder)
             load_tokenizer(self.model_path).save_pretrained(folder)
 
     def load_checkpoint(self, folder: str) -> None:
         self.engine.load(folder)
 
     def named_weights(self) -> list[tuple[str, Tensor]]:
-        """The policy's parameters, one (name, tensor) at a time, for the rollout engine (LoRA: merged)."""
-        model = self.engine.model
-        return list(merged_named_weights(model) if is_lora(model) else self.engine.named_weights())
+        """The policy's parameters, one (name, full tensor) at a time, for the rollout engine (LoRA: merged).
+        Every rank calls it: gathering sharded weights is a collective."""
+        return list(self.engine.named_weights())
 
 
 def build_policy(model_path: str, cfg: ModelConfig) -> torch.nn.Module:

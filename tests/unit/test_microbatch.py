@@ -114,3 +114,69 @@ def test_split_by_tokens_returns_trimmed_batches_matching_the_plan():
             assert torch.equal(mb.old_log_probs[k, :r], batch.old_log_probs[i, :r])
     # together the micro-batches hold every row once
     assert sorted(s for mb in micro for s in mb.scores.tolist()) == [float(i) for i in range(23)]
+
+
+# --- the same micro-batch count on every rank (FSDP: each forward/backward is a collective) ---
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("extra", [1, 3, 10])
+def test_min_count_cuts_costliest_groups_and_keeps_the_budget(seed, extra):
+    prompt_lengths, response_lengths = random_lengths(30, seed)
+    greedy = plan_microbatches(prompt_lengths, response_lengths, 150)
+    plans = plan_microbatches(prompt_lengths, response_lengths, 150, min_count=len(greedy) + extra)
+    assert len(plans) == min(len(greedy) + extra, 30)
+    assert sorted(i for plan in plans for i in plan) == list(range(30))
+    assert all(plans)
+    order = sorted(range(30), key=lambda i: (prompt_lengths[i] + response_lengths[i], i))
+    assert [i for plan in plans for i in plan] == order  # cut, never reshuffled: still length-sorted
+    for plan in plans:
+        if len(plan) > 1:
+            assert padded_cost(plan, prompt_lengths, response_lengths) <= 150
+
+
+def test_min_count_cuts_the_costliest_group_first():
+    # greedy: [0, 1, 2, 3] (4 x 4 = 16 tokens) and [4, 5] (2 x 8 = 16); a tie goes to the earlier group
+    lengths = [2, 2, 2, 2, 4, 4]
+    assert plan_microbatches(lengths, lengths, 16) == [[0, 1, 2, 3], [4, 5]]
+    assert plan_microbatches(lengths, lengths, 16, min_count=3) == [[0, 1], [2, 3], [4, 5]]
+    assert plan_microbatches(lengths, lengths, 16, min_count=4) == [[0, 1], [2, 3], [4], [5]]
+    # no more groups than rows; a smaller min_count changes nothing
+    assert plan_microbatches(lengths, lengths, 16, min_count=9) == [[i] for i in range(6)]
+    assert plan_microbatches(lengths, lengths, 16, min_count=1) == [[0, 1, 2, 3], [4, 5]]
+
+
+def test_split_by_tokens_pads_to_the_count_agreed_over_ranks(monkeypatch):
+    from grpoflow.engines import microbatch
+    from grpoflow.engines.microbatch import PaddingBatch
+
+    batch = _batch_from_lengths([3, 5, 2], [4, 1, 6], width_p=6, width_r=7)
+    monkeypatch.setattr(microbatch, "global_max", lambda count: 5)  # another rank planned 5 micro-batches
+    micro, plans = split_by_tokens(batch, 1000)
+    assert len(micro) == len(plans) == 5
+    assert sorted(i for plan in plans for i in plan) == [0, 1, 2]  # three rows, one per micro-batch
+    assert [isinstance(mb, PaddingBatch) for mb in micro] == [False, False, False, True, True]
+    assert plans[3:] == [[], []]
+    padding = micro[3]
+    assert len(padding) == 1 and padding.prompts == ["p0"]  # a real row, computed and thrown away
+    assert torch.equal(padding.response_ids[0, :4], batch.response_ids[0, :4])
+
+
+def test_an_empty_shard_still_gets_padding_micro_batches(monkeypatch):
+    from grpoflow.engines import microbatch
+    from grpoflow.engines.microbatch import PaddingBatch
+
+    empty = _batch_from_lengths([3, 5], [4, 1], width_p=6, width_r=7).select([])
+    monkeypatch.setattr(microbatch, "global_max", lambda count: 2)
+    micro, plans = split_by_tokens(empty, 1000)
+    assert plans == [[], []]
+    for mb in micro:
+        assert isinstance(mb, PaddingBatch) and len(mb) == 1
+        # one attended prompt token (a fully masked row would give NaN attention) and one response token
+        assert mb.prompt_mask.tolist() == [[1]] and mb.response_mask.tolist() == [[1]]
+        assert mb.old_log_probs.tolist() == [[0.0]] and mb.group_ids.tolist() == [0]
+
+
+def test_no_process_group_means_no_padding():
+    batch = _batch_from_lengths([3, 5, 2], [4, 1, 6], width_p=6, width_r=7)
+    micro, plans = split_by_tokens(batch, 1000)
+    assert plans == plan_microbatches([3, 5, 2], [4, 1, 6], 1000) and len(micro) == 1

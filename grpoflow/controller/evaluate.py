@@ -44,7 +44,8 @@ def evaluate(cfg: Config) -> dict[str, float]:
                                    apply_chat_template=d.apply_chat_template, system_prompt=d.system_prompt)
     items = items[:d.val_max_prompts]
     rollout = WorkerGroup("rollout", lambda rank, world: RolloutWorker(rank, world, model_path=model_path,
-                                                                        engine=cfg.rollout.engine))
+                                                                        engine=cfg.rollout.engine, cfg=cfg.rollout,
+                                                                        dtype=cfg.model.dtype))
     params = SamplingParams(n=cfg.rollout.val_n, max_new_tokens=cfg.rollout.max_new_tokens,
                             temperature=cfg.rollout.val_temperature, top_p=1.0)
     with scorer:

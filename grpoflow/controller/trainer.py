@@ -139,7 +139,7 @@ class Controller:
         # bf16 compute: the rollout copy is stored in bf16 (it never trains, so needs no fp32 master).
         bf16 = "bfloat16" in (cfg.model.dtype, cfg.model.compute_dtype)
         self.rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine,
-                                                      dtype="bfloat16" if bf16 else None),
+                                                      cfg=cfg.rollout, seed=seed, dtype="bfloat16" if bf16 else None),
                                    pool=self.placement.rollout,
                                    timeouts={"update_weights": cfg.rollout.sync_timeout_s})
 

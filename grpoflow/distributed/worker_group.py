@@ -79,12 +79,12 @@ class WorkerGroup:
 
     def _start(self, host_method: str, method: str, args: tuple, kwargs: dict) -> Any:
         first = args[0] if args else None
-        per_rank = [(self.role, method, args, kwargs)] * self.world_size
+        per_rank = [(self.role, method, args, kwargs, self.tp)] * self.world_size
         if isinstance(first, Broadcast):
-            per_rank = [(self.role, method, (first.value, *args[1:]), kwargs)] * self.world_size
+            per_rank = [(self.role, method, (first.value, *args[1:]), kwargs, self.tp)] * self.world_size
         elif isinstance(first, (Batch, list)):
             shards = _split(first, self.dp_size)
-            per_rank = [(self.role, method, (shards[rank // self.tp], *args[1:]), kwargs)
+            per_rank = [(self.role, method, (shards[rank // self.tp], *args[1:]), kwargs, self.tp)
                         for rank in range(self.world_size)]
         return self._guard(method, lambda: self.pool.submit(host_method, per_rank))
 

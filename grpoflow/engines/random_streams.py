@@ -26,15 +26,18 @@ def hash32(x: Tensor) -> Tensor:
     return ((word >> 22) ^ word) & MASK32
 
 
-def row_seeds(seed: int, prompt_seeds: Tensor, n: int) -> Tensor:
-    """[B*n] int64 seeds of the rows of B prompts x n samples (prompt-major).
+def prompt_seeds(seed: int, indices: Tensor) -> Tensor:
+    """[B] int64 seeds of B prompts for one call: a function of (seed, prompt index) only.
 
-    seed: the call's seed (e.g. the step's); prompt_seeds: [B] int64, one per prompt (its index
-    in the dataset), so a prompt's samples are the same in any batch.
+    seed: the call's seed (e.g. the step's); indices: [B] each prompt's index in the dataset.
     """
-    base = hash32(torch.tensor(seed & MASK32, dtype=torch.int64) ^ hash32(prompt_seeds.long() & MASK32))
+    return hash32(torch.tensor(seed & MASK32, dtype=torch.int64) ^ hash32(indices.long() & MASK32))
+
+
+def row_seeds(seeds: Tensor, n: int) -> Tensor:
+    """[B*n] int64 seeds of the rows of B prompts x n samples (prompt-major), from [B] prompt seeds."""
     sample = torch.arange(n, dtype=torch.int64)
-    return hash32(base[:, None] ^ hash32(sample + 0x9E3779B9 & MASK32)[None, :]).reshape(-1)
+    return hash32(seeds.long()[:, None] ^ hash32(sample + 0x9E3779B9 & MASK32)[None, :]).reshape(-1)
 
 
 def uniforms(seeds: Tensor, position: int) -> Tensor:

@@ -2,7 +2,11 @@
 
 import torch
 
-from grpoflow.engines.random_streams import hash32, row_seeds, sample_from, uniforms
+from grpoflow.engines.random_streams import hash32, prompt_seeds, row_seeds, sample_from, uniforms
+
+
+def rows(seed, indices, n):
+    return row_seeds(prompt_seeds(seed, torch.tensor(indices)), n)
 
 
 def pcg_rxs_m_xs(x: int) -> int:
@@ -20,26 +24,26 @@ def test_hash32_equals_the_reference_on_edge_and_random_values():
 
 
 def test_a_prompts_rows_do_not_depend_on_the_batch_it_is_in():
-    together = row_seeds(42, torch.tensor([5, 9, 11]), 4)
-    alone = torch.cat([row_seeds(42, torch.tensor([i]), 4) for i in (5, 9, 11)])
+    together = rows(42, [5, 9, 11], 4)
+    alone = torch.cat([rows(42, [i], 4) for i in (5, 9, 11)])
     assert torch.equal(together, alone)
     assert len(set(together.tolist())) == 12  # distinct rows
-    assert not torch.equal(row_seeds(43, torch.tensor([5]), 4), row_seeds(42, torch.tensor([5]), 4))
+    assert not torch.equal(rows(43, [5], 4), rows(42, [5], 4))
 
 
 def test_uniforms_are_in_range_and_roughly_uniform():
-    u = uniforms(row_seeds(0, torch.arange(25_000), 4), position=3)
+    u = uniforms(row_seeds(prompt_seeds(0, torch.arange(25_000)), 4), position=3)
     assert u.min() >= 0 and u.max() < 1
     counts = torch.histc(u, bins=10, min=0, max=1)
     expected = len(u) / 10
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < 30  # 9 degrees of freedom: p ~ 4e-4
-    assert not torch.equal(u, uniforms(row_seeds(0, torch.arange(25_000), 4), position=4))
+    assert not torch.equal(u, uniforms(row_seeds(prompt_seeds(0, torch.arange(25_000)), 4), position=4))
 
 
 def test_inverse_cdf_draws_follow_the_probabilities_and_skip_zeros():
     probs = torch.tensor([0.1, 0.0, 0.6, 0.3])
-    u = uniforms(row_seeds(1, torch.arange(20_000), 1), position=0)
+    u = uniforms(row_seeds(prompt_seeds(1, torch.arange(20_000)), 1), position=0)
     tokens = sample_from(probs.expand(len(u), 4), u)
     freq = torch.bincount(tokens, minlength=4).float() / len(u)
     assert freq[1] == 0

@@ -1,4 +1,4 @@
-"""The rollout engine protocol, and its transformers `generate` implementation.
+"""The rollout engine protocol, and its transformers implementation (KV-cached sampling).
 
 An engine takes prompt token ids and returns `n` samples per prompt as padded tensors with the
 sampling log-probs. Engines hold their own copy of the weights (possibly in another dtype or
@@ -12,6 +12,8 @@ from typing import Iterable, Protocol
 
 import torch
 from torch import Tensor
+
+from grpoflow.engines.sampling import sample
 
 
 @dataclass
@@ -36,7 +38,11 @@ class Generation:
 class RolloutEngine(Protocol):
     version: int
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation: ...
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
+                 ) -> Generation:
+        """`seeds`: one per prompt, so that a prompt's samples do not depend on its batch (engines
+        that cannot promise it say so); None: the engine draws from torch's global generator."""
+        ...
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None: ...
 
@@ -66,7 +72,11 @@ def eos_response_mask(response_ids: Tensor, eos_token_id: int | list[int]) -> Te
 
 
 class HFRolloutEngine:
-    """Sampling with `model.generate` (CPU or one GPU)."""
+    """KV-cached sampling with a transformers causal LM (CPU or one GPU), see `engines.sampling`.
+
+    The engine computes in the dtype of the model it is given: a rollout copy loaded in bfloat16
+    decodes in bfloat16 and receives the trainer's float32 weights cast on copy.
+    """
 
     def __init__(self, model: torch.nn.Module, *, pad_token_id: int, eos_token_id: int | list[int]) -> None:
         self.model = model.eval()
@@ -74,30 +84,24 @@ class HFRolloutEngine:
         self.eos_token_id = eos_token_id
         self.version = 0
         self._device = next(model.parameters()).device
+        self._eos = torch.as_tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id])
         for p in self.model.parameters():
             p.requires_grad_(False)
 
-    @torch.no_grad()
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
+                 ) -> Generation:
+        """n samples per prompt; with `seeds` (one per prompt) each sample has its own random stream."""
         prompt_ids, prompt_mask = left_pad(prompts, self.pad_token_id)
-        prompt_ids = prompt_ids.repeat_interleave(params.n, 0)
-        prompt_mask = prompt_mask.repeat_interleave(params.n, 0)
-        greedy = params.temperature <= 0
-        sampling = {} if greedy else {"temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
-        out = self.model.generate(
-            input_ids=prompt_ids.to(self._device), attention_mask=prompt_mask.to(self._device),
-            do_sample=not greedy, max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_token_id,
-            eos_token_id=self.eos_token_id, output_logits=True, return_dict_in_generate=True, **sampling)
-        response_ids = out.sequences[:, prompt_ids.shape[1]:].cpu()
+        response_ids, log_probs = sample(
+            self.model, prompt_ids.to(self._device), prompt_mask.to(self._device), n=params.n,
+            max_new_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
+            eos_token_ids=self._eos.to(self._device), pad_token_id=self.pad_token_id,
+            seeds=None if seeds is None else torch.tensor(seeds, dtype=torch.long))
+        response_ids, log_probs = response_ids.cpu(), log_probs.cpu()
         response_mask = eos_response_mask(response_ids, self.eos_token_id)
-        truncated = response_mask.all(-1) & ~torch.isin(response_ids[:, -1], torch.as_tensor(self.eos_token_id))
-        response_ids = response_ids.masked_fill(response_mask == 0, self.pad_token_id)
-        logits = torch.stack(out.logits, dim=1).float().cpu()  # [B*n, R, V] raw logits
-        if not greedy:
-            logits = logits / params.temperature
-        log_probs = torch.log_softmax(logits, -1).gather(-1, response_ids[..., None]).squeeze(-1)
-        return Generation(prompt_ids, prompt_mask, response_ids, response_mask,
-                          log_probs * response_mask, truncated)
+        truncated = ~torch.isin(response_ids, self._eos).any(-1)  # the loop ran to max_new_tokens for these
+        return Generation(prompt_ids.repeat_interleave(params.n, 0), prompt_mask.repeat_interleave(params.n, 0),
+                          response_ids, response_mask, log_probs, truncated)
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None:

@@ -60,7 +60,10 @@ class SGLangRolloutEngine:
             mem_fraction_static=gpu_memory_utilization, tp_size=tensor_parallel_size,
             disable_cuda_graph=enforce_eager, enable_memory_saver=free_cache_engine, log_level="error")
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
+                 ) -> Generation:
+        """`seeds` is accepted for the protocol; SGLang samples with its own generator, so its samples
+        depend on the batch (unlike the hf and vllm engines)."""
         self._check_usable()
         if self._asleep:
             self.wake()

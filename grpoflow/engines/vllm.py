@@ -71,7 +71,10 @@ class VLLMRolloutEngine:
         from vllm.inputs import TokensPrompt
         self._prompt_cls = TokensPrompt
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation:
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
+                 ) -> Generation:
+        """`seeds` (one per prompt): vLLM's per-request seed, so a prompt's samples do not depend on the
+        batch it is in; None draws them from torch's generator."""
         self._check_usable()
         if self._asleep:
             self.wake()
@@ -86,8 +89,10 @@ class VLLMRolloutEngine:
             # samples; vLLM gives sample j of a request seed + j, hence the stride n.
             inputs, per_request = prompts, params.n
             base = int(torch.randint(0, 2**31 - 1 - len(prompts) * params.n, ()).item())
+            starts = [base + i * params.n for i in range(len(prompts))] if seeds is None else \
+                [s % (2**31 - 1 - params.n) for s in seeds]
             requests = [self._sampling_cls(n=params.n, temperature=params.temperature, top_p=params.top_p,
-                                           seed=base + i * params.n, **common) for i in range(len(prompts))]
+                                           seed=start, **common) for start in starts]
         outputs = self.llm.generate([self._prompt_cls(prompt_token_ids=list(p)) for p in inputs], requests,
                                     use_tqdm=False)
         responses, log_probs = samples_from_vllm(outputs, per_request)

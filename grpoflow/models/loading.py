@@ -7,6 +7,8 @@ first be saved into a folder (``save_pretrained``, ``huggingface-cli download`` 
 
 from __future__ import annotations
 
+import inspect
+
 import os
 from pathlib import Path
 
@@ -163,3 +165,10 @@ def load_reward_model(path: str | os.PathLike, dtype: torch.dtype = torch.float3
         raise ValueError(f"reward.model_path={path}: its config has no pad_token_id, so the score position of a "
                          "padded batch is unknown; set pad_token_id in its config.json.")
     return model
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward keyword that takes a KV cache: `cache` from transformers 5.24, `past_key_values` before
+    (an older version silently ignores `cache=`, so the wrong keyword would drop the prompt's KV)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"

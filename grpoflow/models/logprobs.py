@@ -23,6 +23,8 @@ import torch.distributed as dist
 from torch import Tensor
 from transformers import DynamicCache
 
+from grpoflow.models.loading import cache_keyword
+
 # Share the prompt forward only when it removes at least this fraction of the tokens: the
 # shared path runs two forwards instead of one, which costs a few milliseconds of overhead.
 MIN_SHARED_SAVING = 0.2
@@ -103,13 +105,13 @@ def response_logits(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Ten
         return out.logits[:, :-1]
     # Each distinct prompt once: the last prompt position's logits predict response token 0.
     distinct_ids, distinct_mask = distinct[:, :p], distinct[:, p:]
-    cache = DynamicCache(config=model.config)
+    cache, cache_kw = DynamicCache(config=model.config), cache_keyword(model)
     first = model(input_ids=distinct_ids, attention_mask=distinct_mask,
-                  position_ids=(distinct_mask.cumsum(-1) - 1).clamp(min=0), cache=cache, use_cache=True,
+                  position_ids=(distinct_mask.cumsum(-1) - 1).clamp(min=0), **{cache_kw: cache}, use_cache=True,
                   logits_to_keep=1).logits
     cache.reorder_cache(inverse)  # [distinct, ...] -> [B, ...]: an index_select, gradients flow back through it
     rest = model(input_ids=response_ids, attention_mask=attention_mask, position_ids=position_ids[:, p:],
-                 cache=cache, use_cache=True, logits_to_keep=r).logits
+                 **{cache_kw: cache}, use_cache=True, logits_to_keep=r).logits
     return torch.cat([first[inverse], rest[:, :-1]], dim=1)
 
 

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from grpoflow.config import RolloutConfig
 from grpoflow.data.batch import Batch
+from grpoflow.engines.random_streams import prompt_seeds
 from grpoflow.engines.rollout import HFRolloutEngine, RolloutEngine, SamplingParams
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 
@@ -72,9 +73,11 @@ class RolloutWorker:
         (ids are local to this call: the controller renumbers them for the whole step). `seed` seeds the
         sampling in this process (the controller passes one per step), and every sample records the
         engine's weight version."""
-        if seed is not None:
+        seeds = None
+        if seed is not None:  # one random stream per (seed, prompt): samples do not depend on batching or placement
             torch.manual_seed(seed)
-        gen = self.engine.generate([it.prompt_ids for it in items], params)
+            seeds = prompt_seeds(seed, torch.tensor([it.index for it in items], dtype=torch.long)).tolist()
+        gen = self.engine.generate([it.prompt_ids for it in items], params, seeds=seeds)
         n = params.n
         completions = self.tokenizer.batch_decode(
             [ids[:int(m.sum())] for ids, m in zip(gen.response_ids, gen.response_mask)], skip_special_tokens=True)

@@ -5,6 +5,7 @@ import torch
 
 from grpoflow.data.batch import Batch
 from grpoflow.engines.rollout import HFRolloutEngine, SamplingParams, eos_response_mask, left_pad
+from grpoflow.engines.sampling import sample
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.workers.forward import batch_log_probs
 
@@ -56,3 +57,110 @@ def test_greedy_is_deterministic_and_weight_sync_changes_it(engine, tiny_model_p
     assert not torch.equal(eng.generate(prompts, greedy).log_probs, a.log_probs)
     with pytest.raises(KeyError, match="no parameter 'nope'"):
         eng.update_weights([("nope", torch.zeros(1))], version=8)
+
+
+# Ids 0..59 all end a response: rows of the random tiny model then stop at different steps, which
+# exercises early stopping and rows leaving the decode batch.
+MANY_EOS = list(range(60))
+
+
+def _prompts(tok):
+    return [tok.encode(p, add_special_tokens=False) for p in ["1+2=", "10+20=", "7+55=", "99+1="]]
+
+
+def test_greedy_equals_hf_generate(tiny_model_path):
+    tok = load_tokenizer(tiny_model_path)
+    model = load_causal_lm(tiny_model_path)
+    prompts = _prompts(tok)
+    for eos in (tok.eos_token_id, MANY_EOS):
+        eng = HFRolloutEngine(model, pad_token_id=tok.pad_token_id, eos_token_id=eos)
+        gen = eng.generate(prompts, SamplingParams(n=1, max_new_tokens=8, temperature=0.0))
+        ids, mask = left_pad(prompts, tok.pad_token_id)
+        ref = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=8,
+                             pad_token_id=tok.pad_token_id, eos_token_id=eos)[:, ids.shape[1]:]
+        ref = ref.masked_fill(eos_response_mask(ref, eos) == 0, tok.pad_token_id)
+        assert torch.equal(gen.response_ids, ref)
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_early_stop_and_finished_rows_keep_log_probs_exact(tiny_model_path, top_p):
+    tok = load_tokenizer(tiny_model_path)
+    eng = HFRolloutEngine(load_causal_lm(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
+    torch.manual_seed(1)
+    gen = eng.generate(_prompts(tok), SamplingParams(n=5, max_new_tokens=12, temperature=0.9, top_p=top_p))
+    lengths = gen.response_mask.sum(-1)
+    assert lengths.min() < lengths.max(), "rows should finish at different steps"
+    assert gen.response_ids.shape[1] == lengths.max() <= 12  # stopped once every row ended (or at the budget)
+    ends_with_eos = torch.isin(gen.response_ids.gather(1, (lengths - 1)[:, None]).squeeze(1), torch.tensor(MANY_EOS))
+    assert torch.equal(gen.truncated, ~ends_with_eos)
+    batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
+                  response_mask=gen.response_mask, group_ids=torch.arange(20) // 5)
+    trainer_lp, _ = batch_log_probs(load_causal_lm(tiny_model_path), batch, temperature=0.9, max_tokens=4096,
+                                    chunk_size=64)
+    m = gen.response_mask.bool()
+    torch.testing.assert_close(trainer_lp[m], gen.log_probs[m], atol=1e-4, rtol=1e-4)
+    assert (gen.log_probs[~m] == 0).all() and (gen.response_ids[~m] == tok.pad_token_id).all()
+
+
+def test_samples_follow_the_global_seed(engine):
+    eng, tok = engine
+    params = SamplingParams(n=3, max_new_tokens=6, temperature=1.0)
+    torch.manual_seed(5)
+    a = eng.generate(_prompts(tok), params)
+    torch.manual_seed(5)
+    b = eng.generate(_prompts(tok), params)
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.log_probs, b.log_probs)
+    assert not torch.equal(a.response_ids, eng.generate(_prompts(tok), params).response_ids)
+
+
+def test_bf16_engine_samples_and_receives_fp32_weights(tiny_model_path):
+    tok = load_tokenizer(tiny_model_path)
+    eng = HFRolloutEngine(load_causal_lm(tiny_model_path, dtype=torch.bfloat16), pad_token_id=tok.pad_token_id,
+                          eos_token_id=tok.eos_token_id)
+    fp32 = load_causal_lm(tiny_model_path)
+    eng.update_weights(fp32.named_parameters(), version=1)
+    torch.manual_seed(0)
+    gen = eng.generate(_prompts(tok), SamplingParams(n=2, max_new_tokens=6))
+    assert gen.log_probs.dtype == torch.float32 and next(eng.model.parameters()).dtype == torch.bfloat16
+    batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
+                  response_mask=gen.response_mask, group_ids=torch.arange(8) // 2)
+    trainer_lp, _ = batch_log_probs(fp32, batch, temperature=1.0, max_tokens=4096, chunk_size=64)
+    m = gen.response_mask.bool()
+    # bf16 keeps 8 mantissa bits: the sampler's log-probs differ from the fp32 trainer's, by little
+    assert (trainer_lp[m] - gen.log_probs[m]).abs().mean() < 0.05
+
+
+def test_dropping_finished_rows_does_not_change_greedy_samples(tiny_model_path):
+    tok = load_tokenizer(tiny_model_path)
+    model = load_causal_lm(tiny_model_path)
+    ids, mask = left_pad(_prompts(tok), tok.pad_token_id)
+    kw = dict(n=2, max_new_tokens=10, temperature=0.0, top_p=1.0, eos_token_ids=torch.tensor(MANY_EOS),
+              pad_token_id=tok.pad_token_id)
+    dropped, kept = sample(model, ids, mask, **kw), sample(model, ids, mask, drop_finished=False, **kw)
+    assert torch.equal(dropped[0], kept[0])
+    torch.testing.assert_close(dropped[1], kept[1], atol=1e-5, rtol=1e-5)
+
+
+def test_per_prompt_seeds_make_samples_independent_of_the_batch(tiny_model_path):
+    tok = load_tokenizer(tiny_model_path)
+    eng = HFRolloutEngine(load_causal_lm(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
+    prompts, seeds = _prompts(tok), [101, 202, 303, 404]
+    params = SamplingParams(n=3, max_new_tokens=8, temperature=1.0, top_p=0.9)
+    together = eng.generate(prompts, params, seeds=seeds)
+    # each prompt alone (other padding, other decode batch, other rows finishing) gives the same samples
+    for i in range(4):
+        alone = eng.generate([prompts[i]], params, seeds=[seeds[i]])
+        rows = slice(3 * i, 3 * i + 3)
+        width = alone.response_ids.shape[1]
+        assert torch.equal(together.response_ids[rows, :width], alone.response_ids)
+        assert (together.response_ids[rows, width:] == tok.pad_token_id).all()
+        torch.testing.assert_close(together.log_probs[rows, :width], alone.log_probs, atol=1e-5, rtol=1e-5)
+    assert not torch.equal(eng.generate(prompts, params, seeds=[s + 1 for s in seeds]).response_ids,
+                           together.response_ids)
+    batch = Batch(prompt_ids=together.prompt_ids, prompt_mask=together.prompt_mask,
+                  response_ids=together.response_ids, response_mask=together.response_mask,
+                  group_ids=torch.arange(12) // 3)
+    trainer_lp, _ = batch_log_probs(load_causal_lm(tiny_model_path), batch, temperature=1.0, max_tokens=4096,
+                                    chunk_size=64)
+    m = together.response_mask.bool()
+    torch.testing.assert_close(trainer_lp[m], together.log_probs[m], atol=1e-4, rtol=1e-4)

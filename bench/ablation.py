@@ -1,0 +1,177 @@
+"""What each speed-up of grpoflow's step buys, measured in one process on one step's worth of data.
+
+    .venv/bin/python bench/ablation.py [--size 4m] [--group-size 8] [--max-new-tokens 16] [--repeats 10]
+
+Uses the warm-started model that compare_trl.py caches in bench/.cache/tiny-<size>/ (run that
+first), 8 prompts of the built-in task and `--group-size` samples each, and times:
+
+- sampling: transformers `generate` (the engine before) against grpoflow's KV-cached loop
+  (`engines.sampling`) with float32 and with bfloat16 weights, and with finished rows kept in
+  the decode batch;
+- the actor's update pass (log-probs, entropy, backward of a token-mean loss) on those samples:
+  the full forward against shared prompts, each in float32 and under bf16 autocast;
+- the optimizer step (grad-norm clip + AdamW on the model's parameters): torch's default
+  (single-tensor on CPU), foreach and fused implementations.
+
+Variants alternate within each repeat, so load from other processes hits all of them; the
+table shows each variant's fastest and median time (ms). The fastest is the better estimate of
+what the code costs on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+CACHE = Path(__file__).resolve().parent / ".cache"
+
+
+def generation_variants(path: Path, size_n: int, max_new_tokens: int):
+    """name -> a function that samples one step's rollouts (8 prompts x n) with a fresh seed."""
+    from grpoflow.engines.rollout import Generation, HFRolloutEngine, SamplingParams, eos_response_mask, left_pad
+    from grpoflow.engines.sampling import sample
+    from grpoflow.models.loading import load_causal_lm, load_tokenizer
+    from grpoflow.tasks.addition import addition_splits
+
+    tok = load_tokenizer(path)
+    kw = dict(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    rows = addition_splits()[0]
+    params = SamplingParams(n=size_n, max_new_tokens=max_new_tokens)
+
+    def hf_generate(model):
+        @torch.no_grad()
+        def run(prompts):
+            ids, mask = left_pad(prompts, tok.pad_token_id)
+            ids, mask = ids.repeat_interleave(size_n, 0), mask.repeat_interleave(size_n, 0)
+            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, temperature=1.0,
+                                 max_new_tokens=max_new_tokens, output_logits=True, return_dict_in_generate=True,
+                                 pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+            response = out.sequences[:, ids.shape[1]:]
+            mask_r = eos_response_mask(response, tok.eos_token_id)
+            lp = torch.log_softmax(torch.stack(out.logits, 1).float(), -1).gather(-1, response[..., None])[..., 0]
+            return Generation(ids, mask, response, mask_r, lp * mask_r, mask_r.all(-1))
+        return run
+
+    fp32 = HFRolloutEngine(load_causal_lm(path), **kw)
+    bf16 = HFRolloutEngine(load_causal_lm(path, dtype=torch.bfloat16), **kw)
+    def keep_finished_rows(prompts):
+        ids, mask = left_pad(prompts, tok.pad_token_id)
+        return sample(fp32.model, ids, mask, n=size_n, max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0,
+                      eos_token_ids=torch.tensor([tok.eos_token_id]), pad_token_id=tok.pad_token_id,
+                      drop_finished=False)
+
+    samplers = {"sampling: HF generate, fp32": hf_generate(load_causal_lm(path).eval()),
+                "sampling: KV-cached loop, fp32, finished rows kept": keep_finished_rows,
+                "sampling: KV-cached loop, fp32": lambda prompts: fp32.generate(prompts, params),
+                "sampling: KV-cached loop, bf16 weights": lambda prompts: bf16.generate(prompts, params)}
+    counter = iter(range(10**9))
+
+    def with_fresh_prompts(sampler):
+        def run():
+            i = next(counter) % 50
+            torch.manual_seed(i)
+            return sampler([tok.encode(r["prompt"], add_special_tokens=False) for r in rows[8 * i:8 * i + 8]])
+        return run
+
+    return {name: with_fresh_prompts(fn) for name, fn in samplers.items()}, fp32
+
+
+def update_variants(path: Path, sample, size_n: int, max_new_tokens: int):
+    """name -> a function running the actor's forward + backward on one step's samples."""
+    from grpoflow.data.batch import Batch
+    from grpoflow.engines.rollout import SamplingParams
+    from grpoflow.models import logprobs
+    from grpoflow.models.loading import load_causal_lm, load_tokenizer
+    from grpoflow.tasks.addition import addition_splits
+
+    tok = load_tokenizer(path)
+    rows = addition_splits()[0]
+    batches = []
+    for i in range(4):
+        torch.manual_seed(i)
+        gen = sample([tok.encode(r["prompt"], add_special_tokens=False) for r in rows[8 * i:8 * i + 8]],
+                     SamplingParams(n=size_n, max_new_tokens=max_new_tokens))
+        batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
+                      response_mask=gen.response_mask, group_ids=torch.arange(len(gen.response_ids)) // size_n)
+        batches.append(batch.select(list(range(len(batch)))).trimmed())
+    model = load_causal_lm(path).train()
+    counter = iter(range(10**9))
+
+    def variant(share: bool, dtype: str | None):
+        def run():
+            b = batches[next(counter) % len(batches)]
+            saving = logprobs.MIN_SHARED_SAVING
+            logprobs.MIN_SHARED_SAVING = saving if share else 2.0  # 2.0: never share
+            try:
+                lp, _ = logprobs.response_log_probs(model, b.prompt_ids, b.prompt_mask, b.response_ids,
+                                                    b.response_mask, with_entropy=True, compute_dtype=dtype)
+                ((lp * b.response_mask).sum() / b.response_mask.sum()).backward()
+            finally:
+                logprobs.MIN_SHARED_SAVING = saving
+            model.zero_grad(set_to_none=True)
+        return run
+
+    return {"update: full forward, fp32": variant(False, None),
+            "update: shared prompts, fp32": variant(True, None),
+            "update: full forward, bf16 autocast": variant(False, "bfloat16"),
+            "update: shared prompts, bf16 autocast": variant(True, "bfloat16")}
+
+
+def optimizer_variants(path: Path):
+    from grpoflow.models.loading import load_causal_lm
+
+    params = list(load_causal_lm(path).parameters())
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+
+    def variant(**kw):
+        opt = torch.optim.AdamW(params, lr=1e-6, **kw)
+
+        def run():
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+        return run
+
+    return {"optimizer: AdamW default (CPU: single-tensor)": variant(),
+            "optimizer: AdamW foreach": variant(foreach=True), "optimizer: AdamW fused": variant(fused=True)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", default="4m")
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--base", action="store_true",
+                   help="the untrained base model (responses fill the budget) instead of the warm start")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    path = CACHE / f"tiny-{args.size}" / ("base_model" if args.base else "sft_model")
+    if not path.is_dir():
+        sys.exit(f"{path} is missing: run bench/compare_trl.py --sizes {args.size} once to build and warm-start it.")
+    gen, engine = generation_variants(path, args.group_size, args.max_new_tokens)
+    variants = {**gen, **update_variants(path, engine.generate, args.group_size, args.max_new_tokens),
+                **optimizer_variants(path)}
+    for fn in variants.values():  # warm-up: first-call allocations, lazy inits
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(args.repeats):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    print(f"{args.size}{' base' if args.base else ''}, 8 prompts x {args.group_size} samples, <= {args.max_new_tokens} "
+          f"new tokens, {args.threads} threads, {args.repeats} repeats")
+    print("| variant | fastest ms | median ms |\n|---|---|---|")
+    for name, ts in times.items():
+        print(f"| {name} | {min(ts) * 1e3:.1f} | {statistics.median(ts) * 1e3:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""The bench's child processes: one warm start, one grpoflow run or one TRL run each (see compare_trl.py).
+
+Each child runs in its own interpreter (`compare_trl.py --child KIND SPEC`) and prints one
+`BENCH_RESULT {json}` line: per-step records in the same schema for both frameworks (seconds,
+generation seconds, prompt / completion tokens, mean reward, stage seconds), the parameter
+count, the held-out accuracy of the final weights and the peak RSS.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+CACHE = Path(__file__).resolve().parent / ".cache"
+HELDOUT = 200         # held-out prompts for the greedy accuracy
+EVAL_NEW_TOKENS = 16  # greedy budget for held-out answers (at most 3 digits + EOS)
+
+
+# ---------------------------------------------------------------- shared by both children
+
+def set_threads(threads: int) -> None:
+    import torch
+    torch.set_num_threads(threads)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def count_params(model) -> int:
+    """Parameters that take part in matmuls: all but the input embedding (a lookup)."""
+    embed = model.get_input_embeddings().weight
+    return sum(p.numel() for p in model.parameters() if p is not embed)
+
+
+def heldout_rows() -> list[dict]:
+    from grpoflow.tasks.addition import addition_splits
+    return addition_splits()[1][:HELDOUT]
+
+
+def heldout_accuracy(model, tokenizer) -> float:
+    """Greedy exact match on the held-out prompts, one left-padded `generate` call."""
+    import torch
+    from grpoflow.rewards.functions import exact_match
+    rows = heldout_rows()
+    tokenizer.padding_side = "left"
+    enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(**enc, do_sample=False, max_new_tokens=EVAL_NEW_TOKENS,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return statistics.mean(exact_match(r["prompt"], t, answer=r["answer"]) for r, t in zip(rows, texts))
+
+
+def emit(record: dict) -> None:
+    """The child's result: one JSON line on stdout, marked so the parent finds it among other output."""
+    print("BENCH_RESULT " + json.dumps(record), flush=True)
+
+
+# ---------------------------------------------------------------- children
+
+def child_prepare(spec: dict) -> dict:
+    """Warm-start the built-in model of `spec["size"]` (cached) and measure its held-out accuracy."""
+    from grpoflow.config import load_config
+    from grpoflow.controller.run import sft_stage
+    from grpoflow.models.loading import load_causal_lm, load_tokenizer
+    set_threads(spec["threads"])
+    run_dir = CACHE / f"tiny-{spec['size']}"
+    cfg = load_config(None, [f"model.path=builtin:tiny-{spec['size']}", f"trainer.output_dir={run_dir}",
+                             f"trainer.threads={spec['threads']}"])
+    path = sft_stage(cfg)
+    done = run_dir / "heldout_accuracy.json"  # the warm start is reused, so is its accuracy
+    if not done.exists():
+        acc = heldout_accuracy(load_causal_lm(path), load_tokenizer(path))
+        done.write_text(json.dumps({"accuracy": acc}))
+    return {"model_path": str(path), "base_model_path": str(run_dir.resolve() / "base_model"),
+            "accuracy": json.loads(done.read_text())["accuracy"]}
+
+
+def instrument_grpoflow() -> list[dict]:
+    """Seconds per step inside the model math of grpoflow's actor and reference, for the profile.
+
+    Bench-only instrumentation: in this child process it wraps grpoflow's own functions with a
+    timer (`Controller.step` opens a record per step). Keys: `generate` (the rollout worker's
+    sampling, decoding and batch building), `train_forward` (the actor's log-prob forward in the
+    update), `forward_backward` (that forward, the loss and backward), `optimizer` (clip + AdamW),
+    `nograd_forward` (old-log-prob and reference passes).
+    """
+    import grpoflow.workers.actor as actor_module
+    import grpoflow.workers.forward as forward_module
+    from grpoflow.controller.trainer import Controller
+    from grpoflow.engines.train import TrainEngine
+    from grpoflow.workers.rollout import RolloutWorker
+    records: list[dict] = []
+
+    def timed(fn, key: str):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if records:
+                    records[-1][key] = records[-1].get(key, 0.0) + time.perf_counter() - start
+        return wrapper
+
+    step = Controller.step
+
+    def step_with_record(self, n):
+        records.append({})
+        return step(self, n)
+
+    Controller.step = step_with_record
+    actor_module.response_log_probs = timed(actor_module.response_log_probs, "train_forward")
+    forward_module.response_log_probs = timed(forward_module.response_log_probs, "nograd_forward")
+    TrainEngine.forward_backward = timed(TrainEngine.forward_backward, "forward_backward")
+    TrainEngine.optimizer_step = timed(TrainEngine.optimizer_step, "optimizer")
+    RolloutWorker.generate = timed(RolloutWorker.generate, "generate")
+    return records
+
+
+def child_grpoflow(spec: dict) -> dict:
+    """`grpoflow.controller.run.train` with the row's settings; per-step records from metrics.jsonl."""
+    from grpoflow.config import load_config
+    from grpoflow.controller.metrics import read_metrics
+    from grpoflow.controller.run import train
+    from grpoflow.models.loading import load_causal_lm, load_tokenizer
+    set_threads(spec["threads"])
+    out = Path(tempfile.mkdtemp(prefix="grpoflow-", dir=spec["tmp"]))
+    n, steps = spec["group_size"], spec["steps"]
+    inner = instrument_grpoflow()
+    train(load_config(None, [
+        f"model.path={spec['model_path']}", "sft.steps=0", f"data.prompts_per_step={spec['prompts']}",
+        f"model.compute_dtype={spec['compute_dtype']}",
+        f"rollout.n={n}", f"rollout.max_new_tokens={spec['max_new_tokens']}", "rollout.temperature=1.0",
+        f"actor.lr={spec['lr']}", "actor.lr_schedule=constant", "actor.loss_agg_mode=token-mean",
+        f"actor.kl_coef={spec['kl']}", "actor.kl_estimator=k3", "reward.function=exact_match",
+        "algorithm.norm_adv_by_std=true", "algorithm.epsilon=1e-4",  # TRL: (r - mean) / (std + 1e-4)
+        f"trainer.total_steps={steps}", "trainer.val_every=0", f"trainer.save_every={steps}",
+        f"trainer.output_dir={out}", f"trainer.threads={spec['threads']}", f"trainer.seed={spec['seed']}",
+        "trainer.resume=never"]))
+    records = []
+    metrics = read_metrics(out)
+    for m, timed in zip(metrics, inner + [{}] * (len(metrics) - len(inner))):  # {}: steps the wrappers missed
+        trajectories = spec["prompts"] * n
+        tokens = m["perf/throughput"] * m["timing_s/step"]  # attention_mask.sum(): prompt + response
+        completion = m["response_length/mean"] * trajectories
+        stages = {k.removeprefix("timing_s/"): v for k, v in m.items() if k.startswith("timing_s/")}
+        stages["generate"] = timed.get("generate", stages["gen"])
+        records.append({"seconds": m["timing_s/step"], "gen_seconds": stages["generate"],
+                        "prompt_tokens": round(tokens - completion), "completion_tokens": round(completion),
+                        "reward": m["critic/score/mean"], "stages": {**stages, **model_math(stages, timed)}})
+    actor = sorted((out / "checkpoints").glob("step_*/actor"))[-1]
+    model = load_causal_lm(actor)
+    return {"steps": records, "params": count_params(model), "compute_dtype": spec["compute_dtype"],
+            "accuracy": heldout_accuracy(model, load_tokenizer(actor)), "threads": _torch_threads()}
+
+
+def model_math(stages: dict, timed: dict) -> dict:
+    """One grpoflow step split into model math (generation, forward, backward, optimizer) and the rest.
+
+    Generation is the rollout worker's `generate` as timed in this process (the controller's
+    `timing_s/gen` times the wait for it, which is not the same once generation can be submitted
+    ahead of the wait).
+
+    `dataflow` is what the step spends outside model math: scoring, advantages, weight sync,
+    micro-batch building, moving batches between roles, metrics. `backward` also holds the
+    loss arithmetic between the forward and `loss.backward()` (a few element-wise ops).
+    """
+    forward = timed.get("train_forward", 0.0) + timed.get("nograd_forward", 0.0)
+    backward = timed.get("forward_backward", 0.0) - timed.get("train_forward", 0.0)
+    optimizer = timed.get("optimizer", 0.0)
+    math = stages["generate"] + forward + backward + optimizer
+    return {"forward": forward, "backward": backward, "optimizer": optimizer,
+            "dataflow": max(stages["step"] - math, 0.0)}
+
+
+def _torch_threads() -> int:
+    import torch
+    return torch.get_num_threads()
+
+
+def child_trl(spec: dict) -> dict:
+    """TRL's GRPOTrainer with the row's settings; a callback times each step, the reward records tokens."""
+    import torch
+    from datasets import Dataset
+    from grpoflow.rewards.functions import exact_match
+    from grpoflow.tasks.addition import addition_splits
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+    set_threads(spec["threads"])
+    tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
+    model = AutoModelForCausalLM.from_pretrained(spec["model_path"], dtype=torch.float32)
+    train_rows = addition_splits()[0]
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in train_rows])
+    prompts = [r["prompt"] for r in train_rows]  # tokens counted here, not inside the timed step
+    lengths = dict(zip(prompts, map(len, tokenizer(prompts, add_special_tokens=False)["input_ids"])))
+    records: list[dict] = []
+    clock = {"begin": 0.0}
+
+    def exact_match_reward(prompts, completions, completion_ids, answer, **_):
+        """grpoflow's exact_match per completion; also records this step's tokens (the step's only call)."""
+        scores = [exact_match(p, c, answer=a) for p, c, a in zip(prompts, completions, answer)]
+        records.append({"gen_seconds": time.perf_counter() - clock["begin"],
+                        "prompt_tokens": sum(lengths[p] for p in prompts),
+                        "completion_tokens": sum(len(ids) for ids in completion_ids),
+                        "reward": statistics.mean(scores)})
+        return scores
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            clock["begin"] = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            record = records[-1]
+            record["seconds"] = time.perf_counter() - clock["begin"]
+            record["stages"] = {"gen": record["gen_seconds"], "step": record["seconds"]}
+
+    n = spec["group_size"]
+    config = GRPOConfig(
+        output_dir=spec["tmp"], use_cpu=True, bf16=False, fp16=False,
+        activation_checkpointing=False, gradient_checkpointing=False,
+        per_device_train_batch_size=spec["prompts"] * n, gradient_accumulation_steps=1, num_generations=n,
+        max_completion_length=spec["max_new_tokens"], temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=spec["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
+        beta=spec["kl"], loss_type="dapo", scale_rewards="group", epsilon=0.2, num_iterations=1,
+        max_steps=spec["steps"], seed=spec["seed"], logging_steps=1, save_strategy="no", report_to="none",
+        disable_tqdm=True, dataloader_num_workers=0)
+    trainer = GRPOTrainer(model=model, reward_funcs=[exact_match_reward], args=config, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[StepTimer()])
+    trainer.train()
+    return {"steps": records, "params": count_params(trainer.model), "compute_dtype": "float32",
+            "accuracy": heldout_accuracy(trainer.model, tokenizer), "threads": _torch_threads()}
+
+
+CHILDREN = {"prepare": child_prepare, "grpoflow": child_grpoflow, "trl": child_trl}

@@ -1,0 +1,67 @@
+"""The trainer's log-prob forward: shared prompts and bf16 autocast against the plain float32 forward."""
+
+import pytest
+import torch
+
+from grpoflow.models import logprobs
+from grpoflow.models.loading import load_causal_lm
+from grpoflow.engines.rollout import left_pad
+
+
+def _batch():
+    """3 distinct left-padded prompts x 4 right-padded responses each (12 rows)."""
+    g = torch.Generator().manual_seed(0)
+    prompts = [[10, 11, 12, 13, 14, 15, 16], [20, 21, 22], [30, 31, 32, 33, 34]]
+    prompt_ids, prompt_mask = left_pad([p for p in prompts for _ in range(4)], pad_token_id=0)
+    response_ids = torch.randint(6, 100, (12, 5), generator=g)
+    lengths = torch.tensor([5, 3, 1, 4] * 3)
+    response_mask = (torch.arange(5)[None] < lengths[:, None]).long()
+    return prompt_ids, prompt_mask, response_ids.masked_fill(response_mask == 0, 0), response_mask
+
+
+def _log_probs_and_grads(model, batch, *, share: bool, compute_dtype=None, monkeypatch):
+    monkeypatch.setattr(logprobs, "MIN_SHARED_SAVING", 0.0 if share else 2.0)  # 2.0: never share
+    model.zero_grad()
+    lp, ent = logprobs.response_log_probs(model, *batch, temperature=0.7, with_entropy=True,
+                                          compute_dtype=compute_dtype)
+    mask = batch[3]
+    ((lp * mask).sum() / mask.sum()).backward()
+    return (lp * mask).detach(), (ent * mask).detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_shared_prompts_give_the_full_forward_log_probs_and_gradients(tiny_model_path, monkeypatch):
+    model = load_causal_lm(tiny_model_path)
+    full = _log_probs_and_grads(model, _batch(), share=False, monkeypatch=monkeypatch)
+    shared = _log_probs_and_grads(model, _batch(), share=True, monkeypatch=monkeypatch)
+    torch.testing.assert_close(shared[0], full[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared[1], full[1], atol=1e-5, rtol=1e-5)
+    for name, grad in full[2].items():
+        torch.testing.assert_close(shared[2][name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_shared_forward_is_used_only_when_it_saves_tokens(tiny_model_path, monkeypatch):
+    model = load_causal_lm(tiny_model_path)
+    calls = []
+    original = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or original(*a, **k))
+    batch = _batch()
+    logprobs.response_log_probs(model, *batch)
+    # 3 distinct prompts of 7 columns + 12 x 5 response tokens = 81 < 0.8 x 12 x 12 = 115
+    assert calls == [(3, 7), (12, 5)]
+    calls.clear()
+    logprobs.response_log_probs(model, *(t[::4] for t in batch))  # one row per prompt: nothing to share
+    assert calls == [(3, 12)]
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_bf16_autocast_keeps_fp32_weights_and_gradients_close_log_probs(tiny_model_path, share, monkeypatch):
+    model = load_causal_lm(tiny_model_path)
+    lp32, _, grads32 = _log_probs_and_grads(model, _batch(), share=share, monkeypatch=monkeypatch)
+    lp16, _, grads16 = _log_probs_and_grads(model, _batch(), share=share, compute_dtype="bfloat16",
+                                            monkeypatch=monkeypatch)
+    assert lp16.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads16.values())
+    assert not torch.equal(lp16, lp32)  # the matmuls did run in bf16
+    assert (lp16 - lp32).abs().max() < 0.05
+    cos = torch.nn.functional.cosine_similarity(torch.cat([g.flatten() for g in grads16.values()]),
+                                                torch.cat([g.flatten() for g in grads32.values()]), dim=0)
+    assert cos > 0.99

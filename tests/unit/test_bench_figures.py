@@ -1,0 +1,64 @@
+"""bench/compare_trl.py arithmetic (no timing): figures from step records, the step split, scaling rows."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH))  # compare_trl imports its sibling `children` in a child process
+    try:
+        spec = importlib.util.spec_from_file_location("compare_trl", BENCH / "compare_trl.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        import children
+        yield module, children
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_summarize_uses_the_peak_of_the_compute_dtype(bench):
+    compare, _ = bench
+    # 3 steps; the first 2 are warm-up. Step 3: 1 s, 60 prompt + 40 completion tokens, P = 1e6:
+    # FLOPs = 6e6 * 100 + 2e6 * 40 = 6.8e8 per second; bf16 peak 1 GFLOP/s -> MFU 68 %
+    step = {"seconds": 1.0, "gen_seconds": 0.25, "prompt_tokens": 60, "completion_tokens": 40, "reward": 0.5,
+            "stages": {"step": 1.0}}
+    run = {"steps": [step] * 3, "params": 10**6, "peak_rss_mb": 1.0, "accuracy": 0.5, "threads": 2,
+           "run_wall_s": 9.0, "compute_dtype": "bfloat16"}
+    f = compare.summarize(run, kl=0.0, peak_gflops={"fp32": 0.5, "bf16": 1.0})
+    assert f["mfu"] == pytest.approx(0.68) and f["tokens_per_s"] == 100 and f["rest_s"] == 0.75
+    # with KL the reference forward adds 2 P per token: 8.8e8
+    assert compare.summarize(run, kl=0.1, peak_gflops={"fp32": 0.5, "bf16": 1.0})["mfu"] == pytest.approx(0.88)
+    assert compare.summarize({**run, "compute_dtype": "float32"}, kl=0.0,
+                             peak_gflops={"fp32": 0.5, "bf16": 1.0})["mfu"] == pytest.approx(1.36)
+
+
+def test_model_math_leaves_the_rest_as_dataflow(bench):
+    _, children = bench
+    # step 1.0 = generate 0.3 + forward (0.2 train + 0.1 reference) + backward (0.5 - 0.2) + optimizer 0.05 + 0.05
+    split = children.model_math({"step": 1.0, "generate": 0.3},
+                                {"train_forward": 0.2, "nograd_forward": 0.1, "forward_backward": 0.5, "optimizer": 0.05})
+    assert split == pytest.approx({"forward": 0.3, "backward": 0.3, "optimizer": 0.05, "dataflow": 0.05})
+
+
+def test_scaling_rows_vary_one_factor_around_the_default_row(bench):
+    compare, _ = bench
+    rows = compare.scaling_rows()
+    labels = [compare.row_label(r) for r in rows]
+    assert labels == ["0.5m g8 t16 kl0", "4m g8 t16 kl0", "30m g8 t16 kl0", "4m g4 t16 kl0", "4m g16 t16 kl0",
+                      "4m-base g8 t16 kl0", "4m-base g8 t64 kl0", "4m-base g8 t256 kl0"]
+    assert compare.grid(compare.parse_args(["--scaling"])) == rows
+    assert compare.parse_args(["--scaling"]).steps == 10 and compare.parse_args([]).steps == 30
+
+
+def test_each_compute_dtype_is_its_own_grpoflow_run_then_trl(bench):
+    compare, _ = bench
+    assert compare.frameworks(compare.parse_args([]).compute_dtype) == [
+        ("grpoflow", "grpoflow", "float32"), ("grpoflow-bf16", "grpoflow", "bfloat16"), ("trl", "trl", "float32")]
+    with pytest.raises(SystemExit):
+        compare.parse_args(["--compute-dtype", "float16"])

@@ -1,0 +1,57 @@
+"""Token sampling: nucleus filtering by hand, greedy, and the log-prob that is returned."""
+
+import math
+
+import pytest
+import torch
+
+from grpoflow.engines.sampling import sample_tokens, top_p_filter
+
+
+@pytest.mark.parametrize("top_p, kept", [(0.5, [0]), (0.7, [0, 1]), (0.8, [0, 1]), (0.81, [0, 1, 2]),
+                                         (1.0, [0, 1, 2, 3])])
+def test_top_p_keeps_the_smallest_set_that_reaches_top_p(top_p, kept):
+    # sorted: 0.5, 0.3, 0.15, 0.05; mass before each: 0, 0.5, 0.8, 0.95; kept while that is < top_p
+    probs = torch.tensor([[0.15, 0.5, 0.05, 0.3]])
+    order = [1, 3, 0, 2]  # token ids from most to least likely
+    out = top_p_filter(probs, top_p)
+    expected = torch.zeros_like(probs)
+    for rank in kept:
+        expected[0, order[rank]] = probs[0, order[rank]]
+    torch.testing.assert_close(out, expected)
+
+
+def test_greedy_returns_the_argmax_and_its_unscaled_log_prob():
+    logits = torch.tensor([[0.0, math.log(3.0)], [2.0, 0.0]])
+    token, lp = sample_tokens(logits, temperature=0.0, top_p=1.0)
+    assert token.tolist() == [1, 0]
+    # softmax([0, ln 3]) = [1/4, 3/4]; softmax([2, 0])[0] = e^2 / (e^2 + 1)
+    torch.testing.assert_close(lp, torch.tensor([math.log(0.75), 2 - math.log(math.exp(2) + 1)]))
+
+
+def test_sampled_log_prob_is_the_full_temperature_scaled_one_even_with_top_p():
+    logits = torch.tensor([[1.0, 2.0, 0.5, -1.0]]).repeat(200, 1)
+    torch.manual_seed(0)
+    token, lp = sample_tokens(logits, temperature=0.5, top_p=0.9)
+    full = torch.log_softmax(logits[0] / 0.5, -1)
+    torch.testing.assert_close(lp, full[token])
+    # the nucleus of softmax(logits / 0.5) at 0.9: tokens 1 (0.84) and 0 (0.11); the others are never drawn
+    assert set(token.tolist()) == {0, 1}
+
+
+def test_sampling_follows_the_global_seed():
+    logits = torch.randn(16, 11)
+    torch.manual_seed(3)
+    a = sample_tokens(logits, temperature=1.0, top_p=1.0)[0]
+    torch.manual_seed(3)
+    b = sample_tokens(logits, temperature=1.0, top_p=1.0)[0]
+    assert torch.equal(a, b)
+
+
+def test_given_uniforms_draw_by_inverse_cdf_of_the_nucleus():
+    # softmax([ln 1, ln 3, ln 6]) = [0.1, 0.3, 0.6]; top_p 0.8 keeps tokens 2 (0.6) and 1 (0.3):
+    # cumulative kept mass [0, 0.3, 0.9], so u in [0, 1/3) -> token 1, u in [1/3, 1) -> token 2
+    logits = torch.tensor([[0.0, math.log(3.0), math.log(6.0)]]).repeat(3, 1)
+    token, lp = sample_tokens(logits, temperature=1.0, top_p=0.8, uniform=torch.tensor([0.0, 0.3, 0.34]))
+    assert token.tolist() == [1, 1, 2]
+    torch.testing.assert_close(lp, torch.tensor([math.log(0.3), math.log(0.3), math.log(0.6)]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -22,13 +23,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
+# On a CPU machine a rank's CPUs are its torch threads: the one-rank layout gets all of them, like
+# local; the others share them out (2 cores: one each for the actor and the engine, or for 2 ranks).
 LAYOUTS = {
     "local": ["backend=local"],
-    "ray": ["backend=ray"],
-    "ray-split": ["backend=ray", "placement=split", "resources.cpus_per_rank=0.5"],
-    "ray-2-ranks": ["backend=ray", "resources.devices_per_node=2"],
-    "ray-async": ["backend=ray", "placement=split", "resources.cpus_per_rank=0.5", "trainer.mode=async",
-                  "rollout.max_staleness=1"],
+    "ray": ["backend=ray", f"resources.cpus_per_rank={os.cpu_count()}"],
+    "ray-split": ["backend=ray", "placement=split", f"resources.cpus_per_rank={max(1, os.cpu_count() // 2)}"],
+    "ray-2-ranks": ["backend=ray", "resources.devices_per_node=2",
+                    f"resources.cpus_per_rank={max(1, os.cpu_count() // 2)}"],
+    "ray-async": ["backend=ray", "placement=split", f"resources.cpus_per_rank={max(1, os.cpu_count() // 2)}",
+                  "trainer.mode=async", "rollout.max_staleness=1"],
 }
 STAGES = ["gen", "trainer_wait", "reward", "old_log_prob", "ref", "adv", "update_actor", "sync", "dispatch"]
 

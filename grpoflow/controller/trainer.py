@@ -322,8 +322,9 @@ class Controller:
         for pending in [c for c in self.pending_syncs if c.done()]:
             pending.result()  # raises a sync that failed
             self.pending_syncs.remove(pending)
-        self.pending_syncs.append(self.rollout.submit("update_weights", Broadcast(self.actor.named_weights()),
-                                                      self.version))
+        # timed_submit: the update waits behind generations in flight, which is not dispatch overhead
+        self.pending_syncs.append(self.rollout.timed_submit("update_weights", Broadcast(self.actor.named_weights()),
+                                                            self.version))
 
     def drain(self) -> None:
         """Wait for the weight updates and generations still in flight (async mode) and drop them."""

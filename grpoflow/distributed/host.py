@@ -124,10 +124,9 @@ class Pool(Protocol):
     world_size: int
     distributed: bool
 
-    def run(self, host_method: str, per_rank_args: list[tuple], *, timeout_s: float | None = None,
-            ranks: list[int] | None = None) -> list[Any]: ...
+    def run(self, host_method: str, per_rank_args: list[tuple], *, timeout_s: float | None = None) -> list[Any]: ...
 
-    def submit(self, host_method: str, per_rank_args: list[tuple], *, ranks: list[int] | None = None) -> Any: ...
+    def submit(self, host_method: str, per_rank_args: list[tuple]) -> Any: ...
 
     def describe(self, rank: int) -> str: ...
 
@@ -141,15 +140,13 @@ class LocalPool:
         self.world_size, self.name, self.distributed = world_size, name, False
         self.hosts = [RankHost(rank, world_size) for rank in range(world_size)]
 
-    def run(self, host_method: str, per_rank_args: list[tuple], *, timeout_s: float | None = None,
-            ranks: list[int] | None = None) -> list[Any]:
-        ranks = list(range(self.world_size)) if ranks is None else ranks
-        return [getattr(self.hosts[r], host_method)(*args) for r, args in zip(ranks, per_rank_args)]
+    def run(self, host_method: str, per_rank_args: list[tuple], *, timeout_s: float | None = None) -> list[Any]:
+        return [getattr(host, host_method)(*args) for host, args in zip(self.hosts, per_rank_args)]
 
-    def submit(self, host_method: str, per_rank_args: list[tuple], *, ranks: list[int] | None = None) -> "DoneCall":
+    def submit(self, host_method: str, per_rank_args: list[tuple]) -> "DoneCall":
         """Runs the call now (this process has no one to overlap with); `.result()` returns or raises it."""
         try:
-            return DoneCall(self.run(host_method, per_rank_args, ranks=ranks), None)
+            return DoneCall(self.run(host_method, per_rank_args), None)
         except RankFailure as e:
             return DoneCall(None, e)
 

@@ -82,7 +82,7 @@ class RayPool:
         threads = threads or max(1, int(cpus_per_rank))
         self.hosts = [actor_cls.options(
             num_cpus=cpus_per_rank, num_gpus=1 if use_gpu else 0, max_concurrency=1,
-            name=None, scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=r),
         ).remote(r, world_size, threads) for r in range(world_size)]
         self.infos: list[dict] = [{} for _ in range(world_size)]
         self.infos = self.run("info", [()] * world_size, timeout_s=start_timeout_s)
@@ -91,20 +91,19 @@ class RayPool:
             self.run("init_process_group", [(master["ip"], master["port"], group_timeout_s)] * world_size,
                      timeout_s=start_timeout_s)
 
-    def run(self, host_method: str, per_rank_args: list[tuple], *, timeout_s: float | None = None,
-            ranks: list[int] | None = None) -> list[Any]:
-        """Call `host_method` on the ranks (all by default) at once; results in rank order.
+    def run(self, host_method: str, per_rank_args: list[tuple], *, timeout_s: float | None = None) -> list[Any]:
+        """Call `host_method` on every rank at once; results in rank order.
 
         Raises RankFailure for the first rank that fails (its exception, or WorkerDied if its
         process ended) and CallTimeout for the first rank still running after `timeout_s`.
         """
-        return self.submit(host_method, per_rank_args, ranks=ranks).result(timeout_s)
+        return self.submit(host_method, per_rank_args).result(timeout_s)
 
-    def submit(self, host_method: str, per_rank_args: list[tuple], *, ranks: list[int] | None = None) -> "RayCall":
+    def submit(self, host_method: str, per_rank_args: list[tuple]) -> "RayCall":
         """Start the call and return at once; `.result()` waits for it. Calls to one rank run in the
         order they were submitted."""
         ray = _ray()
-        ranks = list(range(self.world_size)) if ranks is None else ranks
+        ranks = list(range(self.world_size))
         shared = all(a is per_rank_args[0] for a in per_rank_args)
         if shared and len(ranks) > 1:  # one copy in the object store for all ranks (Ray resolves the refs)
             stored = tuple(ray.put(a) for a in per_rank_args[0])

@@ -178,8 +178,7 @@ class Controller:
         dispatch = sum(g.take_dispatch_seconds() for g in self.groups())
         metrics.update({"timing_s/dispatch": dispatch, "perf/dispatch_share": dispatch / timer.seconds["step"]})
         if self.is_async:  # the rollout engines were idle for the part of the step they did not generate
-            metrics["timing_s/rollout_wait"] = max(0.0, timer.seconds["step"] - metrics.pop("_gen_busy_s"))
-        metrics.pop("_gen_busy_s", None)
+            metrics["timing_s/rollout_wait"] = max(0.0, timer.seconds["step"] - timer.seconds["gen_busy"])
         return {**metrics, **batch_metrics(batch), **timer.metrics(),
                 "perf/throughput": float(batch.attention_mask.sum()) / timer.seconds["step"]}
 
@@ -240,7 +239,7 @@ class Controller:
                     call = self.rollout.timed_submit("generate", items, self.sampling,
                                                      seed=self.step_seed(step, draw))
                 batch, busy = call.result()
-            metrics["_gen_busy_s"] = metrics.get("_gen_busy_s", 0.0) + busy
+            timer.seconds["gen_busy"] = timer.seconds.get("gen_busy", 0.0) + busy  # the engines' own time
             with timer("reward"):
                 batch, scored = self.score(batch)
             scores = scored if scores is None else scores.merge(scored)

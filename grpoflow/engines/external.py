@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import importlib
 import queue
 import threading
 import time
@@ -19,6 +20,15 @@ import torch
 from torch import Tensor
 
 from grpoflow.engines.rollout import Generation, left_pad
+
+
+def import_engine(module: str, install_hint: str):
+    """The inference library `module`, imported only when its engine is chosen, or an ImportError
+    that says how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{install_hint} ({type(e).__name__}: {e})") from e
 
 
 class WeightSyncTimeout(TimeoutError):

@@ -20,19 +20,10 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
-from grpoflow.engines.external import pack_samples, weight_buckets
+from grpoflow.engines.external import import_engine, pack_samples, weight_buckets
 from grpoflow.engines.rollout import Generation, SamplingParams
 
 INSTALL_HINT = "rollout.engine=sglang needs SGLang and a GPU: pip install 'grpoflow[sglang]' (docs/rollout-engines.md)."
-
-
-def import_sglang():
-    """The `sglang` module, or an ImportError that says how to install it."""
-    try:
-        import sglang
-    except ImportError as e:
-        raise ImportError(f"{INSTALL_HINT} ({type(e).__name__}: {e})") from e
-    return sglang
 
 
 class SGLangRolloutEngine:
@@ -47,7 +38,7 @@ class SGLangRolloutEngine:
         if os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").lower() in ("1", "true", "yes"):
             raise ValueError("SGLANG_RETURN_ORIGINAL_LOGPROB is set, so SGLang would report log-probs before "
                              "temperature, not those of the sampling distribution; unset it.")
-        sglang = import_sglang()
+        sglang = import_engine("sglang", INSTALL_HINT)
         self.pad_token_id, self.eos_token_id = pad_token_id, eos_token_id
         self.sync_timeout_s, self.bucket_bytes = sync_timeout_s, bucket_bytes
         self.version = 0

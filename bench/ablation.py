@@ -6,7 +6,7 @@ Uses the warm-started model that compare_trl.py caches in bench/.cache/tiny-<siz
 first), 8 prompts of the built-in task and `--group-size` samples each, and times:
 
 - sampling: transformers `generate` (the engine before) against grpoflow's KV-cached loop
-  (`engines.sampling`) with float32 and with bfloat16 weights, and with finished rows kept in
+  (`rollout.sampling`) with float32 and with bfloat16 weights, and with finished rows kept in
   the decode batch;
 - the actor's update pass (log-probs, entropy, backward of a token-mean loss) on those samples:
   the full forward against shared prompts, each in float32 and under bf16 autocast;
@@ -33,8 +33,9 @@ CACHE = Path(__file__).resolve().parent / ".cache"
 
 def generation_variants(path: Path, size_n: int, max_new_tokens: int):
     """name -> a function that samples one step's rollouts (8 prompts x n) with a fresh seed."""
-    from grpoflow.engines.rollout import Generation, HFRolloutEngine, SamplingParams, eos_response_mask, left_pad
-    from grpoflow.engines.sampling import sample
+    from grpoflow.rollout.hf import HFRolloutEngine
+    from grpoflow.rollout.protocol import Generation, SamplingParams, eos_response_mask, left_pad
+    from grpoflow.rollout.sampling import sample
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.tasks.addition import addition_splits
 
@@ -84,7 +85,7 @@ def generation_variants(path: Path, size_n: int, max_new_tokens: int):
 def update_variants(path: Path, sample, size_n: int, max_new_tokens: int):
     """name -> a function running the actor's forward + backward on one step's samples."""
     from grpoflow.data.batch import Batch
-    from grpoflow.engines.rollout import SamplingParams
+    from grpoflow.rollout.protocol import SamplingParams
     from grpoflow.models import logprobs
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.tasks.addition import addition_splits

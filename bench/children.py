@@ -93,9 +93,9 @@ def instrument_grpoflow() -> list[dict]:
     `nograd_forward` (old-log-prob and reference passes).
     """
     import grpoflow.workers.actor as actor_module
-    import grpoflow.workers.forward as forward_module
+    import grpoflow.training.forward as forward_module
     from grpoflow.controller.trainer import Controller
-    from grpoflow.engines.train import TrainEngine
+    from grpoflow.training.engine import TrainEngine
     from grpoflow.workers.rollout import RolloutWorker
     records: list[dict] = []
 

@@ -1,4 +1,4 @@
-"""Name -> function registries for the algorithm families, and signature-based dispatch.
+"""The registries of the algorithm families (one `plugins.Registry` each), and signature-based dispatch.
 
 Each family (advantage estimators, policy losses, KL estimators, loss aggregation modes)
 has one registry. Callers look a function up by the name in the config and call it with
@@ -20,88 +20,10 @@ A registration may carry keyword metadata that callers check at start-up, e.g.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from typing import Any, Callable
 
-from grpoflow.plugins import is_file_spec, load_from_file
-
-
-
-class Registry:
-    """A named collection of functions of one family (the `kind`, used in error messages)."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-        self._fns: dict[str, Callable] = {}
-        self._meta: dict[str, dict[str, Any]] = {}
-
-    def register(
-        self, name: str, *, override: bool = False, **meta: Any
-    ) -> Callable[[Callable], Callable]:
-        """Decorator storing the function under `name` and returning it unchanged.
-
-        Registering a *different* function under a taken name raises ValueError unless
-        `override=True`; registering the same function again only replaces its metadata.
-        Keyword `meta` (e.g. `agg_modes=...`) is stored with the name; see `meta`.
-        """
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}.")
-
-        def decorator(fn: Callable) -> Callable:
-            existing = self._fns.get(name)
-            if existing is not None and existing is not fn and not override:
-                raise ValueError(
-                    f"{self.kind} {name!r} is already registered to {_fn_name(existing)}; "
-                    f"pick another name or pass override=True to replace it."
-                )
-            self._fns[name] = fn
-            self._meta[name] = dict(meta)
-            return fn
-
-        return decorator
-
-    def meta(self, name: str) -> dict[str, Any]:
-        """A copy of the metadata registered with `name` ({} if none); ValueError if unknown."""
-        self.get(name)
-        return dict(self._meta.get(name, {}))
-
-    def resolve(self, name_or_spec: str) -> Callable:
-        """`get(name)`, or for `path/to/file.py:function` load the file and return the function.
-
-        A loaded function is registered under the spec string itself (so later `get(spec)`
-        finds it), with the metadata of any name the file registered it under in this registry.
-        """
-        if not is_file_spec(name_or_spec):
-            return self.get(name_or_spec)
-        fn = load_from_file(name_or_spec)
-        meta = next((self._meta.get(n, {}) for n, f in self._fns.items() if f is fn), {})
-        self.register(name_or_spec, override=True, **meta)(fn)
-        return fn
-
-    def get(self, name: str) -> Callable:
-        """The function registered under `name`; ValueError with the closest valid name if none."""
-        try:
-            return self._fns[name]
-        except (KeyError, TypeError):
-            pass
-        valid = self.names()
-        if not valid:
-            raise ValueError(f"Unknown {self.kind} {name!r}: no {self.kind}s are registered.")
-        closest = difflib.get_close_matches(str(name), valid, n=1, cutoff=0.0)[0]
-        raise ValueError(
-            f"Unknown {self.kind} {name!r}; did you mean {closest!r}? Valid names: {valid}."
-        )
-
-    def names(self) -> list[str]:
-        """Registered names, sorted."""
-        return sorted(self._fns)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._fns
-
-    def __repr__(self) -> str:
-        return f"Registry({self.kind!r}, names={self.names()})"
+from grpoflow.plugins import Registry, fn_name as _fn_name, load_from_file  # noqa: F401 (re-exported)
 
 
 ADVANTAGE_ESTIMATORS = Registry("advantage estimator")
@@ -189,9 +111,3 @@ def call_with_available(fn: Callable, **available: Any) -> Any:
         return fn(**available)
     accepted = {p.name for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
     return fn(**{k: v for k, v in available.items() if k in accepted})
-
-
-def _fn_name(fn: Callable) -> str:
-    module = getattr(fn, "__module__", None)
-    name = getattr(fn, "__qualname__", None) or repr(fn)
-    return f"{module}.{name}" if module else name

@@ -12,7 +12,7 @@ from grpoflow.controller.run import build_scorer, read_rows, val_files
 from grpoflow.controller.validation import validate
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.distributed.worker_group import WorkerGroup
-from grpoflow.engines.rollout import SamplingParams
+from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.workers.rollout import RolloutWorker
 

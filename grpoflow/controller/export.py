@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from grpoflow.controller.checkpoint import CheckpointManager, step_dir_name
-from grpoflow.engines.train import OPTIMIZER_FILE
+from grpoflow.training.engine import OPTIMIZER_FILE
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.lora import merge_to_plain_model
 

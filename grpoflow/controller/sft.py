@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from grpoflow.engines.train import TrainEngine
+from grpoflow.training.engine import TrainEngine
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 
 

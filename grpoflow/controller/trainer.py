@@ -31,8 +31,8 @@ from grpoflow.data.batch import Batch
 from grpoflow.data.sampler import EpochSampler
 from grpoflow.controller.placement import build_placement
 from grpoflow.distributed.worker_group import Broadcast, WorkerError, WorkerGroup
-from grpoflow.engines.rollout import SamplingParams
-from grpoflow.engines.train import NonFiniteLossError
+from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.training.engine import NonFiniteLossError
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker

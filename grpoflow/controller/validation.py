@@ -9,7 +9,7 @@ from typing import Callable
 
 from grpoflow.controller.val_metrics import extract_answer, group_metrics
 from grpoflow.data.batch import Batch
-from grpoflow.engines.rollout import SamplingParams
+from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.rewards.scoring import Scores
 
 

@@ -19,7 +19,7 @@ from grpoflow.rewards.functions import (REWARD_FUNCTIONS, RewardFn, exact_match,
 from grpoflow.rewards.answers import extract_gsm8k_answer, gsm8k_flexible_reward, gsm8k_reward, math_reward
 from grpoflow.rewards.countdown import countdown_reward
 from grpoflow.rewards.math_normalize import last_boxed, math_equal
-from grpoflow.rewards.shaping import format_reward, length_penalty_reward
+from grpoflow.rewards.form import format_reward, length_penalty_reward
 from grpoflow.rewards.combine import CombinedReward, RoutedReward, build_reward
 from grpoflow.rewards.scoring import RewardScorer, Scores, score_completions
 

@@ -7,29 +7,25 @@ entries are logged as `reward/<key>/mean`. None means "cannot score" and gets th
 configured error score. A coroutine function (`async def`) is accepted too; the scorer
 awaits it (scoring.py).
 
-The built-ins live next to this file (answers.py, countdown.py, shaping.py) and register
+The built-ins live next to this file (answers.py, countdown.py, form.py) and register
 themselves when `grpoflow.rewards` is imported, which happens before this module runs.
 """
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import math
 from typing import Any, Callable
 
-from grpoflow.plugins import is_file_spec, load_from_file
+from grpoflow.plugins import Registry
 
 RewardFn = Callable[..., Any]
-REWARD_FUNCTIONS: dict[str, RewardFn] = {}
+REWARD_FUNCTIONS = Registry("reward function")
 
 
-def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
-    """Make `fn` selectable as `reward.function=name`."""
-    def wrap(fn: RewardFn) -> RewardFn:
-        REWARD_FUNCTIONS[name] = fn
-        return fn
-    return wrap
+def register_reward(name: str, *, override: bool = False) -> Callable[[RewardFn], RewardFn]:
+    """Make `fn` selectable as `reward.function=name` (a taken name is an error unless `override`)."""
+    return REWARD_FUNCTIONS.register(name, override=override)
 
 
 def ground_truth_of(row: dict) -> str | None:
@@ -81,15 +77,10 @@ def is_async_reward(fn: Any) -> bool:
 
 def load_reward_function(spec: str) -> RewardFn:
     """A built-in name, or `path/to/file.py:function`."""
-    if is_file_spec(spec):
-        fn = load_from_file(spec)
-    elif spec in REWARD_FUNCTIONS:
-        fn = REWARD_FUNCTIONS[spec]
-    else:
-        close = difflib.get_close_matches(spec, list(REWARD_FUNCTIONS), n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"reward.function={spec!r} is neither a built-in ({sorted(REWARD_FUNCTIONS)}) nor "
-                         f"`path/to/file.py:function`.{hint}")
+    try:
+        fn = REWARD_FUNCTIONS.resolve(spec)
+    except ValueError as e:
+        raise ValueError(f"reward.function={spec!r}: {e} A user function is named `path/to/file.py:function`.") from None
     _check_signature(fn, spec)
     return fn
 

@@ -16,12 +16,12 @@ from torch import Tensor
 from grpoflow.algorithms import POLICY_LOSSES, aggregate_loss, call_with_available, kl_penalty, truncated_is_weights
 from grpoflow.config import ActorConfig, ModelConfig
 from grpoflow.data.batch import Batch
-from grpoflow.engines.microbatch import split_by_tokens
-from grpoflow.engines.train import TrainEngine, global_sum, lr_multiplier
+from grpoflow.training.microbatch import split_by_tokens
+from grpoflow.training.engine import TrainEngine, global_sum, lr_multiplier
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.lora import add_lora, is_lora
 from grpoflow.models.logprobs import response_log_probs
-from grpoflow.workers.forward import batch_log_probs
+from grpoflow.training.forward import batch_log_probs
 
 
 class ActorWorker:

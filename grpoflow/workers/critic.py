@@ -14,9 +14,9 @@ from torch import Tensor
 from grpoflow.algorithms import aggregate_loss, clipped_value_loss
 from grpoflow.config import ActorConfig, CriticConfig
 from grpoflow.data.batch import Batch
-from grpoflow.engines.device import to_device
-from grpoflow.engines.microbatch import split_by_tokens
-from grpoflow.engines.train import TrainEngine, global_sum
+from grpoflow.training.collectives import to_device
+from grpoflow.training.microbatch import split_by_tokens
+from grpoflow.training.engine import TrainEngine, global_sum
 from grpoflow.models.loading import load_value_model
 from grpoflow.models.logprobs import compute_autocast
 

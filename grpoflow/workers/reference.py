@@ -1,6 +1,6 @@
 """The reference role: a frozen copy of the initial policy, for the KL term.
 
-With several ranks it is sharded like the actor (FSDP2, see `engines.train.place_model`): it
+With several ranks it is sharded like the actor (FSDP2, see `training.engine.place_model`): it
 costs 1/world of the model's memory per rank, and its forward is a collective.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from grpoflow.data.batch import Batch
-from grpoflow.engines.train import place_model
+from grpoflow.training.engine import place_model
 from grpoflow.models.loading import load_causal_lm
-from grpoflow.workers.forward import batch_log_probs
+from grpoflow.training.forward import batch_log_probs
 
 
 class ReferenceWorker:

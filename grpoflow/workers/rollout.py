@@ -9,50 +9,10 @@ from torch import Tensor
 
 from grpoflow.config import RolloutConfig
 from grpoflow.data.batch import Batch
-from grpoflow.engines.random_streams import prompt_seeds
-from grpoflow.engines.rollout import HFRolloutEngine, RolloutEngine, SamplingParams
-from grpoflow.models.loading import load_causal_lm, load_tokenizer
-
-
-def _hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
-               **gpu_options) -> RolloutEngine:
-    """The transformers engine on the loaded model; the vllm/sglang options do not apply."""
-    return HFRolloutEngine(load_causal_lm(model_path, dtype=getattr(torch, dtype)), pad_token_id=pad_token_id,
-                           eos_token_id=eos_token_id)
-
-
-def _vllm_engine(model_path: str, **options) -> RolloutEngine:
-    from grpoflow.engines.vllm import VLLMRolloutEngine  # imports vllm: only when chosen
-
-    return VLLMRolloutEngine(model_path, **options)
-
-
-def _sglang_engine(model_path: str, **options) -> RolloutEngine:
-    from grpoflow.engines.sglang import SGLangRolloutEngine  # imports sglang: only when chosen
-
-    return SGLangRolloutEngine(model_path, **options)
-
-
-# rollout.engine -> a builder taking (model_path, pad_token_id, eos_token_id, dtype, seed, engine options)
-ENGINE_BUILDERS: dict[str, Callable[..., RolloutEngine]] = {"hf": _hf_engine, "vllm": _vllm_engine,
-                                                           "sglang": _sglang_engine}
-
-
-def build_engine(name: str, model_path: str, tokenizer, *, dtype: str = "float32", seed: int = 0,
-                 gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, enforce_eager: bool = True,
-                 free_cache_engine: bool = True, sync_timeout_s: float = 120.0) -> RolloutEngine:
-    """The rollout engine `name` (hf | vllm | sglang) for the model saved in `model_path`.
-
-    dtype: the engine's weights and compute, float32 or bfloat16 — that of the trainer, so that the
-    sampling log-probs match the trainer's (vLLM's own `auto` would pick bf16 for an fp32 checkpoint).
-    The remaining options are `rollout.*` config fields (see RolloutConfig); hf ignores them.
-    """
-    if name not in ENGINE_BUILDERS:
-        raise ValueError(f"rollout.engine={name!r} is not a rollout engine; use one of {sorted(ENGINE_BUILDERS)}.")
-    return ENGINE_BUILDERS[name](
-        model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, dtype=dtype, seed=seed,
-        gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
-        enforce_eager=enforce_eager, free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s)
+from grpoflow.rollout.random_streams import prompt_seeds
+from grpoflow.rollout.factory import build_engine
+from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
+from grpoflow.models.loading import load_tokenizer
 
 
 class RolloutWorker:

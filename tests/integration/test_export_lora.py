@@ -12,7 +12,7 @@ from grpoflow.controller.run import train
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.batch import Batch
 from grpoflow.workers.actor import ActorWorker
-from grpoflow.workers.forward import batch_log_probs
+from grpoflow.training.forward import batch_log_probs
 
 ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=5", "trainer.total_steps=2", "trainer.save_every=2", "trainer.val_every=0",

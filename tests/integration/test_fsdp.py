@@ -24,7 +24,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from grpoflow.config import ActorConfig, CriticConfig, LoRAConfig, ModelConfig
 from grpoflow.data.batch import Batch
-from grpoflow.engines.train import NonFiniteLossError
+from grpoflow.training.engine import NonFiniteLossError
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
 from grpoflow.workers.reference import ReferenceWorker
@@ -230,7 +230,7 @@ def test_micro_batch_budget_does_not_change_world_two_step(two_ranks, tiny_model
 
 
 def test_uneven_micro_batch_counts_and_an_empty_shard(two_ranks, tiny_model_path):
-    from grpoflow.engines.microbatch import plan_microbatches
+    from grpoflow.training.microbatch import plan_microbatches
 
     uneven = make_batch(8, 1, long_first=True)
     halves = uneven.split(WORLD)
@@ -300,7 +300,7 @@ def test_nan_on_one_rank_raises_on_every_rank(two_ranks):
 
 
 def test_padding_micro_batch_adds_no_gradient_and_no_metric(tiny_model_path):
-    from grpoflow.engines.microbatch import padding_row, split_by_tokens
+    from grpoflow.training.microbatch import padding_row, split_by_tokens
 
     batch = make_batch(6, 3)
     grads, metrics = [], []

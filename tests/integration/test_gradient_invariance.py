@@ -41,7 +41,7 @@ def test_microbatch_split_leaves_gradient_unchanged(tiny_model_path, mode):
 
 
 def test_tiny_budget_really_splits():
-    from grpoflow.engines.microbatch import split_by_tokens
+    from grpoflow.training.microbatch import split_by_tokens
 
     parts, plans = split_by_tokens(random_batch(), 13)
     assert len(parts) >= 6 and sorted(i for p in plans for i in p) == list(range(12))

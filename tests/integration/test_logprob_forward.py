@@ -5,7 +5,7 @@ import torch
 
 from grpoflow.models import logprobs
 from grpoflow.models.loading import load_causal_lm
-from grpoflow.engines.rollout import left_pad
+from grpoflow.rollout.protocol import left_pad
 
 
 def _batch():

@@ -4,10 +4,11 @@ import pytest
 import torch
 
 from grpoflow.data.batch import Batch
-from grpoflow.engines.rollout import HFRolloutEngine, SamplingParams, eos_response_mask, left_pad
-from grpoflow.engines.sampling import sample
+from grpoflow.rollout.hf import HFRolloutEngine
+from grpoflow.rollout.protocol import SamplingParams, eos_response_mask, left_pad
+from grpoflow.rollout.sampling import sample
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
-from grpoflow.workers.forward import batch_log_probs
+from grpoflow.training.forward import batch_log_probs
 
 
 def test_left_pad_and_eos_mask():

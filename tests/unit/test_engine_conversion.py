@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpoflow.engines.external import WeightSyncTimeout, pack_samples, weight_buckets
-from grpoflow.engines.sglang import check_sglang_result, samples_from_sglang
-from grpoflow.engines.vllm import samples_from_vllm
+from grpoflow.rollout.external import WeightSyncTimeout, pack_samples, weight_buckets
+from grpoflow.rollout.sglang import check_sglang_result, samples_from_sglang
+from grpoflow.rollout.vllm import samples_from_vllm
 
 # Two prompts, n=2, EOS=2, pad=0:
 #   sample 0: 10, EOS          -> ends at EOS
@@ -136,10 +136,10 @@ def test_weight_sync_sender_error_is_raised():
 
 def test_build_engine_names_the_choices_and_the_install():
     from grpoflow.models.tiny import build_char_tokenizer
-    from grpoflow.workers.rollout import build_engine
+    from grpoflow.rollout.factory import build_engine
 
     tokenizer = build_char_tokenizer()
-    with pytest.raises(ValueError, match=r"rollout.engine='tgi'.*\['hf', 'sglang', 'vllm'\]"):
+    with pytest.raises(ValueError, match=r"rollout.engine='tgi'.*'hf', 'sglang', 'vllm'"):
         build_engine("tgi", "/nonexistent", tokenizer)
     for name, module in (("vllm", "vllm"), ("sglang", "sglang")):
         try:
@@ -151,7 +151,8 @@ def test_build_engine_names_the_choices_and_the_install():
 
 def test_rollout_worker_builds_the_hf_engine(tiny_model_path):
     from grpoflow.config import RolloutConfig
-    from grpoflow.engines.rollout import HFRolloutEngine, SamplingParams
+    from grpoflow.rollout.hf import HFRolloutEngine
+    from grpoflow.rollout.protocol import SamplingParams
     from grpoflow.workers.rollout import RolloutWorker
 
     worker = RolloutWorker(0, 1, model_path=tiny_model_path, engine="hf", cfg=RolloutConfig(sync_timeout_s=5.0))

@@ -1,6 +1,8 @@
 """The dependency direction of DESIGN.md section 2, checked on the source with `ast`.
 
-    algorithms, rewards -> data, models -> engines -> workers -> distributed -> controller -> cli
+    plugins -> algorithms, rewards -> data, models -> training | rollout -> workers -> distributed -> controller -> cli
+
+`training` and `rollout` sit side by side and never import each other; `config` imports only `plugins`.
 
 Every import counts, including lazy ones inside functions: a lazy import is still a dependency.
 """
@@ -18,21 +20,23 @@ ROOT = Path(grpoflow.__file__).parent
 
 # The parts of grpoflow, and the grpoflow parts each may NOT import. `tasks` (built-in task data)
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
-UPPER_OF_DATA = {"engines", "workers", "distributed", "controller", "cli"}
+UPPER_OF_DATA = {"training", "rollout", "workers", "distributed", "controller", "cli", "plotting"}
+EVERY_PART = {"plugins", "plotting", "algorithms", "rewards", "data", "models", "tasks", "training", "rollout",
+              "workers", "distributed", "controller", "config", "cli"}
 FORBIDDEN_PARTS = {
-    "plugins": None,
-    "plotting": {"engines", "workers", "distributed", "cli"},  # reads metrics.jsonl via controller.metrics  # None: nothing from any other grpoflow part (user-file loading, stdlib only)
-    "algorithms": {"data", "models", "tasks", "engines", "workers", "distributed", "controller", "cli", "config"},
-    "rewards": {"algorithms", "data", "models", "tasks", "engines", "workers", "distributed", "controller", "cli",
-                "config"},
+    "plugins": None,  # None: nothing from any other grpoflow part (registries, user-file loading; stdlib only)
+    "plotting": {"training", "rollout", "workers", "distributed", "cli"},  # reads metrics.jsonl via controller.metrics
+    "algorithms": EVERY_PART - {"plugins", "algorithms"},
+    "rewards": EVERY_PART - {"plugins", "rewards"},
     "data": UPPER_OF_DATA,
     "models": UPPER_OF_DATA,
     "tasks": UPPER_OF_DATA,
-    "engines": {"workers", "distributed", "controller", "cli"},
-    "workers": {"distributed", "controller", "cli"},
-    "distributed": {"controller", "cli"},
+    "training": {"rollout", "workers", "distributed", "controller", "cli", "plotting"},
+    "rollout": {"training", "workers", "distributed", "controller", "cli", "plotting"},
+    "workers": {"distributed", "controller", "cli", "plotting"},
+    "distributed": {"controller", "cli", "plotting"},
     "controller": {"cli"},
-    "config": set(),
+    "config": EVERY_PART - {"plugins", "config"},  # the schema: plain values, no torch, no registries
     "cli": set(),
 }
 # third-party modules that the pure parts never touch
@@ -100,7 +104,7 @@ def test_import_collector_sees_every_form():
         "from grpoflow import config\n"
         "from torch import distributed as dist\n"
         "from . import sibling\n"
-        "from ..engines.train import TrainEngine\n"
+        "from ..training.engine import TrainEngine\n"
         "import importlib\n"
         "def f():\n"
         "    import vllm.engine\n"
@@ -108,7 +112,7 @@ def test_import_collector_sees_every_form():
     )
     found = imported_modules(source, "grpoflow.workers.actor", is_package=False)
     assert {"ray", "grpoflow.config", "torch.distributed", "grpoflow.workers.sibling",
-            "grpoflow.engines.train", "vllm.engine", "sglang"} <= found
+            "grpoflow.training.engine", "vllm.engine", "sglang"} <= found
 
 
 def test_checker_sees_the_real_tree():
@@ -116,7 +120,7 @@ def test_checker_sees_the_real_tree():
     assert {"grpoflow.algorithms.advantages", "grpoflow.workers.actor", "grpoflow.config", "grpoflow.cli"} <= set(modules)
     # a known edge is found, so an empty scan cannot pass silently
     part, path = modules["grpoflow.workers.actor"]
-    assert "grpoflow.engines.microbatch" in _imports("grpoflow.workers.actor", path)
+    assert "grpoflow.training.microbatch" in _imports("grpoflow.workers.actor", path)
 
 
 def test_every_part_is_placed_in_the_layering():

@@ -1,4 +1,4 @@
-"""grpoflow.engines.microbatch: token-budget micro-batches cover every row once and respect the budget."""
+"""grpoflow.training.microbatch: token-budget micro-batches cover every row once and respect the budget."""
 
 import random
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grpoflow.data.batch import Batch
-from grpoflow.engines.microbatch import plan_microbatches, split_by_tokens
+from grpoflow.training.microbatch import plan_microbatches, split_by_tokens
 
 
 def padded_cost(plan, prompt_lengths, response_lengths) -> int:
@@ -146,8 +146,8 @@ def test_min_count_cuts_the_costliest_group_first():
 
 
 def test_split_by_tokens_pads_to_the_count_agreed_over_ranks(monkeypatch):
-    from grpoflow.engines import microbatch
-    from grpoflow.engines.microbatch import PaddingBatch
+    from grpoflow.training import microbatch
+    from grpoflow.training.microbatch import PaddingBatch
 
     batch = _batch_from_lengths([3, 5, 2], [4, 1, 6], width_p=6, width_r=7)
     monkeypatch.setattr(microbatch, "global_max", lambda count: 5)  # another rank planned 5 micro-batches
@@ -162,8 +162,8 @@ def test_split_by_tokens_pads_to_the_count_agreed_over_ranks(monkeypatch):
 
 
 def test_an_empty_shard_still_gets_padding_micro_batches(monkeypatch):
-    from grpoflow.engines import microbatch
-    from grpoflow.engines.microbatch import PaddingBatch
+    from grpoflow.training import microbatch
+    from grpoflow.training.microbatch import PaddingBatch
 
     empty = _batch_from_lengths([3, 5], [4, 1], width_p=6, width_r=7).select([])
     monkeypatch.setattr(microbatch, "global_max", lambda count: 2)

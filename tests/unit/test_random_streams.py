@@ -1,8 +1,8 @@
-"""grpoflow.engines.random_streams: per-row counter-based streams and inverse-CDF sampling."""
+"""grpoflow.rollout.random_streams: per-row counter-based streams and inverse-CDF sampling."""
 
 import torch
 
-from grpoflow.engines.random_streams import hash32, prompt_seeds, row_seeds, sample_from, uniforms
+from grpoflow.rollout.random_streams import hash32, prompt_seeds, row_seeds, sample_from, uniforms
 
 
 def rows(seed, indices, n):

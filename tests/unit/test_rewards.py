@@ -90,7 +90,7 @@ def test_load_unknown_builtin_suggests_closest():
         load_reward_function("exact_mach")
     message = str(err.value)
     assert "'exact_mach'" in message
-    assert "Did you mean 'exact_match'?" in message
+    assert "did you mean 'exact_match'?" in message.lower()
     assert "length" in message  # the valid built-ins are listed
 
 

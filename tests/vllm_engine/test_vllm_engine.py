@@ -15,8 +15,8 @@ import torch
 pytest.importorskip("vllm", reason="vllm is not installed (.ci/vllm_stage runs these tests)")
 
 from grpoflow.config import RolloutConfig  # noqa: E402
-from grpoflow.engines.external import WeightSyncTimeout  # noqa: E402
-from grpoflow.engines.rollout import SamplingParams  # noqa: E402
+from grpoflow.rollout.external import WeightSyncTimeout  # noqa: E402
+from grpoflow.rollout.protocol import SamplingParams  # noqa: E402
 from grpoflow.models.loading import load_causal_lm  # noqa: E402
 from grpoflow.workers.rollout import RolloutWorker  # noqa: E402
 

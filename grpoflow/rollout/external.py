@@ -19,7 +19,7 @@ from typing import Iterable, Iterator
 import torch
 from torch import Tensor
 
-from grpoflow.engines.rollout import Generation, left_pad
+from grpoflow.rollout.protocol import Generation, left_pad
 
 
 def import_engine(module: str, install_hint: str):

@@ -20,8 +20,8 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
-from grpoflow.engines.external import import_engine, pack_samples, weight_buckets
-from grpoflow.engines.rollout import Generation, SamplingParams
+from grpoflow.rollout.external import import_engine, pack_samples, weight_buckets
+from grpoflow.rollout.protocol import Generation, SamplingParams
 
 INSTALL_HINT = "rollout.engine=sglang needs SGLang and a GPU: pip install 'grpoflow[sglang]' (docs/rollout-engines.md)."
 

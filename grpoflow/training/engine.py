@@ -31,9 +31,9 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from torch.distributed.tensor import DTensor
 
-from grpoflow.engines.device import current_device, global_max, global_sum, rank, sum_over_ranks, to_device, \
+from grpoflow.training.collectives import current_device, global_max, global_sum, rank, sum_over_ranks, to_device, \
     world_size
-from grpoflow.engines.microbatch import PaddingBatch
+from grpoflow.training.microbatch import PaddingBatch
 from grpoflow.models.loading import load_saved_weights
 from grpoflow.models.lora import is_lora, merged_named_weights
 

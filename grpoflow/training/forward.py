@@ -6,8 +6,8 @@ import torch
 from torch import Tensor
 
 from grpoflow.data.batch import Batch
-from grpoflow.engines.device import to_device
-from grpoflow.engines.microbatch import split_by_tokens
+from grpoflow.training.collectives import to_device
+from grpoflow.training.microbatch import split_by_tokens
 from grpoflow.models.logprobs import response_log_probs
 
 

@@ -19,7 +19,7 @@ import dataclasses
 import torch
 
 from grpoflow.data.batch import Batch
-from grpoflow.engines.device import global_max
+from grpoflow.training.collectives import global_max
 
 
 class PaddingBatch(Batch):

@@ -1,0 +1,7 @@
+"""Rollout: turning prompt token ids into sampled responses with their log-probs.
+
+`protocol` (the `RolloutEngine` seam, `SamplingParams`, `Generation`), `hf` (the own KV-cached
+loop over a transformers model, `sampling` + `random_streams`), `vllm` and `sglang` (inference
+libraries behind the same protocol, sharing `external`), and `factory` (engines by name).
+Nothing here imports `grpoflow.training`: the two meet only in the workers.
+"""

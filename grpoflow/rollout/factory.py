@@ -1,0 +1,68 @@
+"""Rollout engines by name (`rollout.engine`): a registry of builders, and `build_engine`.
+
+A builder takes the model folder, the tokenizer's pad/eos ids, the dtype and seed, and the
+engine options (plain values from `RolloutConfig`; builders ignore the ones that do not apply).
+vllm and sglang are imported only when chosen. A user engine registers itself with
+`@register_rollout_engine("name")` or is named by its file, `rollout.engine=my_engine.py:build`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from grpoflow.models.loading import load_causal_lm
+from grpoflow.plugins import Registry
+from grpoflow.rollout.protocol import RolloutEngine
+
+ROLLOUT_ENGINES = Registry("rollout engine")
+
+
+def register_rollout_engine(name: str, *, override: bool = False) -> Callable[[Callable], Callable]:
+    """Make a builder `(model_path, *, pad_token_id, eos_token_id, dtype, seed, **options) -> RolloutEngine`
+    selectable as `rollout.engine=name`."""
+    return ROLLOUT_ENGINES.register(name, override=override)
+
+
+@register_rollout_engine("hf")
+def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
+              **gpu_options: Any) -> RolloutEngine:
+    """The transformers engine on the loaded model; the vllm/sglang options do not apply."""
+    from grpoflow.rollout.hf import HFRolloutEngine
+
+    return HFRolloutEngine(load_causal_lm(model_path, dtype=getattr(torch, dtype)), pad_token_id=pad_token_id,
+                           eos_token_id=eos_token_id)
+
+
+@register_rollout_engine("vllm")
+def vllm_engine(model_path: str, **options: Any) -> RolloutEngine:
+    from grpoflow.rollout.vllm import VLLMRolloutEngine  # imports vllm: only when chosen
+
+    return VLLMRolloutEngine(model_path, **options)
+
+
+@register_rollout_engine("sglang")
+def sglang_engine(model_path: str, **options: Any) -> RolloutEngine:
+    from grpoflow.rollout.sglang import SGLangRolloutEngine  # imports sglang: only when chosen
+
+    return SGLangRolloutEngine(model_path, **options)
+
+
+def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "float32", seed: int = 0,
+                 gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, enforce_eager: bool = True,
+                 free_cache_engine: bool = True, sync_timeout_s: float = 120.0) -> RolloutEngine:
+    """The rollout engine `name` (hf | vllm | sglang | a registered or `file.py:fn` builder) for the model
+    saved in `model_path`.
+
+    dtype: the engine's weights and compute, float32 or bfloat16 — that of the trainer, so that the
+    sampling log-probs match the trainer's (vLLM's own `auto` would pick bf16 for an fp32 checkpoint).
+    The remaining options are `rollout.*` config fields (see RolloutConfig); hf ignores them.
+    """
+    try:
+        builder = ROLLOUT_ENGINES.resolve(name)
+    except ValueError as e:
+        raise ValueError(f"rollout.engine={name!r}: {e}") from None
+    return builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, dtype=dtype,
+                   seed=seed, gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
+                   enforce_eager=enforce_eager, free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s)

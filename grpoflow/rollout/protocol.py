@@ -1,0 +1,70 @@
+"""The rollout engine protocol: sampling parameters, the `Generation` an engine returns, padding helpers.
+
+An engine takes prompt token ids and returns `n` samples per prompt as padded tensors with the
+sampling log-probs. Engines hold their own copy of the weights (possibly in another dtype or
+on another device) and receive the actor's weights one tensor at a time, with a version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+import torch
+from torch import Tensor
+
+
+
+@dataclass
+class SamplingParams:
+    n: int = 1
+    max_new_tokens: int = 16
+    temperature: float = 1.0   # 0 means greedy
+    top_p: float = 1.0
+
+
+@dataclass
+class Generation:
+    """n samples per prompt, prompt-major (sample j of prompt i is row i * n + j)."""
+    prompt_ids: Tensor        # [B*n, P] left-padded
+    prompt_mask: Tensor       # [B*n, P]
+    response_ids: Tensor      # [B*n, R] right-padded with pad_token_id after EOS
+    response_mask: Tensor     # [B*n, R] 1 up to and including the first EOS
+    log_probs: Tensor         # [B*n, R] float32 log-probs under the sampling distribution (0 on padding)
+    truncated: Tensor         # [B*n] bool, stopped by max_new_tokens before any EOS
+
+
+class RolloutEngine(Protocol):
+    version: int
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
+                 ) -> Generation:
+        """`seeds`: one per prompt, so that a prompt's samples do not depend on its batch (engines
+        that cannot promise it say so); None: the engine draws from torch's global generator."""
+        ...
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None: ...
+
+    def sleep(self) -> None: ...
+
+    def wake(self) -> None: ...
+
+
+def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:
+    """[B, P] ids and mask, left-padded to the longest sequence."""
+    width = max((len(s) for s in sequences), default=0)
+    ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        if s:
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def eos_response_mask(response_ids: Tensor, eos_token_id: int | list[int]) -> Tensor:
+    """[B, R] 1 on tokens up to and including the first EOS of each row, 0 after."""
+    eos_ids = torch.as_tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id])
+    is_eos = torch.isin(response_ids, eos_ids).long()
+    seen_before = is_eos.cumsum(-1) - is_eos
+    return (seen_before == 0).long()

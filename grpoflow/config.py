@@ -121,11 +121,11 @@ class RewardConfig:
     weights: Optional[list] = opt(None, "Weights of reward.functions (None: all 1).")
     routes: Optional[dict] = opt(None, "data_source -> reward function (or list) for datasets that mix sources; "
                                  "other sources use reward.function(s).")
-    workers: int = opt(0, "Reward worker processes (0: score in this process).")
+    workers: int = opt(0, "Reward worker processes (0: score in this process; with reward.timeout_s, one).")
     model: RewardModelConfig = field(default_factory=RewardModelConfig)
     timeout_s: Optional[float] = opt(None, "Per-sample time limit; a call over it is killed, scores "
-                                     "reward.error_score and counts in reward/timeouts (needs reward.workers > 0 "
-                                     "for plain functions).")
+                                     "reward.error_score and counts in reward/timeouts (a plain function then runs "
+                                     "in reward.workers processes, at least one).")
     error_score: float = opt(0.0, "Score given to a sample whose reward function raised, returned None or NaN.")
     overlong_buffer_len: int = opt(0, "DAPO overlong shaping: responses longer than rollout.max_new_tokens - "
                                    "this many tokens get a linear penalty (0 disables).")
@@ -183,7 +183,8 @@ class ActorConfig:
     mask_truncated: bool = opt(False, "Leave responses that hit rollout.max_new_tokens without EOS out of the "
                                "loss (DAPO's overlong filtering).")
     rollout_is: Optional[str] = opt(None, "Truncated importance sampling against the rollout engine's sampling "
-                                    "log-probs: token or sequence (None: off).")
+                                    "log-probs: token, sequence or off. None resolves at validation: token in "
+                                    "trainer.mode=async with rollout.max_staleness > 0 (stale samples), else off.")
     rollout_is_cap: float = opt(2.0, "Upper bound of the truncated importance weight.")
     minibatches: int = opt(1, "Optimizer steps per RL step per epoch; 1 is strictly on-policy. Must divide "
                            "data.prompts_per_step (mini-batches hold whole groups).")
@@ -318,7 +319,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
                 raise ConfigError(f"Config key `{key}` must be a finite number, got {value!r}.")
             return float(value)
     elif tp is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if isinstance(value, bool):  # YAML 1.1 reads off/no/false (on/yes/true) as booleans
+            return "on" if value else "off"
+        if isinstance(value, (str, int, float)):
             return str(value)
     elif tp is list or origin is list:
         if isinstance(value, str):
@@ -402,8 +405,19 @@ def world_size(cfg: Config) -> int:
     return cfg.resources.nodes * cfg.resources.devices_per_node
 
 
+def resolve_defaults(cfg: Config) -> None:
+    """Set the keys whose default depends on other keys, so that the resolved config (config.yaml, `grpoflow
+    config`) says what the run does."""
+    if cfg.actor.rollout_is is None:
+        stale = cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0
+        cfg.actor.rollout_is = "token" if stale else "off"
+
+
 def validate(cfg: Config) -> None:
-    """Checks that need no model: choices, ranges, and the batch schedule."""
+    """Resolve dependent defaults (`resolve_defaults`), then the checks that need no model and no registry:
+    choices, ranges, and the batch schedule. Registry-backed names (estimators, losses, KL estimators,
+    rewards, engines) are resolved by `grpoflow.controller.checks.check_config`, also before any model loads."""
+    resolve_defaults(cfg)
     checks = [
         (cfg.backend in ("local", "ray"), f"backend={cfg.backend!r}; use local or ray."),
         (cfg.placement in ("colocated", "split"), f"placement={cfg.placement!r}; use colocated or split."),
@@ -428,8 +442,6 @@ def validate(cfg: Config) -> None:
          f"model.compute_dtype={cfg.model.compute_dtype!r}; use float32 or bfloat16."),
         (cfg.model.dtype in ("float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}; use float32 or bfloat16."),
         (cfg.model.lora.rank >= 0, "model.lora.rank must be >= 0."),
-        (cfg.rollout.engine in ("hf", "vllm", "sglang"),
-         f"rollout.engine={cfg.rollout.engine!r}; use hf, vllm or sglang."),
         (cfg.data.overlong in ("drop", "error"), f"data.overlong={cfg.data.overlong!r}; use drop or error."),
         (cfg.rollout.n >= 1, f"rollout.n={cfg.rollout.n} must be >= 1."),
         (cfg.rollout.val_n >= 1, f"rollout.val_n={cfg.rollout.val_n} must be >= 1."),
@@ -445,10 +457,8 @@ def validate(cfg: Config) -> None:
         (cfg.actor.minibatches >= 1, "actor.minibatches must be >= 1."),
         (cfg.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1."),
         (cfg.actor.kl_coef >= 0, "actor.kl_coef must be >= 0."),
-        (cfg.actor.rollout_is in (None, "token", "sequence"),
-         f"actor.rollout_is={cfg.actor.rollout_is!r}; use token, sequence or null."),
-        (cfg.algorithm.kl_ctrl.type in ("fixed", "adaptive"),
-         f"algorithm.kl_ctrl.type={cfg.algorithm.kl_ctrl.type!r}; use fixed or adaptive."),
+        (cfg.actor.rollout_is in ("off", "token", "sequence"),
+         f"actor.rollout_is={cfg.actor.rollout_is!r}; use token, sequence, off or null (automatic)."),
         (cfg.algorithm.filter_groups.max_draws >= 1, "algorithm.filter_groups.max_draws must be >= 1."),
         (cfg.reward.weights is None or len(cfg.reward.weights) == len(cfg.reward.functions),
          f"reward.weights has {len(cfg.reward.weights or [])} entries for {len(cfg.reward.functions)} "

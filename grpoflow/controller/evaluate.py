@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
 
 from grpoflow.config import Config, ConfigError
 from grpoflow.controller.checkpoint import CheckpointManager
+from grpoflow.controller.rollouts import Rollouts
 from grpoflow.controller.run import build_scorer, read_rows, val_files
 from grpoflow.controller.validation import validate
 from grpoflow.data.dataset import prepare_prompts
@@ -43,13 +45,12 @@ def evaluate(cfg: Config) -> dict[str, float]:
                                    max_prompt_length=d.max_prompt_length, overlong=d.overlong,
                                    apply_chat_template=d.apply_chat_template, system_prompt=d.system_prompt)
     items = items[:d.val_max_prompts]
-    rollout = WorkerGroup("rollout", lambda rank, world: RolloutWorker(rank, world, model_path=model_path,
-                                                                        engine=cfg.rollout.engine, cfg=cfg.rollout,
-                                                                        dtype=cfg.model.dtype))
+    rollouts = Rollouts(WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine,
+                                                       cfg=cfg.rollout, dtype=cfg.model.dtype)))
     params = SamplingParams(n=cfg.rollout.val_n, max_new_tokens=cfg.rollout.max_new_tokens,
                             temperature=cfg.rollout.val_temperature, top_p=1.0)
     with scorer:
-        metrics = validate(rollout, items, lambda b: scorer.score(b.prompts, b.completions, b.rows), params=params,
+        metrics = validate(rollouts, items, lambda b: scorer.score(b.prompts, b.completions, b.rows), params=params,
                            batch_size=cfg.rollout.val_batch_size)
     tqdm.write(f"model: {model_path}\n" + format_table(metrics, {it.data_source for it in items}, len(items)))
     return metrics

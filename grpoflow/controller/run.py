@@ -16,7 +16,8 @@ from tqdm import tqdm
 from grpoflow.config import Config, ConfigError, batch_schedule, to_yaml
 from grpoflow.controller.sft import run_sft
 from grpoflow.controller.trackers import check_trackers
-from grpoflow.controller.trainer import Controller, check_algorithm
+from grpoflow.controller.checks import check_config
+from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import load_rows, prepare_prompts
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
@@ -109,8 +110,8 @@ def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None 
 def train(cfg: Config) -> dict:
     """`grpoflow train`: (warm start) -> GRPO with validation; returns before/after validation metrics."""
     start = time.perf_counter()
+    check_config(cfg)
     schedule = batch_schedule(cfg)
-    check_algorithm(cfg)
     check_trackers(cfg.trainer.loggers)
     scorer = build_scorer(cfg)
     run_dir = setup_run_dir(cfg)

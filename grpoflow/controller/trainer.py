@@ -10,30 +10,35 @@ estimator's signature asks for (values -> a critic, baselines -> a greedy rollou
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
-from collections import deque
 from functools import partial
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from pathlib import Path
 
 import torch
+from torch import Tensor
 from tqdm import tqdm
 
-from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, POLICY_LOSSES, call_with_available,
-                                 groups_with_signal, kl_in_reward, overlong_penalty, required_inputs)
+from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with_available, groups_with_signal,
+                                 required_inputs)
 from grpoflow.config import Config
 from grpoflow.controller.checkpoint import CheckpointManager, load_state, rng_state, save_state, set_rng_state
+from grpoflow.controller.checks import check_config
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
+from grpoflow.controller.placement import build_placement
+from grpoflow.controller.rewarding import RewardAssembly
+from grpoflow.controller.rollouts import RolloutQueue, Rollouts, group_ids
+from grpoflow.controller.step_math import partition_groups, token_rewards
 from grpoflow.controller.trackers import build_trackers
 from grpoflow.controller.validation import validate
+from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.data.batch import Batch
 from grpoflow.data.sampler import EpochSampler
-from grpoflow.controller.placement import build_placement
-from grpoflow.distributed.worker_group import Broadcast, WorkerError, WorkerGroup
+from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
+from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.training.engine import NonFiniteLossError
-from grpoflow.rewards.scoring import RewardScorer, Scores
+from grpoflow.training.forward import UpdateSchedule
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
 from grpoflow.workers.reference import ReferenceWorker
@@ -45,106 +50,86 @@ class TrainingError(RuntimeError):
     """Training stopped; the message names the cause, the fix, and what was kept."""
 
 
-# Inputs a step can hand an advantage estimator; `values` and `baselines` cost extra work, done
-# only when the estimator's signature asks for them.
-ADVANTAGE_INPUTS = ("scores", "token_level_rewards", "response_mask", "group_ids", "values", "baselines",
-                    "norm_adv_by_std", "epsilon", "gamma", "lam", "completions", "rows")
-
-
-def check_algorithm(cfg: Config) -> None:
-    """Reject combinations that make no sense, before any model is loaded."""
-    estimator = ADVANTAGE_ESTIMATORS.resolve(cfg.algorithm.adv_estimator)
-    missing = required_inputs(estimator) - set(ADVANTAGE_INPUTS)
-    if missing:
-        raise TrainingError(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} needs {sorted(missing)}, "
-                            f"which no step provides (available: {list(ADVANTAGE_INPUTS)}).")
-    POLICY_LOSSES.resolve(cfg.actor.policy_loss)
-    modes = POLICY_LOSSES.meta(cfg.actor.policy_loss).get("agg_modes")
-    if modes and cfg.actor.loss_agg_mode not in modes:
-        raise TrainingError(f"actor.policy_loss={cfg.actor.policy_loss} is defined with loss_agg_mode in {list(modes)}, "
-                            f"not {cfg.actor.loss_agg_mode!r}; set actor.loss_agg_mode={modes[0]}.")
-    if cfg.actor.rollout_is and cfg.rollout.top_p < 1:
-        raise TrainingError("actor.rollout_is needs the engine's full-distribution log-probs; with rollout.top_p < 1 "
-                            "they are not the sampling probabilities. Set rollout.top_p=1 or actor.rollout_is=null.")
-    if "baselines" in required_inputs(estimator) and cfg.algorithm.filter_groups.enable:
-        raise TrainingError("algorithm.filter_groups needs groups of samples with different rewards; an estimator "
-                            "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
-
-
 class Controller:
     def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list,
                  scorer: RewardScorer | None, run_dir: str | Path) -> None:
-        check_algorithm(cfg)
-        self.cfg, self.scorer, self.run_dir = cfg, scorer, Path(run_dir)
-        self.train_items, self.val_items = train_items, val_items
+        check_config(cfg)
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.val_items = val_items
         self.advantage_fn = ADVANTAGE_ESTIMATORS.resolve(cfg.algorithm.adv_estimator)
         needs = required_inputs(self.advantage_fn)
-        a, alg, seed = cfg.actor, cfg.algorithm, cfg.trainer.seed
+        a, alg, r = cfg.actor, cfg.algorithm, cfg.rollout
         # Where the roles run (this process, or Ray actors colocated or split); the rest of the
         # controller cannot tell the difference.
         self.placement = build_placement(cfg)
         try:
-            self._build_groups(cfg if not stale_without_is(cfg) else with_rollout_is(cfg), model_path, needs)
+            self._build_groups(cfg, model_path, needs)
         except BaseException:
             self.placement.close()
             raise
         self.needs_baselines = "baselines" in needs
-        r = cfg.rollout
         self.sleep_engines = self.placement.colocated and r.free_cache_engine and r.engine in ("vllm", "sglang")
         # With one optimizer step per RL step the importance ratio is exactly 1, so the
         # old-log-prob pass would recompute what the update computes anyway: skip it unless
         # the KL-in-reward needs the log-probs before the update.
         # Stale samples (async mode) need the proximal policy's log-probs and, through actor.rollout_is,
         # the importance weight pi_old / pi_rollout.
-        stale = cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0
+        self.is_async = cfg.trainer.mode == "async"
+        stale = self.is_async and r.max_staleness > 0
         self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward or stale
         kl = alg.kl_ctrl
         self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
                                            target_kl=kl.target_kl, horizon=kl.horizon)
-        self.sampler = EpochSampler(len(train_items), seed=seed)
-        self.sampling = SamplingParams(n=cfg.rollout.n, max_new_tokens=cfg.rollout.max_new_tokens,
-                                       temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
-        self.version = 0
-        # Generation calls in flight (step, prompts, call) and, in async mode, weight updates not yet
-        # confirmed by the engines.
-        self.is_async = cfg.trainer.mode == "async"
-        self.in_flight: deque = deque()
-        self.next_rollout_step = 1
-        self.pending_syncs: list = []
+        self.sampling = SamplingParams(n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
+        self.rollouts = Rollouts(self.rollout)
+        self.queue = RolloutQueue(self.rollouts, train_items, EpochSampler(len(train_items), seed=cfg.trainer.seed),
+                                  prompts_per_step=cfg.data.prompts_per_step, params=self.sampling,
+                                  ahead=r.max_staleness if self.is_async else 0, last_step=cfg.trainer.total_steps,
+                                  seed_of=self.step_seed)
+        self.rewards = RewardAssembly(scorer, self.reward_model, cfg.reward, max_new_tokens=r.max_new_tokens)
+        self.weight_sync = WeightSync(self.actor, self.rollout, queued=self.is_async)
+        self.version = 0  # of the weights the engines hold (or, async, have queued)
         self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
         self.trackers: list = []  # built in fit(), once the resume step is known
 
     def _build_groups(self, cfg: Config, model_path: str, needs: set[str]) -> None:
         a, alg, seed = cfg.actor, cfg.algorithm, cfg.trainer.seed
-        group = partial(WorkerGroup, pool=self.placement.train)
-        self.actor = group("actor", partial(ActorWorker, model_path=model_path, cfg=a, seed=seed,
-                                            temperature=cfg.rollout.temperature, horizon=cfg.rollout.max_new_tokens,
-                                            total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
-                                            model_cfg=cfg.model))
+        train_pool = self.placement.train
+        self.actor = WorkerGroup("actor", partial(
+            ActorWorker, model_path=model_path, cfg=a, seed=seed, temperature=cfg.rollout.temperature,
+            horizon=cfg.rollout.max_new_tokens, total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
+            model_cfg=cfg.model), pool=train_pool)
         # The reference policy exists only for a KL term; with LoRA the actor serves it (adapters off).
-        self.ref = None
+        self.ref: WorkerGroup[ReferenceWorker] | None = None
+        self.ref_log_prob: Callable[[Batch], Tensor] | None = None
         if a.kl_coef > 0 or alg.use_kl_in_reward:
-            self.ref = self.actor if cfg.model.lora.rank > 0 else group("reference", partial(
-                ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
-                max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
-                compute_dtype=cfg.model.compute_dtype))
-        self.critic = group("critic", partial(CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=a,
-                                              seed=seed, compute_dtype=cfg.model.compute_dtype)) \
-            if "values" in needs else None
+            if cfg.model.lora.rank > 0:
+                self.ref_log_prob = partial(self.actor.call, ActorWorker.compute_ref_log_prob)
+            else:
+                self.ref = WorkerGroup("reference", partial(
+                    ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
+                    max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
+                    compute_dtype=cfg.model.compute_dtype), pool=train_pool)
+                self.ref_log_prob = partial(self.ref.call, ReferenceWorker.compute_ref_log_prob)
+        schedule = UpdateSchedule(a.minibatches, a.epochs, a.max_tokens_per_microbatch)
+        self.critic = WorkerGroup("critic", partial(
+            CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=schedule, seed=seed,
+            compute_dtype=cfg.model.compute_dtype), pool=train_pool) if "values" in needs else None
         rm = cfg.reward.model
-        self.reward_model = group("reward_model", partial(RewardModelWorker, model_path=rm.path,
-                                                          max_length=rm.max_length, batch_size=rm.batch_size)) \
-            if rm.path else None
+        self.reward_model = WorkerGroup("reward_model", partial(
+            RewardModelWorker, model_path=rm.path, max_length=rm.max_length, batch_size=rm.batch_size),
+            pool=train_pool) if rm.path else None
         # bf16 compute: the rollout copy is stored in bf16 (it never trains, so needs no fp32 master).
         bf16 = "bfloat16" in (cfg.model.dtype, cfg.model.compute_dtype)
-        self.rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine,
-                                                      cfg=cfg.rollout, seed=seed, dtype="bfloat16" if bf16 else None),
-                                   pool=self.placement.rollout,
-                                   timeouts={"update_weights": cfg.rollout.sync_timeout_s})
+        sync_timeout = cfg.rollout.sync_timeout_s
+        self.rollout = WorkerGroup("rollout", partial(
+            RolloutWorker, model_path=model_path, engine=cfg.rollout.engine, cfg=cfg.rollout, seed=seed,
+            dtype="bfloat16" if bf16 else None), pool=self.placement.rollout,
+            timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
 
     def step(self, step: int) -> dict[str, float]:
-        """One RL step; returns its metrics."""
+        """One RL step; returns its metrics. Each stage adds the fields it computes to the batch."""
         cfg, timer, metrics = self.cfg, StageTimer(), {}
         torch.manual_seed(self.step_seed(step))
         with timer("step"):
@@ -154,26 +139,27 @@ class Controller:
                 metrics.update(staleness_metrics(batch, self.version))
             if self.needs_baselines:
                 with timer("gen_baseline"), self.engines_awake():
-                    batch = batch.replace(baselines=self.greedy_baselines(items))
+                    batch = batch.replace(baselines=self.rewards.greedy_baselines(self.rollouts, items, cfg.rollout.n))
             if self.need_old_log_probs:
                 with timer("old_log_prob"):
-                    batch = self.actor.compute_log_prob(batch)
-            if self.ref is not None:
+                    batch = batch.replace(old_log_probs=self.actor.call(ActorWorker.compute_log_prob, batch.tensors()))
+            if self.ref_log_prob is not None:
                 with timer("ref"):
-                    batch = self.ref.compute_ref_log_prob(batch)
+                    batch = batch.replace(ref_log_probs=self.ref_log_prob(batch.tensors()))
             if self.critic is not None:
                 with timer("values"):
-                    batch = self.critic.compute_values(batch)
+                    batch = batch.replace(values=self.critic.call(CriticWorker.compute_values, batch.tensors()))
             with timer("adv"):
                 batch = self.compute_advantages(batch, metrics)
             if self.critic is not None:
                 with timer("update_critic"):
-                    metrics.update(self.critic.update_critic(batch))
+                    metrics.update(self.critic.call(CriticWorker.update_critic, batch.tensors()))
             if step > cfg.critic.warmup_steps or self.critic is None:
                 with timer("update_actor"):
-                    metrics.update(self.actor.update_policy(batch))
+                    metrics.update(self.actor.call(ActorWorker.update_policy, batch.tensors()))
                 with timer("sync"):
-                    self.sync_weights()
+                    self.version += 1
+                    self.weight_sync.push(self.version)
         # The dispatch layer's own cost: time in worker calls beyond the ranks' time on them.
         dispatch = sum(g.take_dispatch_seconds() for g in self.groups())
         metrics.update({"timing_s/dispatch": dispatch, "perf/dispatch_share": dispatch / timer.seconds["step"]})
@@ -187,36 +173,20 @@ class Controller:
         """Colocated vllm/sglang engines hold their KV cache only while generating (rollout.free_cache_engine):
         the actor trains in the memory they free."""
         if self.sleep_engines:
-            self.rollout.wake()
+            self.rollout.call(RolloutWorker.wake)
         try:
             yield
         finally:
             if self.sleep_engines:
-                self.rollout.sleep()
+                self.rollout.call(RolloutWorker.sleep)
 
-    def groups(self) -> list[WorkerGroup]:
+    def groups(self) -> list[WorkerGroup[Any]]:
         every = [self.actor, self.ref, self.critic, self.reward_model, self.rollout]
         return list({id(g): g for g in every if g is not None}.values())
 
     def step_seed(self, step: int, draw: int = 0) -> int:
         """Rollouts depend on (trainer.seed, step, draw) only, wherever and whenever they run."""
         return self.cfg.trainer.seed * 1_000_003 + step + 7_919 * draw
-
-    def rollout_for(self, step: int) -> tuple[list, Any]:
-        """The prompts of `step` and its generation call. Sync mode submits it now; async mode keeps up
-        to `rollout.max_staleness` later steps' generations in flight, so they run while this step
-        trains (each queued behind the weight update submitted before it)."""
-        ahead = self.cfg.rollout.max_staleness if self.is_async else 0
-        last = min(step + ahead, self.cfg.trainer.total_steps)
-        while self.next_rollout_step <= max(last, step):
-            sampler_state = self.sampler.state_dict()
-            items = [self.train_items[i] for i in self.sampler.next_indices(self.cfg.data.prompts_per_step)]
-            call = self.rollout.timed_submit("generate", items, self.sampling, seed=self.step_seed(self.next_rollout_step))
-            self.in_flight.append((self.next_rollout_step, items, call, sampler_state))
-            self.next_rollout_step += 1
-        queued_step, items, call, _ = self.in_flight.popleft()
-        assert queued_step == step, (queued_step, step)
-        return items, call
 
     def generate_and_score(self, step: int, timer: StageTimer, metrics: dict) -> tuple[Batch, list]:
         """Sample `rollout.n` responses for `data.prompts_per_step` prompts and score them.
@@ -229,74 +199,43 @@ class Controller:
         draws = cfg.algorithm.filter_groups.max_draws if cfg.algorithm.filter_groups.enable else 1
         kept: list[tuple[Batch, object]] = []
         spare: list[tuple[Batch, object]] = []
-        scores = None
+        scores: Scores | None = None
         for draw in range(draws):
             with timer("trainer_wait" if self.is_async else "gen"):
-                if draw == 0:
-                    items, call = self.rollout_for(step)
-                else:
-                    items = [self.train_items[i] for i in self.sampler.next_indices(want)]
-                    call = self.rollout.timed_submit("generate", items, self.sampling,
-                                                     seed=self.step_seed(step, draw))
-                batch, busy = call.result()
+                pending = self.queue.take(step) if draw == 0 else \
+                    self.rollouts.submit(self.queue.draw(want), self.sampling, self.step_seed(step, draw))
+                batch, busy = pending.result()
             timer.seconds["gen_busy"] = timer.seconds.get("gen_busy", 0.0) + busy  # the engines' own time
             with timer("reward"):
-                batch, scored = self.score(batch)
+                shaped, scored = self.rewards.shaped(batch)
+                batch = batch.replace(scores=shaped)
             scores = scored if scores is None else scores.merge(scored)
             if draws == 1:
                 metrics.update({**scores.metrics(), **length_metrics(batch)})
-                return batch.replace(group_ids=torch.arange(want).repeat_interleave(n)), items
-            signal = groups_with_signal(batch.scores, torch.arange(want).repeat_interleave(n))
-            for g, item in enumerate(items):
-                (kept if signal[g * n] else spare).append((batch.select(list(range(g * n, (g + 1) * n))), item))
+                return batch.replace(group_ids=group_ids(want, n)), pending.items
+            keep, set_aside = partition_groups(groups_with_signal(batch.scores, group_ids(want, n)), n)
+            kept += [(batch.select(list(range(g * n, (g + 1) * n))), pending.items[g]) for g in keep]
+            spare += [(batch.select(list(range(g * n, (g + 1) * n))), pending.items[g]) for g in set_aside]
             if len(kept) >= want:
                 break
+        assert scores is not None
         metrics.update(scores.metrics())
         metrics.update({"filter_groups/draws": draw + 1, "filter_groups/signal_groups": float(len(kept))})
         chosen = (kept + spare)[:want]
         batch = Batch.concat([b for b, _ in chosen])
         metrics.update(length_metrics(batch))
-        return batch.replace(group_ids=torch.arange(want).repeat_interleave(n)), [it for _, it in chosen]
-
-    def reward(self, batch: Batch) -> Scores:
-        """Rule rewards and/or the reward model's score (times reward.model.weight), per sample."""
-        scored = self.scorer.score(batch.prompts, batch.completions, batch.rows) if self.scorer is not None \
-            else Scores([0.0] * len(batch))
-        if self.reward_model is not None:
-            rm = self.reward_model.compute_rm_score(batch).rm_scores.tolist()
-            scored.scores = [s + self.cfg.reward.model.weight * m for s, m in zip(scored.scores, rm)]
-            scored.extras["model"] = rm
-        return scored
-
-    def score(self, batch: Batch) -> tuple[Batch, Scores]:
-        """Reward each sample; add DAPO's overlong penalty when configured."""
-        r = self.cfg.reward
-        scored = self.reward(batch)
-        scores = torch.tensor(scored.scores, dtype=torch.float32)
-        if r.overlong_buffer_len > 0:
-            scores = scores + overlong_penalty(batch.response_lengths, max_length=self.cfg.rollout.max_new_tokens,
-                                               buffer=r.overlong_buffer_len, penalty_factor=r.overlong_penalty_factor)
-        return batch.replace(scores=scores), scored
-
-    def greedy_baselines(self, items: list) -> torch.Tensor:
-        """[B] reward of one greedy response per prompt, repeated over its samples (ReMax's baseline)."""
-        greedy = SamplingParams(n=1, max_new_tokens=self.cfg.rollout.max_new_tokens, temperature=0.0)
-        batch, _ = self.score(self.rollout.generate(items, greedy))
-        return batch.scores.repeat_interleave(self.cfg.rollout.n)
+        return batch.replace(group_ids=group_ids(want, n)), [it for _, it in chosen]
 
     def compute_advantages(self, batch: Batch, metrics: dict) -> Batch:
         """Token-level rewards (score at the last token, minus the KL penalty if in the reward) -> advantages."""
-        cfg, alg = self.cfg, self.cfg.algorithm
-        lengths = batch.response_lengths
-        rewards = torch.zeros(batch.response_ids.shape)
-        rewards[torch.arange(len(batch)), (lengths - 1).clamp(min=0)] = batch.scores
-        mask = batch.response_mask.float()
-        if cfg.actor.mask_truncated:  # DAPO overlong filtering: truncated samples leave the loss
-            mask = mask * (~batch.truncated).float()[:, None]
-            batch = batch.replace(response_mask=batch.response_mask * (~batch.truncated).long()[:, None])
-        if alg.use_kl_in_reward:
-            rewards, kl_metrics = kl_in_reward(rewards, batch.old_log_probs, batch.ref_log_probs, mask,
-                                               kl_coef=self.kl_ctrl.value, estimator=alg.kl_penalty)
+        alg = self.cfg.algorithm
+        kl = (batch.old_log_probs, batch.ref_log_probs) if alg.use_kl_in_reward else (None, None)
+        rewards, response_mask, kl_metrics = token_rewards(
+            batch.scores, batch.response_mask, batch.truncated, mask_truncated=self.cfg.actor.mask_truncated,
+            old_log_probs=kl[0], ref_log_probs=kl[1], kl_coef=self.kl_ctrl.value, kl_estimator=alg.kl_penalty)
+        batch = batch.replace(response_mask=response_mask)
+        mask = response_mask.float()
+        if kl_metrics:
             metrics.update({k: float(v) for k, v in kl_metrics.items()})
             self.kl_ctrl.update(float(kl_metrics["kl_in_reward/kl_mean"]), n_steps=len(batch))
         out = call_with_available(
@@ -309,30 +248,10 @@ class Controller:
             returns = advantages + batch.values
         return batch.replace(advantages=advantages, returns=returns, token_level_rewards=rewards)
 
-    def sync_weights(self) -> None:
-        """Push the actor's weights to the rollout engines, one tensor at a time, versioned (inside each
-        rank's process when colocated; from the actor's rank 0 to every engine when split). In async
-        mode the update is queued on the engines behind the generations already in flight, and checked
-        when the next one is taken."""
-        self.version += 1
-        if not self.is_async:
-            self.actor.transfer("named_weights", self.rollout, "update_weights", self.version)
-            return
-        for pending in [c for c in self.pending_syncs if c.done()]:
-            pending.result()  # raises a sync that failed
-            self.pending_syncs.remove(pending)
-        # timed_submit: the update waits behind generations in flight, which is not dispatch overhead
-        self.pending_syncs.append(self.rollout.timed_submit("update_weights", Broadcast(self.actor.named_weights()),
-                                                            self.version))
-
     def drain(self) -> None:
         """Wait for the weight updates and generations still in flight (async mode) and drop them."""
-        for pending in self.pending_syncs:
-            pending.result()
-        for _, _, call, _ in self.in_flight:
-            call.result()
-        self.pending_syncs.clear()
-        self.in_flight.clear()
+        self.weight_sync.wait()
+        self.queue.drain()
 
     def close(self) -> None:
         """Stop the workers (Ray actors, and Ray if this run started it)."""
@@ -344,36 +263,39 @@ class Controller:
         r = self.cfg.rollout
         params = SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)
         with self.engines_awake():
-            return validate(self.rollout, self.val_items, self.reward, params=params, batch_size=r.val_batch_size,
-                            samples_path=self.run_dir / "samples.jsonl", step=step,
+            return validate(self.rollouts, self.val_items, self.rewards.score, params=params,
+                            batch_size=r.val_batch_size, samples_path=self.run_dir / "samples.jsonl", step=step,
                             num_samples=self.cfg.trainer.log_samples, seed=10**9 + self.step_seed(step))
 
     def save_checkpoint(self, step: int) -> Path:
-        """Everything needed to continue exactly: weights, optimizers, sampler, KL controller, RNG."""
+        """Everything needed to continue exactly: weights, optimizers, sampler, KL controller, RNG, and the
+        step count the LR schedule was built for."""
         def write(folder: Path) -> None:
             folder.mkdir(parents=True)
-            self.actor.save_checkpoint(str(folder / "actor"))
+            self.actor.call(ActorWorker.save_checkpoint, str(folder / "actor"))
             if self.critic is not None:
-                self.critic.save_checkpoint(str(folder / "critic"))
-            # Async mode: prompts already drawn for steps in flight are drawn again after a resume.
-            sampler = self.in_flight[0][3] if self.in_flight else self.sampler.state_dict()
-            save_state({"step": step, "version": self.version, "sampler": sampler,
-                        "kl_ctrl": self.kl_ctrl.state_dict(), "rng": rng_state()}, folder / "controller.pt")
+                self.critic.call(CriticWorker.save_checkpoint, str(folder / "critic"))
+            save_state({"step": step, "version": self.version, "sampler": self.queue.state_dict(),
+                        "kl_ctrl": self.kl_ctrl.state_dict(), "rng": rng_state(),
+                        "total_steps": self.cfg.trainer.total_steps}, folder / "controller.pt")
 
         return self.checkpoints.save(step, write)
 
     def load_checkpoint(self, folder: Path) -> int:
         """Restore a checkpoint written by `save_checkpoint`; returns its step."""
         state = load_state(folder / "controller.pt")
-        self.actor.load_checkpoint(str(folder / "actor"))
+        self.actor.call(ActorWorker.load_checkpoint, str(folder / "actor"))
         if self.critic is not None:
-            self.critic.load_checkpoint(str(folder / "critic"))
-        self.sampler.load_state_dict(state["sampler"])
-        self.next_rollout_step = state["step"] + 1
+            self.critic.call(CriticWorker.load_checkpoint, str(folder / "critic"))
+        self.queue.load_state_dict(state["sampler"], state["step"])
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         set_rng_state(state["rng"])
         self.version = state["version"]
-        self.actor.transfer("named_weights", self.rollout, "update_weights", self.version)
+        self.weight_sync.push(self.version)
+        self.weight_sync.wait()
+        saved_total = state.get("total_steps", self.cfg.trainer.total_steps)
+        if saved_total != self.cfg.trainer.total_steps:
+            tqdm.write(schedule_change_warning(saved_total, self.cfg))
         return state["step"]
 
     def fit(self) -> dict[str, dict[str, float]]:
@@ -437,14 +359,15 @@ class Controller:
             tracker.log(step, metrics)
 
 
-def stale_without_is(cfg: Config) -> bool:
-    return cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0 and cfg.actor.rollout_is is None
-
-
-def with_rollout_is(cfg: Config) -> Config:
-    """Async mode corrects stale samples with token-level truncated importance sampling unless the
-    config chose a level (actor.rollout_is)."""
-    return dataclasses.replace(cfg, actor=dataclasses.replace(cfg.actor, rollout_is="token"))
+def schedule_change_warning(saved_total: int, cfg: Config) -> str:
+    """What resuming with another trainer.total_steps does to the run."""
+    a = cfg.actor
+    effect = (f"the {a.lr_schedule} learning-rate schedule continues on the new horizon, so the learning rate from "
+              "here on differs from the run the checkpoint came from" if a.lr_schedule != "constant" else
+              "the learning rate is constant, so only the number of steps changes")
+    return (f"warning: resuming with trainer.total_steps={cfg.trainer.total_steps}, but the checkpoint was written by "
+            f"a run with trainer.total_steps={saved_total}: {effect}. Set trainer.total_steps={saved_total} to "
+            "continue the original run exactly.")
 
 
 def staleness_metrics(batch: Batch, version: int) -> dict[str, float]:

@@ -7,19 +7,22 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
+from grpoflow.controller.rollouts import Rollouts
 from grpoflow.controller.val_metrics import extract_answer, group_metrics
 from grpoflow.data.batch import Batch
+from grpoflow.data.dataset import PromptItem
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.rewards.scoring import Scores
 
 
-def validate(rollout, items: list, reward: Callable[[Batch], Scores], *, params: SamplingParams, batch_size: int,
+def validate(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batch], Scores], *, params: SamplingParams,
+             batch_size: int,
              samples_path: Path | None = None, step: int = 0, num_samples: int = 0, seed: int | None = None
              ) -> dict[str, float]:
     """`val/<data_source>/<metric>` and `val/<metric>` over all prompts, for k = `params.n` samples
     each: mean@k, and for k > 1 std@k, pass@1, pass@k, maj@k (see val_metrics).
 
-    `rollout` is the rollout worker group, `reward(batch)` scores a batch. The first `num_samples` completions are appended to
+    `rollouts` generates (the rollout worker group), `reward(batch)` scores a batch. The first `num_samples` completions are appended to
     `samples_path` (JSON lines: step, data_source, prompt, completion, score). `seed` (+ the chunk's
     offset) seeds each generate call, so sampled validation does not depend on where the engine runs.
     """
@@ -29,7 +32,7 @@ def validate(rollout, items: list, reward: Callable[[Batch], Scores], *, params:
     shown = []
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
-        batch = rollout.generate(chunk, params, seed=None if seed is None else seed + start)
+        batch = rollouts.generate(chunk, params, seed=None if seed is None else seed + start)
         scored = reward(batch)
         for i, item in enumerate(chunk):
             rows = range(i * k, (i + 1) * k)

@@ -30,7 +30,6 @@ class Batch:
     old_log_probs: Optional[Tensor] = None  # [B, R] actor log-probs before the update
     ref_log_probs: Optional[Tensor] = None  # [B, R] reference-policy log-probs
     scores: Optional[Tensor] = None         # [B] float32, the reward of each sample
-    rm_scores: Optional[Tensor] = None      # [B] reward-model scores
     baselines: Optional[Tensor] = None      # [B] reward of a greedy response to the same prompt (ReMax)
     token_level_rewards: Optional[Tensor] = None  # [B, R] score at the last token, minus any KL penalty
     advantages: Optional[Tensor] = None     # [B, R] float32
@@ -62,6 +61,11 @@ class Batch:
 
     def replace(self, **changes: Any) -> "Batch":
         return dataclasses.replace(self, **changes)
+
+    def tensors(self) -> "Batch":
+        """The same batch without its texts and dataset rows: what a model worker needs, and all that is
+        sent to one."""
+        return dataclasses.replace(self, prompts=[], completions=[], rows=[])
 
     def select(self, index: Tensor | list[int]) -> "Batch":
         """Rows `index` (in that order) of every field."""

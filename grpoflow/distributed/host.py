@@ -81,18 +81,22 @@ class RankHost:
     def timed_call(self, role: str, method: str, args: tuple, kwargs: dict, tp: int = 1) -> tuple[Any, float]:
         """`call`, and the seconds it took in this process (for the controller's wait metrics).
 
-        The result goes back only if the controller gathers it (the dispatch rule: a Batch from the
+        The result goes back only if the controller gathers it (the dispatch rule: a Batch or tensor from the
         first rank of each tensor-parallel replica, anything else from rank 0), so e.g. full weights
         gathered on every rank cross the wire once."""
+        import torch
+
         began = time.perf_counter()
         result = self.call(role, method, args, kwargs)
-        kept = self.rank % tp == 0 if isinstance(result, Batch) else self.rank == 0
+        kept = self.rank % tp == 0 if isinstance(result, (Batch, torch.Tensor)) else self.rank == 0
         return (result if kept else None), time.perf_counter() - began
 
-    def pipe(self, src_role: str, src_method: str, dst_role: str, dst_method: str, args: tuple) -> Any:
-        """dst_role.dst_method(src_role.src_method(), *args) on this rank (colocated weight sync)."""
+    def pipe(self, src_role: str, src_method: str, dst_role: str, dst_method: str, args: tuple,
+             kwargs: dict | None = None) -> Any:
+        """dst_role.dst_method(src_role.src_method(), *args, **kwargs) on this rank (colocated weight sync:
+        the source may be a generator, consumed one item at a time by the destination)."""
         value = self.call(src_role, src_method, (), {})
-        return self.call(dst_role, dst_method, (value, *args), {})
+        return self.call(dst_role, dst_method, (value, *args), kwargs or {})
 
     def close(self) -> None:
         for obj in self.roles.values():

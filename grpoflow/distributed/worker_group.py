@@ -1,15 +1,20 @@
 """Worker groups: SPMD ranks of one role, driven by the controller as one object.
 
-`group.some_verb(batch, **kwargs)` is the only way the controller talks to workers, whatever
-the backend. One dispatch rule for every verb:
+The controller calls a verb by its method, never by a name in a string, so that readers, editors
+and type checkers follow the call to the worker class, and a wrong verb fails in the controller:
+
+    old = self.actor.call(ActorWorker.compute_log_prob, batch)      # -> Tensor [B, R]
+
+One dispatch rule for every verb, whatever the backend:
 
 - the first positional argument, if it is a `Batch` or a list, is split into one contiguous
   shard per data-parallel rank (every rank of a tensor-parallel replica gets the same shard);
   `Broadcast(value)` sends `value` whole to every rank; every other argument goes to every rank
   unchanged;
 - results are gathered from the ranks that hold one (the first rank of each data-parallel
-  replica): `Batch` shards are concatenated back in rank order, anything else (metrics,
-  which ranks have already all-reduced) is taken from rank 0.
+  replica): `Batch` and tensor shards are concatenated back in rank order (dim 0), anything else
+  (metrics, which ranks have already all-reduced) is taken from rank 0. Verbs return only what
+  they compute (a tensor of per-row values), not the batch they were given.
 
 A group lives on a pool of ranks (`grpoflow.distributed.host`): `LocalPool` in this process,
 `RayPool` in Ray actors. Roles placed on the same pool are colocated: they share each rank's
@@ -20,10 +25,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from functools import partial
+from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar
+
+import torch
 
 from grpoflow.data.batch import Batch, split_bounds
 from grpoflow.distributed.host import LocalPool, Pool, RankFailure
+
+W = TypeVar("W")    # the worker class of a group
+V = TypeVar("V")    # the worker class of a transfer's destination
+R = TypeVar("R")    # what a verb returns
+P = ParamSpec("P")  # a verb's parameters after `self`
 
 
 class WorkerError(RuntimeError):
@@ -40,36 +53,40 @@ class Broadcast:
     value: Any
 
 
-class WorkerGroup:
-    def __init__(self, role: str, factory: Callable[[int, int], Any], *, pool: Pool | None = None,
-                 world_size: int = 1, tensor_parallel: int = 1, timeouts: dict[str, float] | None = None) -> None:
+class WorkerGroup(Generic[W]):
+    """`world_size` ranks (or the pool's), each holding one `W` built by `factory(rank, world_size)`."""
+
+    def __init__(self, role: str, factory: Callable[[int, int], W], *, pool: Pool | None = None,
+                 world_size: int = 1, tensor_parallel: int = 1,
+                 timeouts: dict[Callable[..., Any], float] | None = None) -> None:
         self.pool = pool if pool is not None else LocalPool(world_size)
         world_size = self.pool.world_size
         if world_size % tensor_parallel:
             raise ValueError(f"{role}: world size {world_size} is not a multiple of tensor_parallel={tensor_parallel}.")
         self.role, self.world_size, self.tp = role, world_size, tensor_parallel
+        self.worker_cls: type = factory.func if isinstance(factory, partial) else factory  # type: ignore[assignment]
         self.dp_size = world_size // tensor_parallel
-        self.timeouts = dict(timeouts or {})
+        self.timeouts = {self._verb(m): t for m, t in (timeouts or {}).items()}
         self.dispatch_s = 0.0
         self._guard("__init__", lambda: self.pool.run("add_role", [(role, factory)] * world_size))
 
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return lambda *args, **kwargs: self.dispatch(method, *args, **kwargs)
-
-    def dispatch(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, method: Callable[Concatenate[W, P], R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run `method` (a method of the group's worker class) on every rank; the gathered result."""
         return self.submit(method, *args, **kwargs).result()
 
-    def submit(self, method: str, *args: Any, **kwargs: Any) -> "GroupCall":
+    def submit(self, method: Callable[Concatenate[W, P], R], *args: P.args, **kwargs: P.kwargs) -> "GroupCall[R]":
         """Start `method` on every rank and return at once (Ray overlaps it with whatever the controller
-        does next; the local backend runs it now). `.result()` gathers it like `dispatch`."""
-        return GroupCall(self, method, self._start("timed_call", method, args, kwargs))
+        does next; the local backend runs it now). `.result()` gathers it like `call`; the controller's
+        wait on it counts as dispatch overhead (see `submit_overlapped` for calls it means to wait on)."""
+        name = self._verb(method)
+        return GroupCall(self, name, self._start(name, args, kwargs))
 
-    def timed_submit(self, method: str, *args: Any, **kwargs: Any) -> "GroupCall":
-        """`submit`, whose `.result()` also returns the longest time a rank spent on the call; its wait is
-        not counted as dispatch overhead (the controller may overlap it with other work)."""
-        return GroupCall(self, method, self._start("timed_call", method, args, kwargs), timed=True)
+    def submit_overlapped(self, method: Callable[Concatenate[W, P], R], *args: P.args, **kwargs: P.kwargs
+                          ) -> "GroupCall[R]":
+        """`submit` for a call that runs while the controller does other work (async generation, queued
+        weight updates): its wait is not dispatch overhead, and `.busy_s` tells the ranks' own time."""
+        name = self._verb(method)
+        return GroupCall(self, name, self._start(name, args, kwargs), overlapped=True)
 
     def take_dispatch_seconds(self) -> float:
         """Seconds the controller spent in this group's calls beyond the ranks' own time on them
@@ -77,7 +94,15 @@ class WorkerGroup:
         seconds, self.dispatch_s = self.dispatch_s, 0.0
         return seconds
 
-    def _start(self, host_method: str, method: str, args: tuple, kwargs: dict) -> Any:
+    def _verb(self, method: Callable[..., Any]) -> str:
+        """The name of `method`, checked to be a verb of this group's worker class (here, not on a rank)."""
+        name = getattr(method, "__name__", None)
+        if name is None or name.startswith("_") or getattr(self.worker_cls, name, None) is not method:
+            raise TypeError(f"{self.role}: {getattr(method, '__qualname__', method)!r} is not a public method of "
+                            f"{self.worker_cls.__name__}; pass one, e.g. {self.worker_cls.__name__}.<verb>.")
+        return name
+
+    def _start(self, method: str, args: tuple, kwargs: dict) -> Any:
         first = args[0] if args else None
         per_rank = [(self.role, method, args, kwargs, self.tp)] * self.world_size
         if isinstance(first, Broadcast):
@@ -86,29 +111,33 @@ class WorkerGroup:
             shards = _split(first, self.dp_size)
             per_rank = [(self.role, method, (shards[rank // self.tp], *args[1:]), kwargs, self.tp)
                         for rank in range(self.world_size)]
-        return self._guard(method, lambda: self.pool.submit(host_method, per_rank))
+        return self._guard(method, lambda: self.pool.submit("timed_call", per_rank))
 
     def gather(self, results: list[Any]) -> Any:
-        """Batch shards of the replica leaders concatenated in rank order; anything else from rank 0."""
+        """Batch or tensor shards of the replica leaders concatenated in rank order; anything else from rank 0."""
         held = [results[rank] for rank in range(0, self.world_size, self.tp)]
         if all(isinstance(r, Batch) for r in held):
             return Batch.concat(held)
+        if all(isinstance(r, torch.Tensor) for r in held):
+            return torch.cat(held) if len(held) > 1 else held[0]
         return held[0]
 
-    def colocated_with(self, other: "WorkerGroup") -> bool:
+    def colocated_with(self, other: "WorkerGroup[Any]") -> bool:
         return self.pool is other.pool
 
-    def transfer(self, src_method: str, dst: "WorkerGroup", dst_method: str, *args: Any) -> None:
-        """dst.dst_method(self.src_method(), *args): inside each rank's process when the groups are
-        colocated; otherwise through the controller (rank 0's result broadcast to every dst rank)."""
-        if self.colocated_with(dst):
-            self._guard(f"{src_method} -> {dst.role}.{dst_method}", lambda: self.pool.run(
-                "pipe", [(self.role, src_method, dst.role, dst_method, args)] * self.world_size,
-                timeout_s=dst.timeouts.get(dst_method)))
-        else:
-            dst.dispatch(dst_method, Broadcast(self.dispatch(src_method)), *args)
+    def transfer(self, src_method: Callable[[W], Any], dst: "WorkerGroup[V]",
+                 dst_method: Callable[Concatenate[V, Any, P], Any], *args: P.args, **kwargs: P.kwargs) -> None:
+        """dst_method(src_method(), *args) inside each rank's process; the groups must be colocated
+        (the value, e.g. a stream of weights, never leaves the process)."""
+        if not self.colocated_with(dst):
+            raise ValueError(f"transfer {self.role} -> {dst.role}: the groups are not colocated; send the value "
+                             "through the controller instead (see controller.weight_sync).")
+        src, dst_name = self._verb(src_method), dst._verb(dst_method)
+        self._guard(f"{src} -> {dst.role}.{dst_name}", lambda: self.pool.run(
+            "pipe", [(self.role, src, dst.role, dst_name, args, kwargs)] * self.world_size,
+            timeout_s=dst.timeouts.get(dst_name)))
 
-    def _guard(self, method: str, fn: Callable[[], Any]) -> Any:
+    def _guard(self, method: str, fn: Callable[[], R]) -> R:
         try:
             return fn()
         except RankFailure as e:
@@ -117,24 +146,24 @@ class WorkerGroup:
                               f"{e.traceback_text}", role=self.role, rank=e.rank, original=e.original) from e
 
 
-class GroupCall:
+class GroupCall(Generic[R]):
     """A method call in flight on every rank of a group."""
 
-    def __init__(self, group: WorkerGroup, method: str, call: Any, *, timed: bool = False) -> None:
-        self.group, self.method, self.call, self.timed = group, method, call, timed
+    def __init__(self, group: WorkerGroup[Any], method: str, call: Any, *, overlapped: bool = False) -> None:
+        self.group, self.method, self.call, self.overlapped = group, method, call, overlapped
         self.started = time.perf_counter()
+        self.busy_s = 0.0  # the longest time a rank spent on the call (set by `result`)
 
     def done(self) -> bool:
         return self.call.done()
 
-    def result(self) -> Any:
+    def result(self) -> R:
         g = self.group
         results = g._guard(self.method, lambda: self.call.result(g.timeouts.get(self.method)))
-        busy = max(seconds for _, seconds in results)
+        self.busy_s = max(seconds for _, seconds in results)
         value = g.gather([r for r, _ in results])
-        if self.timed:
-            return value, busy
-        g.dispatch_s += max(0.0, time.perf_counter() - self.started - busy)
+        if not self.overlapped:
+            g.dispatch_s += max(0.0, time.perf_counter() - self.started - self.busy_s)
         return value
 
 

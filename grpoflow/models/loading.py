@@ -117,35 +117,48 @@ def load_value_model(path: str | os.PathLike, dtype: torch.dtype = torch.float32
         hf_logging.set_verbosity(verbosity)
 
 
-def load_saved_weights(model: torch.nn.Module, folder: str | os.PathLike) -> None:
-    """Load, in place, weights that `model.save_pretrained(folder)` wrote: LoRA adapters when the
-    folder holds an adapter_config.json, else the full safetensors state (tied weights may be absent)."""
+def saved_state(model: torch.nn.Module, folder: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The weights `model.save_pretrained(folder)` wrote, keyed like `model.state_dict()`: every safetensors
+    file of the folder. A LoRA folder holds only the adapters, under PEFT's file names (the adapter name left
+    out: `lora_A.weight`, not `lora_A.default.weight`); a tied weight (one Parameter under two names, e.g.
+    the input and output embeddings) may be saved under one name only. Anything else missing or extra
+    is an error naming a few keys."""
     from safetensors.torch import load_file
 
-    folder = Path(folder)
-    if (folder / "adapter_config.json").exists():
-        from grpoflow.models.lora import load_adapter_weights
-
-        return load_adapter_weights(model, folder)
     state: dict[str, torch.Tensor] = {}
-    for file in sorted(folder.glob("*.safetensors")):
+    for file in sorted(Path(folder).glob("*.safetensors")):
         state.update(load_file(file))
     if not state:
         raise FileNotFoundError(f"checkpoint {folder} holds no *.safetensors weights.")
-    result = model.load_state_dict(state, strict=False)
-    untied = [k for k in result.missing_keys if not _is_tied(model, k)]
-    if untied or result.unexpected_keys:
-        raise ValueError(f"checkpoint {folder} does not match the model: missing {untied[:3]}, unexpected "
-                         f"{result.unexpected_keys[:3]}; resume with the model.path it was trained from.")
+    keys = list(model.state_dict())
+    if hasattr(model, "peft_config"):  # LoRA: only the adapters were saved
+        adapters = list(model.peft_config)
+        expected = {_without_adapter_name(k, adapters): k for k in keys if "lora_" in k}
+    else:
+        expected = {k: k for k in keys}
+    unexpected = [k for k in state if k not in expected]
+    missing = [k for k in expected if k not in state and not _is_tied(model, expected[k])]
+    if unexpected or missing:
+        raise ValueError(f"checkpoint {folder} does not match the model: missing {missing[:3]}, unexpected "
+                         f"{unexpected[:3]}; resume with the model.path (and model.lora) it was trained with.")
+    return {expected[k]: v for k, v in state.items()}
+
+
+def load_saved_weights(model: torch.nn.Module, folder: str | os.PathLike) -> None:
+    """Load, in place, the weights `model.save_pretrained(folder)` wrote (see `saved_state`)."""
+    model.load_state_dict(saved_state(model, folder), strict=False)
+
+
+def _without_adapter_name(key: str, adapters: list[str]) -> str:
+    for name in adapters:
+        key = key.replace(f".{name}.", ".")
+    return key
 
 
 def _is_tied(model: torch.nn.Module, name: str) -> bool:
-    """True if parameter `name` shares its storage with another parameter (tied embeddings)."""
+    """True if parameter `name` is the same Parameter as another name's (tied embeddings)."""
     params = dict(model.named_parameters(remove_duplicate=False))
-    if name not in params:
-        return False
-    ptr = params[name].data_ptr()
-    return any(other != name and p.data_ptr() == ptr for other, p in params.items())
+    return name in params and any(other != name and p is params[name] for other, p in params.items())
 
 
 def load_reward_model(path: str | os.PathLike, dtype: torch.dtype = torch.float32):
@@ -156,13 +169,13 @@ def load_reward_model(path: str | os.PathLike, dtype: torch.dtype = torch.float3
     try:
         model = AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (OSError, ValueError) as e:
-        raise ValueError(f"reward.model_path={path}: not a loadable sequence-classification model "
+        raise ValueError(f"reward.model.path={path}: not a loadable sequence-classification model "
                          f"({type(e).__name__}: {e}); save one with model.save_pretrained(path).") from e
     if model.config.num_labels != 1:
-        raise ValueError(f"reward.model_path={path} has {model.config.num_labels} labels; a reward model gives "
+        raise ValueError(f"reward.model.path={path} has {model.config.num_labels} labels; a reward model gives "
                          "one score per text (num_labels=1).")
     if model.config.pad_token_id is None:
-        raise ValueError(f"reward.model_path={path}: its config has no pad_token_id, so the score position of a "
+        raise ValueError(f"reward.model.path={path}: its config has no pad_token_id, so the score position of a "
                          "padded batch is unknown; set pad_token_id in its config.json.")
     return model
 

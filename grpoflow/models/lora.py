@@ -55,19 +55,6 @@ def merged_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, Tensor]]
         yield name.replace(".base_layer.", "."), tensor
 
 
-def load_adapter_weights(model: torch.nn.Module, folder) -> None:
-    """Load adapter weights saved by `model.save_pretrained(folder)` into the adapted `model`."""
-    peft = _peft()
-    from safetensors.torch import load_file
-
-    state = load_file(f"{folder}/adapter_model.safetensors")
-    result = peft.set_peft_model_state_dict(model, state)
-    missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
-    if missing:
-        raise ValueError(f"checkpoint {folder} has adapter weights the model lacks, e.g. {missing[:3]}; "
-                         "resume with the same model.lora settings.")
-
-
 def merge_to_plain_model(base_path: str, adapter_folder: str, dtype: torch.dtype = torch.float32):
     """The base model in `base_path` with the adapters in `adapter_folder` merged in: a plain HF model."""
     peft = _peft()

@@ -64,8 +64,9 @@ class RewardScorer:
     Args:
         fn: the reward function (contract in functions.py), sync or async.
         error_score: the score of a sample whose call raised, returned None/NaN/a non-number, or timed out.
-        timeout_s: per-call limit in seconds (None: no limit). A sync function needs `workers >= 1`
-            for it, since only a separate process can be stopped mid-call.
+        timeout_s: per-call limit in seconds (None: no limit). A sync function then runs in worker
+            processes (at least one, even with `workers=0`), since only a separate process can be stopped
+            mid-call.
         workers: worker processes for a sync function (0: call it in this process); for an async
             one, the most calls in flight (0: no limit).
 
@@ -81,14 +82,12 @@ class RewardScorer:
             raise ValueError(f"reward workers={workers!r} must be an int >= 0 (0 scores in this process).")
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"reward timeout_s={timeout_s!r} must be a positive number of seconds, or None.")
-        self.fn, self.error_score, self.timeout_s, self.workers = fn, float(error_score), timeout_s, workers
         self.is_async = is_async_reward(fn)
+        if timeout_s is not None and not self.is_async and workers == 0:
+            workers = 1  # a hung call is stopped by killing the process that runs it: the timeout needs one
+        self.fn, self.error_score, self.timeout_s, self.workers = fn, float(error_score), timeout_s, workers
         self._pool: WorkerPool | None = None
         if self.is_async or workers == 0:
-            if timeout_s is not None and not self.is_async:
-                raise ValueError(f"reward timeout_s={timeout_s} needs workers >= 1: a hung call is stopped by "
-                                 f"killing the worker process that runs it (in this process, only an async "
-                                 f"function can be timed out). Set workers, or timeout_s=None.")
             return
         self._pool = self._start_pool(fn, workers)
 

@@ -34,7 +34,7 @@ from torch.distributed.tensor import DTensor
 from grpoflow.training.collectives import current_device, global_max, global_sum, rank, sum_over_ranks, to_device, \
     world_size
 from grpoflow.training.microbatch import PaddingBatch
-from grpoflow.models.loading import load_saved_weights
+from grpoflow.models.loading import load_saved_weights, saved_state
 from grpoflow.models.lora import is_lora, merged_named_weights
 
 __all__ = ["NonFiniteLossError", "TrainEngine", "global_sum", "lr_multiplier", "place_model"]
@@ -222,7 +222,7 @@ class TrainEngine:
         weights, saved, error = {}, {}, None
         if rank() == 0:
             try:
-                weights = saved_model_state(self.model, folder)
+                weights = saved_state(self.model, folder)
                 saved = torch.load(Path(folder) / OPTIMIZER_FILE, weights_only=True)
             except Exception as e:  # sent to every rank, which all raise it: a lone raise would hang the others
                 error = f"{type(e).__name__}: {e}"
@@ -235,40 +235,3 @@ class TrainEngine:
         set_model_state_dict(self.model, weights, options=options)
         set_optimizer_state_dict(self.model, self.optimizer, saved.get("optimizer", {}), options=options)
         self.scheduler.load_state_dict(scheduler_state)
-
-
-def saved_model_state(model: nn.Module, folder: str | Path) -> dict[str, Tensor]:
-    """The weights `save` wrote in `folder`, keyed like `model.state_dict()`. A LoRA folder holds only the
-    adapters, under PEFT's file names (the adapter name left out: `lora_A.weight`, not `lora_A.default.weight`)."""
-    from safetensors.torch import load_file
-
-    state: dict[str, Tensor] = {}
-    for file in sorted(Path(folder).glob("*.safetensors")):
-        state.update(load_file(file))
-    if not state:
-        raise FileNotFoundError(f"checkpoint {folder} holds no *.safetensors weights.")
-    keys = list(model.state_dict())
-    if is_lora(model):
-        adapters = list(model.peft_config)
-        file_key = {k: _without_adapter_name(k, adapters) for k in keys if "lora_" in k}
-        expected = {v: k for k, v in file_key.items()}
-    else:
-        expected = {k: k for k in keys}
-    unexpected = [k for k in state if k not in expected]
-    missing = [k for k in expected if k not in state and not _is_tied(model, expected[k])]
-    if unexpected or missing:
-        raise ValueError(f"checkpoint {folder} does not match the model: missing {missing[:3]}, unexpected "
-                         f"{unexpected[:3]}; resume with the model.path (and model.lora) it was trained with.")
-    return {expected[k]: v for k, v in state.items()}
-
-
-def _without_adapter_name(key: str, adapters: list[str]) -> str:
-    for name in adapters:
-        key = key.replace(f".{name}.", ".")
-    return key
-
-
-def _is_tied(model: nn.Module, name: str) -> bool:
-    """True if parameter `name` is the same Parameter as another name (tied embeddings)."""
-    params = dict(model.named_parameters(remove_duplicate=False))
-    return name in params and any(other != name and p is params[name] for other, p in params.items())

@@ -1,14 +1,17 @@
 """The actor role: the policy being trained.
 
-Verbs: `compute_log_prob` (old log-probs, no grad), `update_policy` (mini-batches x token-budget
-micro-batches, clipped policy loss + KL term), `named_weights` (for weight sync). The worker
-sees its data-parallel shard only; the global token/sequence counts that normalise the loss
-are summed over ranks, so the gradient is the same for any world size or micro-batch split.
+Verbs: `compute_log_prob` (old log-probs, no grad), `compute_ref_log_prob` (LoRA: the adapter-free
+model is the reference), `update_policy` (mini-batches x token-budget micro-batches, the loss of
+`actor_loss`), and the weights for sync: `named_weights` (a stream, for a colocated engine) or
+`open_weight_stream` + `next_weight_bucket` (buckets through the controller, for split engines).
+The worker sees its data-parallel shard only; the global token/sequence counts that normalise the
+loss are summed over ranks, so the gradient is the same for any world size or micro-batch split.
 """
 
 from __future__ import annotations
 
 from functools import partial
+from typing import Iterator
 
 import torch
 from torch import Tensor
@@ -16,12 +19,11 @@ from torch import Tensor
 from grpoflow.algorithms import POLICY_LOSSES, aggregate_loss, call_with_available, kl_penalty, truncated_is_weights
 from grpoflow.config import ActorConfig, ModelConfig
 from grpoflow.data.batch import Batch
-from grpoflow.training.microbatch import split_by_tokens
-from grpoflow.training.engine import TrainEngine, global_sum, lr_multiplier
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
-from grpoflow.models.lora import add_lora, is_lora
 from grpoflow.models.logprobs import response_log_probs
-from grpoflow.training.forward import batch_log_probs
+from grpoflow.models.lora import add_lora, is_lora
+from grpoflow.training.engine import TrainEngine, lr_multiplier
+from grpoflow.training.forward import Counts, UpdateSchedule, batch_log_probs, train_on_batch
 
 
 class ActorWorker:
@@ -34,102 +36,47 @@ class ActorWorker:
         self.temperature = temperature
         self.horizon = horizon  # max response length, the Dr.GRPO normaliser
         self.policy_loss = POLICY_LOSSES.resolve(cfg.policy_loss)
-        schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
-                           schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
+        self.schedule = UpdateSchedule(cfg.minibatches, cfg.epochs, cfg.max_tokens_per_microbatch)
+        lr_schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
+                              schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
         self.compute_dtype = (model_cfg or ModelConfig()).compute_dtype  # autocast of every forward
         self.engine = TrainEngine(build_policy(model_path, model_cfg or ModelConfig()), lr=cfg.lr,
-                                  weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, lr_schedule=schedule)
+                                  weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, lr_schedule=lr_schedule)
+        self._weights: Iterator[tuple[str, Tensor]] | None = None  # an open bucketed weight stream
 
-    def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        """With LoRA the reference policy is this model with its adapters disabled: fill `ref_log_probs`."""
+    def compute_ref_log_prob(self, batch: Batch) -> Tensor:
+        """[B, R] reference log-probs: with LoRA the reference policy is this model with its adapters disabled."""
         if not is_lora(self.engine.model):
             raise RuntimeError("the actor serves the reference role only with LoRA adapters (model.lora.rank > 0).")
         with self.engine.model.disable_adapter():
-            log_probs, _ = batch_log_probs(self.engine.model, batch, temperature=self.temperature,
-                                           max_tokens=self.cfg.max_tokens_per_microbatch,
-                                           chunk_size=self.cfg.logprob_chunk_size, compute_dtype=self.compute_dtype)
-        return batch.replace(ref_log_probs=log_probs)
+            return self.compute_log_prob(batch)
 
-    def compute_log_prob(self, batch: Batch) -> Batch:
-        """Fill `old_log_probs` [B, R] with the current policy's log-probs."""
+    def compute_log_prob(self, batch: Batch) -> Tensor:
+        """[B, R] the current policy's log-probs of the responses (0 on padding)."""
         log_probs, _ = batch_log_probs(self.engine.model, batch, temperature=self.temperature,
                                        max_tokens=self.cfg.max_tokens_per_microbatch,
                                        chunk_size=self.cfg.logprob_chunk_size, compute_dtype=self.compute_dtype)
-        return batch.replace(old_log_probs=log_probs)
+        return log_probs
 
     def update_policy(self, batch: Batch) -> dict[str, float]:
         """`epochs` x `minibatches` optimizer steps on this step's data; mean metrics over them."""
-        totals: dict[str, float] = {}
-        steps = 0
-        for _ in range(self.cfg.epochs):
-            for minibatch in batch.split(self.cfg.minibatches):
-                for k, v in self._minibatch_step(minibatch).items():
-                    totals[k] = totals.get(k, 0.0) + v
-                steps += 1
-        return {k: v / steps for k, v in totals.items()}
+        return train_on_batch(self.engine, batch, self.schedule, self._loss, prefix="actor")
 
-    def _minibatch_step(self, minibatch: Batch) -> dict[str, float]:
-        metrics = self.accumulate_gradients(minibatch)
-        metrics["actor/lr"] = self.engine.lr
-        metrics["actor/grad_norm"] = self.engine.optimizer_step()
-        return metrics
-
-    def accumulate_gradients(self, minibatch: Batch) -> dict[str, float]:
-        """Backprop the mini-batch's loss through token-budget micro-batches (no optimizer step).
-
-        Each micro-batch's loss is divided by the mini-batch's GLOBAL token and sequence
-        counts (summed over data-parallel ranks), so the accumulated gradient is the same for
-        any micro-batch split and any world size.
-        """
-        num_tokens = global_sum(minibatch.response_mask.sum()).item()
-        num_seqs = global_sum(len(minibatch)).item()
-        microbatches, _ = split_by_tokens(minibatch, self.cfg.max_tokens_per_microbatch)
-
-        def loss_fn(model: torch.nn.Module, mb: Batch) -> tuple[Tensor, dict[str, Tensor]]:
-            return self._loss(model, mb, num_tokens, num_seqs)
-
-        return self.engine.forward_backward(microbatches, loss_fn)
-
-    def _loss(self, model: torch.nn.Module, mb: Batch, num_tokens: float, num_seqs: float
-              ) -> tuple[Tensor, dict[str, Tensor]]:
+    def _loss(self, model: torch.nn.Module, mb: Batch, counts: Counts) -> tuple[Tensor, dict[str, Tensor]]:
         """This micro-batch's share of the mini-batch loss, and its share of each metric."""
-        cfg, mask = self.cfg, mb.response_mask.float()
+        cfg = self.cfg
         log_probs, entropy = response_log_probs(
             model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask,
             temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
             entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype)
-        # Strictly on-policy (one optimizer step per RL step) the ratio is exactly 1: the
-        # controller skips the old-log-prob pass and the current log-probs stand in for it.
-        old = mb.old_log_probs if mb.old_log_probs is not None else log_probs.detach()
-        pg_mat, pg_metrics = call_with_available(
-            self.policy_loss, log_probs=log_probs, old_log_probs=old, advantages=mb.advantages,
-            response_mask=mask, clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-            clip_ratio_c=cfg.clip_ratio_c)
-
-        def agg(values: Tensor, mode: str = cfg.loss_agg_mode) -> Tensor:
-            return aggregate_loss(values, mask, mode, num_tokens=num_tokens, num_seqs=num_seqs,
-                                  horizon=self.horizon)
-
-        metrics: dict[str, Tensor] = {}
-        if cfg.rollout_is:
-            # Truncated importance sampling: the rollout engine sampled from a slightly different
-            # distribution than the trainer computes; reweight by min(pi_old / pi_rollout, cap).
-            weights, is_metrics = truncated_is_weights(old, mb.rollout_log_probs, mask, level=cfg.rollout_is,
-                                                       cap=cfg.rollout_is_cap)
-            pg_mat = pg_mat * weights
-            metrics.update({f"actor/{k}": v * mask.sum() / num_tokens for k, v in is_metrics.items()})  # token means
-        pg_loss = agg(pg_mat)
-        loss = pg_loss
-        metrics.update({"actor/pg_loss": pg_loss.detach(), "actor/entropy": agg(entropy.detach(), "token-mean")})
-        if cfg.entropy_coeff > 0:
-            loss = loss - cfg.entropy_coeff * agg(entropy)
-        if cfg.kl_coef > 0:
-            kl_loss = agg(kl_penalty(log_probs, mb.ref_log_probs, cfg.kl_estimator))
-            loss = loss + cfg.kl_coef * kl_loss
-            metrics["actor/kl_loss"] = kl_loss.detach()
-        for name, per_token in pg_metrics.items():
-            metrics[f"actor/{name}"] = agg(per_token, "token-mean")
-        return loss, metrics
+        return actor_loss(
+            self.policy_loss, log_probs=log_probs, entropy=entropy, old_log_probs=mb.old_log_probs,
+            advantages=mb.advantages, ref_log_probs=mb.ref_log_probs, rollout_log_probs=mb.rollout_log_probs,
+            response_mask=mb.response_mask.float(), num_tokens=counts.tokens, num_seqs=counts.seqs,
+            horizon=self.horizon, loss_agg_mode=cfg.loss_agg_mode, clip_ratio_low=cfg.clip_ratio_low,
+            clip_ratio_high=cfg.clip_ratio_high, clip_ratio_c=cfg.clip_ratio_c, rollout_is=cfg.rollout_is,
+            rollout_is_cap=cfg.rollout_is_cap, entropy_coeff=cfg.entropy_coeff, kl_coef=cfg.kl_coef,
+            kl_estimator=cfg.kl_estimator)
 
     def save_checkpoint(self, folder: str) -> None:
         """Rank 0 writes the policy as an HF folder (weights, config, tokenizer) + optimizer state.
@@ -141,10 +88,78 @@ class ActorWorker:
     def load_checkpoint(self, folder: str) -> None:
         self.engine.load(folder)
 
-    def named_weights(self) -> list[tuple[str, Tensor]]:
-        """The policy's parameters, one (name, full tensor) at a time, for the rollout engine (LoRA: merged).
-        Every rank calls it: gathering sharded weights is a collective."""
-        return list(self.engine.named_weights())
+    def named_weights(self) -> Iterator[tuple[str, Tensor]]:
+        """The policy's parameters, one (name, full tensor) at a time, for a colocated rollout engine (LoRA:
+        merged). Every rank iterates it to the end: gathering a sharded tensor is a collective."""
+        return self.engine.named_weights()
+
+    def open_weight_stream(self) -> None:
+        """Start a bucketed weight stream (split placement: the weights travel through the controller)."""
+        self._weights = self.engine.named_weights()
+
+    def next_weight_bucket(self, bucket_bytes: int) -> list[tuple[str, Tensor]]:
+        """The next (name, tensor) pairs of the open stream, about `bucket_bytes` in all (a larger tensor
+        alone); [] once it is exhausted. Every rank calls it (a collective when sharded); the controller
+        keeps rank 0's bucket. Tensors are on the CPU."""
+        if self._weights is None:
+            raise RuntimeError("next_weight_bucket before open_weight_stream.")
+        bucket: list[tuple[str, Tensor]] = []
+        size = 0  # counted on every rank alike, so all ranks end each bucket at the same tensor
+        for name, tensor in self._weights:
+            if self.rank == 0:  # the only rank whose bucket the controller keeps
+                bucket.append((name, tensor.cpu()))
+            size += tensor.numel() * tensor.element_size()
+            if size >= bucket_bytes:
+                return bucket
+        return bucket  # the last one; the stream is exhausted, so the next call returns []
+
+
+def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs: Tensor | None,
+               advantages: Tensor, ref_log_probs: Tensor | None, rollout_log_probs: Tensor | None,
+               response_mask: Tensor, num_tokens: float, num_seqs: float, horizon: int, loss_agg_mode: str,
+               clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: float, rollout_is: str | None,
+               rollout_is_cap: float, entropy_coeff: float, kl_coef: float, kl_estimator: str
+               ) -> tuple[Tensor, dict[str, Tensor]]:
+    """The actor's objective on one micro-batch: a pure function of per-token tensors [b, R].
+
+        loss = agg(w * pg) - entropy_coeff * agg(entropy) + kl_coef * agg(kl(log_probs, ref_log_probs))
+
+    `pg` is the per-token policy loss (`policy_loss`, e.g. PPO's clipped surrogate); `w` the truncated
+    importance weight min(pi_old / pi_rollout, cap) when `rollout_is` is token/sequence, else 1;
+    `agg` the configured aggregation (`loss_agg_mode`) normalised by the mini-batch's GLOBAL counts
+    `num_tokens` / `num_seqs`, so micro-batch losses add up to the mini-batch's. Strictly on-policy
+    (`old_log_probs` None: one optimizer step per RL step) the ratio is exactly 1 and the detached
+    current log-probs stand in for the old ones. Metrics are this micro-batch's share of token means
+    (`actor/entropy`, `actor/pg_clipfrac`, ...) and of `actor/pg_loss`, `actor/kl_loss`.
+    """
+    mask = response_mask
+    old = old_log_probs if old_log_probs is not None else log_probs.detach()
+    pg_mat, pg_metrics = call_with_available(
+        policy_loss, log_probs=log_probs, old_log_probs=old, advantages=advantages, response_mask=mask,
+        clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c)
+
+    def agg(values: Tensor, mode: str = loss_agg_mode) -> Tensor:
+        return aggregate_loss(values, mask, mode, num_tokens=num_tokens, num_seqs=num_seqs, horizon=horizon)
+
+    metrics: dict[str, Tensor] = {}
+    if rollout_is in ("token", "sequence"):
+        # The rollout engine sampled from a slightly different distribution than the trainer computes
+        # (or an older policy, in async mode): reweight by min(pi_old / pi_rollout, cap).
+        weights, is_metrics = truncated_is_weights(old, rollout_log_probs, mask, level=rollout_is, cap=rollout_is_cap)
+        pg_mat = pg_mat * weights
+        metrics.update({f"actor/{k}": v * mask.sum() / num_tokens for k, v in is_metrics.items()})  # token means
+    pg_loss = agg(pg_mat)
+    loss = pg_loss
+    metrics.update({"actor/pg_loss": pg_loss.detach(), "actor/entropy": agg(entropy.detach(), "token-mean")})
+    if entropy_coeff > 0:
+        loss = loss - entropy_coeff * agg(entropy)
+    if kl_coef > 0:
+        kl_loss = agg(kl_penalty(log_probs, ref_log_probs, kl_estimator))
+        loss = loss + kl_coef * kl_loss
+        metrics["actor/kl_loss"] = kl_loss.detach()
+    for name, per_token in pg_metrics.items():
+        metrics[f"actor/{name}"] = agg(per_token, "token-mean")
+    return loss, metrics
 
 
 def build_policy(model_path: str, cfg: ModelConfig) -> torch.nn.Module:

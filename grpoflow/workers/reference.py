@@ -6,7 +6,7 @@ costs 1/world of the model's memory per rank, and its forward is a collective.
 
 from __future__ import annotations
 
-import torch
+from torch import Tensor
 
 from grpoflow.data.batch import Batch
 from grpoflow.training.engine import place_model
@@ -24,9 +24,8 @@ class ReferenceWorker:
         self.temperature, self.max_tokens, self.chunk_size = temperature, max_tokens, chunk_size
         self.compute_dtype = compute_dtype  # the actor's autocast, so that KL is 0 while both are equal
 
-    @torch.no_grad()
-    def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        """Fill `ref_log_probs` [B, R]."""
+    def compute_ref_log_prob(self, batch: Batch) -> Tensor:
+        """[B, R] the reference policy's log-probs of the responses (0 on padding)."""
         log_probs, _ = batch_log_probs(self.model, batch, temperature=self.temperature, max_tokens=self.max_tokens,
                                        chunk_size=self.chunk_size, compute_dtype=self.compute_dtype)
-        return batch.replace(ref_log_probs=log_probs)
+        return log_probs

@@ -9,8 +9,8 @@ returns when the config knows its pad token).
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
-from grpoflow.data.batch import Batch
 from grpoflow.models.loading import load_reward_model, load_tokenizer
 
 
@@ -23,12 +23,11 @@ class RewardModelWorker:
         self.max_length, self.batch_size = max_length, batch_size
 
     @torch.no_grad()
-    def compute_rm_score(self, batch: Batch) -> Batch:
-        """Fill `rm_scores` [B]."""
-        texts = [p + c for p, c in zip(batch.prompts, batch.completions)]
+    def compute_rm_score(self, texts: list[str]) -> Tensor:
+        """[B] the score of each text (prompt + completion)."""
         scores = []
         for start in range(0, len(texts), self.batch_size):
             enc = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
                                  truncation=True, max_length=self.max_length, add_special_tokens=False)
             scores.append(self.model(**enc).logits[:, 0].float())
-        return batch.replace(rm_scores=torch.cat(scores) if scores else torch.zeros(0))
+        return torch.cat(scores) if scores else torch.zeros(0)

@@ -27,6 +27,7 @@ from grpoflow.data.batch import Batch
 from grpoflow.training.engine import NonFiniteLossError
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
+from grpoflow.training.forward import UpdateSchedule
 from grpoflow.workers.reference import ReferenceWorker
 
 WORLD = 2
@@ -101,16 +102,16 @@ def scenarios(model_path: str, rank: int, world: int, ckpt: Path) -> dict:
                                             loss_agg_mode="seq-mean-token-mean"), part(batch))
     # (c) rank 0 holds long rows (one per micro-batch), rank 1 short ones (all in one)
     worker = actor(model_path, rank, world, budget=13)
-    out["uneven_log_probs"] = worker.compute_log_prob(part(uneven)).old_log_probs
+    out["uneven_log_probs"] = worker.compute_log_prob(part(uneven))
     out["uneven_step"] = train_step(worker, part(uneven))
     worker = actor(model_path, rank, world, budget=13)  # fresh: a second step would compare Adam-amplified noise
-    out["one_row"] = worker.compute_log_prob(part(uneven.select([0]))).old_log_probs  # rank 1: empty shard
+    out["one_row"] = worker.compute_log_prob(part(uneven.select([0])))  # rank 1: empty shard
     out["one_row_step"] = train_step(worker, part(uneven.select([0])))
     ref = ReferenceWorker(rank, world, model_path=model_path, temperature=0.7, max_tokens=13, chunk_size=8)
-    out["ref_log_probs"] = ref.compute_ref_log_prob(part(uneven)).ref_log_probs
+    out["ref_log_probs"] = ref.compute_ref_log_prob(part(uneven))
     critic = CriticWorker(rank, world, model_path=model_path, cfg=CriticConfig(),
-                          schedule=ActorConfig(max_tokens_per_microbatch=13), seed=0)
-    with_values = critic.compute_values(part(uneven))
+                          schedule=UpdateSchedule(max_tokens_per_microbatch=13), seed=0)
+    with_values = part(uneven).replace(values=critic.compute_values(part(uneven)))
     out["values"] = with_values.values
     out["critic_metrics"] = critic.update_critic(with_values)
     lora = actor(model_path, rank, world, lora=True)
@@ -239,11 +240,11 @@ def test_uneven_micro_batch_counts_and_an_empty_shard(two_ranks, tiny_model_path
     assert counts[0] > counts[1], counts  # the ranks really plan different numbers of micro-batches
     worker = one_rank(tiny_model_path, budget=13)
     log_probs = two_ranks["uneven_log_probs"]  # rank 0's shard: the first half of the rows
-    torch.testing.assert_close(log_probs, worker.compute_log_prob(halves[0]).old_log_probs, **TOL)
+    torch.testing.assert_close(log_probs, worker.compute_log_prob(halves[0]), **TOL)
     assert_same_step(two_ranks["uneven_step"], train_step(worker, uneven))
     # one row: rank 1 gets no rows at all and still joins every forward and backward
     worker = one_rank(tiny_model_path, budget=13)
-    torch.testing.assert_close(two_ranks["one_row"], worker.compute_log_prob(uneven.select([0])).old_log_probs,
+    torch.testing.assert_close(two_ranks["one_row"], worker.compute_log_prob(uneven.select([0])),
                                **TOL)
     assert_same_step(two_ranks["one_row_step"], train_step(worker, uneven.select([0])))
     assert len(two_ranks["rank1"]["one_row"]) == 0
@@ -253,10 +254,10 @@ def test_sharded_reference_and_critic_match_one_rank(two_ranks, tiny_model_path)
     uneven = make_batch(8, 1, long_first=True)
     half = uneven.split(WORLD)[0]
     ref = ReferenceWorker(0, 1, model_path=tiny_model_path, temperature=0.7, max_tokens=13, chunk_size=8)
-    torch.testing.assert_close(two_ranks["ref_log_probs"], ref.compute_ref_log_prob(half).ref_log_probs, **TOL)
+    torch.testing.assert_close(two_ranks["ref_log_probs"], ref.compute_ref_log_prob(half), **TOL)
     critic = CriticWorker(0, 1, model_path=tiny_model_path, cfg=CriticConfig(),
-                          schedule=ActorConfig(max_tokens_per_microbatch=13), seed=0)
-    with_values = critic.compute_values(uneven)
+                          schedule=UpdateSchedule(max_tokens_per_microbatch=13), seed=0)
+    with_values = uneven.replace(values=critic.compute_values(uneven))
     torch.testing.assert_close(two_ranks["values"], with_values.values[: len(half)], **TOL)
     metrics = critic.update_critic(with_values)
     assert metrics.keys() == two_ranks["critic_metrics"].keys()

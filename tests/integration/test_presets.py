@@ -5,7 +5,7 @@ import pytest
 from grpoflow.config import load_config, preset_names
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.controller.run import train
-from grpoflow.controller.trainer import TrainingError
+from grpoflow.config import ConfigError
 
 TINY = ["model.path=builtin:tiny-0.5m", "sft.steps=30", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=5", "trainer.total_steps=3", "trainer.val_every=3", "data.val_max_prompts=8",
@@ -37,6 +37,6 @@ def test_preset_runs_end_to_end(tmp_path, preset):
     (["algorithm.adv_estimator=remax", "algorithm.filter_groups.enable=true"], "Disable one of them"),
 ])
 def test_nonsense_combinations_are_rejected_at_start(tmp_path, overrides, message):
-    with pytest.raises(TrainingError, match=message):
+    with pytest.raises(ConfigError, match=message):
         train(load_config(None, [f"trainer.output_dir={tmp_path}", *TINY, *overrides]))
     assert not (tmp_path / "base_model").exists()   # rejected before any model was built

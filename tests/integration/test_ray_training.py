@@ -90,7 +90,7 @@ def test_killing_a_worker_mid_run_stops_the_controller_naming_it(tmp_path, warm_
     items = prepare_prompts(addition_splits()[0][:200], tokenizer)[0]
     controller = Controller(cfg, model_path=warm_model, train_items=items, val_items=[], scorer=None,
                             run_dir=tmp_path / "k")
-    controller.scorer = _ConstantScorer()
+    controller.rewards.scorer = _ConstantScorer()
     victim = controller.placement.train.infos[1]["pid"]
     threading.Timer(3.0, os.kill, (victim, signal.SIGKILL)).start()
     began = time.monotonic()

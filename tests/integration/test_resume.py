@@ -97,3 +97,18 @@ def test_keep_last_prunes_and_resume_path_errors(tmp_path):
     assert manager.latest().name == "step_000003" and manager.resolve("never") is None
     with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):
         manager.resolve(str(tmp_path / "nowhere"))
+
+
+def test_resuming_with_another_total_steps_says_the_schedule_changed(tmp_path, capsys):
+    # It used to continue silently on a different cosine schedule.
+    cfg = load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS, "trainer.total_steps=2", "trainer.val_every=0",
+                             "actor.lr_schedule=cosine"])
+    train(cfg)
+    capsys.readouterr()
+    train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS, "trainer.total_steps=3", "trainer.val_every=0",
+                             "actor.lr_schedule=cosine"]))
+    out = capsys.readouterr().out
+    assert "resuming with trainer.total_steps=3, but the checkpoint was written by a run with " \
+           "trainer.total_steps=2: the cosine learning-rate schedule continues on the new horizon" in out
+    assert "Set trainer.total_steps=2 to continue the original run exactly." in out
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]

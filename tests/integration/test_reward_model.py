@@ -6,7 +6,6 @@ from transformers import LlamaConfig, LlamaForSequenceClassification
 
 from grpoflow.cli import main
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.data.batch import Batch
 from grpoflow.models.tiny import build_char_tokenizer
 from grpoflow.workers.reward_model import RewardModelWorker
 
@@ -27,18 +26,12 @@ def reward_model_path(tmp_path_factory):
     return str(path)
 
 
-def text_batch(prompts, completions) -> Batch:
-    n = len(prompts)
-    return Batch(prompt_ids=torch.zeros(n, 1, dtype=torch.long), prompt_mask=torch.ones(n, 1, dtype=torch.long),
-                 response_ids=torch.zeros(n, 1, dtype=torch.long), response_mask=torch.ones(n, 1, dtype=torch.long),
-                 group_ids=torch.arange(n), prompts=prompts, completions=completions)
-
-
 def test_batched_scores_equal_one_text_at_a_time(reward_model_path):
     worker = RewardModelWorker(0, 1, model_path=reward_model_path, batch_size=3)
     prompts, completions = ["1+1=", "12+30=", "7+8="], ["2", "42<junk>", "15"]
-    together = worker.compute_rm_score(text_batch(prompts, completions)).rm_scores
-    alone = torch.cat([worker.compute_rm_score(text_batch([p], [c])).rm_scores for p, c in zip(prompts, completions)])
+    texts = [p + c for p, c in zip(prompts, completions)]
+    together = worker.compute_rm_score(texts)
+    alone = torch.cat([worker.compute_rm_score([t]) for t in texts])
     torch.testing.assert_close(together, alone, rtol=1e-5, atol=1e-6)
     assert together.std() > 0
 
@@ -60,4 +53,6 @@ def test_reward_errors(tmp_path, tiny_model_path, capsys):
     assert "No reward" in capsys.readouterr().err
     assert main(["train", f"model.path={tiny_model_path}", f"reward.model.path={tiny_model_path}",
                  f"trainer.output_dir={tmp_path}", *ARGS]) == 2
-    assert "labels" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "labels" in err
+    assert f"reward.model.path={tiny_model_path} has" in err   # the key that exists (it said reward.model_path)

@@ -177,9 +177,14 @@ def test_unpicklable_function_falls_back_to_this_process(caplog):
     assert result.scores == [11.0, 12.0]
 
 
-def test_a_sync_timeout_needs_workers(behave):
-    with pytest.raises(ValueError, match="timeout_s=0.5 needs workers >= 1"):
-        RewardScorer(behave, timeout_s=0.5)
+def test_a_timeout_alone_starts_the_worker_it_needs(behave):
+    # A user who asks for a timeout expects it to work (it used to be refused without reward.workers).
+    with RewardScorer(behave, timeout_s=TIMEOUT, error_score=-1.0) as scorer:
+        assert scorer.workers == 1
+        result, wall = run(scorer, ["ab", "sleep", "a"])
+    assert wall < TIMEOUT + SLACK
+    assert result.scores == [2.0, -1.0, 1.0] and result.timeouts == 1
+    assert all(int(p) != os.getpid() for p in result.extras["pid"])  # scored in the worker process
 
 
 @pytest.mark.parametrize("kwargs, message", [({"workers": -1}, "workers=-1"), ({"timeout_s": 0}, "timeout_s=0")])

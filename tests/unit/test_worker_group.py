@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from grpoflow.data.batch import Batch
+from grpoflow.distributed.host import LocalPool
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 
 
@@ -58,9 +59,26 @@ class Toy:
     def no_args(self) -> int:
         return 100 + self.rank
 
+    def row_values(self, batch: Batch) -> torch.Tensor:
+        return self.rank * 10.0 + torch.arange(len(batch), dtype=torch.float32)
+
+    def stream(self):
+        yield from (self.rank, self.rank + 1)  # a generator: consumed inside the rank's process
+
+    def consume(self, items, version: int, tag: str = "") -> None:
+        self.seen.append((list(items), version, tag))
+
+    def _private(self) -> None:
+        pass
+
     def fail_on_rank_one(self, batch: Batch) -> Batch:
         if self.rank == 1:
             raise ValueError(f"bad shard of {len(batch)} rows")
+        return batch
+
+
+class Other:
+    def double_scores(self, batch: Batch) -> Batch:
         return batch
 
 
@@ -77,7 +95,7 @@ def assert_batches_equal(a: Batch, b: Batch) -> None:
 def test_batch_is_split_into_contiguous_shards_and_gathered_in_order(world_size):
     group = WorkerGroup("actor", Toy, world_size=world_size)
     batch = make_batch(11)
-    out = group.double_scores(batch, factor=3.0)
+    out = group.call(Toy.double_scores, batch, factor=3.0)
     # the same as calling the row-wise verb on the whole batch
     assert_batches_equal(out, Toy(0, 1).double_scores(batch, factor=3.0))
     shards = [h.seen[-1] for h in workers(group)]
@@ -96,7 +114,7 @@ def test_list_argument_is_split_and_other_args_broadcast(world_size):
     group = WorkerGroup("reward", Toy, world_size=world_size)
     items = list(range(10))
     extra = object()
-    out = group.take_list(items, extra)
+    out = group.call(Toy.take_list, items, extra)
     received = [h.seen[-1] for h in workers(group)]
     assert [x for got, _ in received for x in got] == items
     assert max(len(g) for g, _ in received) - min(len(g) for g, _ in received) <= 1
@@ -108,7 +126,7 @@ def test_list_argument_is_split_and_other_args_broadcast(world_size):
 def test_non_first_positional_and_keyword_args_go_to_every_rank():
     group = WorkerGroup("actor", Toy, world_size=4)
     extra, tag = {"lr": 0.1}, object()
-    out = group.stats(make_batch(8), extra, tag=tag)
+    out = group.call(Toy.stats, make_batch(8), extra, tag=tag)
     for h in workers(group):
         _, e, t = h.seen[-1]
         assert e is extra and t is tag
@@ -117,7 +135,7 @@ def test_non_first_positional_and_keyword_args_go_to_every_rank():
 
 def test_verb_without_arguments_runs_on_every_rank_and_returns_rank_zero():
     group = WorkerGroup("rollout", Toy, world_size=4)
-    assert group.no_args() == 100
+    assert group.call(Toy.no_args) == 100
 
 
 def test_ranks_are_constructed_with_rank_and_world_size():
@@ -129,7 +147,7 @@ def test_tensor_parallel_ranks_share_a_shard_and_only_replica_leaders_are_gather
     group = WorkerGroup("rollout", Toy, world_size=4, tensor_parallel=2)
     assert group.dp_size == 2
     batch = make_batch(7)
-    out = group.stamp_rank(batch)
+    out = group.call(Toy.stamp_rank, batch)
     shards = [h.seen[-1] for h in workers(group)]
     assert_batches_equal(shards[0], shards[1])
     assert_batches_equal(shards[2], shards[3])
@@ -148,7 +166,7 @@ def test_world_size_not_a_multiple_of_tensor_parallel_errors():
 def test_worker_exception_becomes_worker_error_naming_role_rank_and_cause():
     group = WorkerGroup("critic", Toy, world_size=2)
     with pytest.raises(WorkerError) as err:
-        group.fail_on_rank_one(make_batch(6))
+        group.call(Toy.fail_on_rank_one, make_batch(6))
     e = err.value
     message = str(e)
     assert "critic" in message
@@ -176,7 +194,29 @@ def test_constructor_exception_is_reported_the_same_way():
     assert e.rank == 2 and isinstance(e.original, RuntimeError)
 
 
-def test_private_attributes_are_not_dispatched():
-    group = WorkerGroup("actor", Toy, world_size=1)
+def test_a_verb_is_a_method_of_the_worker_class_checked_in_the_controller():
+    group = WorkerGroup("actor", Toy, world_size=2)
+    with pytest.raises(TypeError, match="not a public method of Toy"):
+        group.call(Other.double_scores, make_batch(2))   # same name, another class
+    with pytest.raises(TypeError, match="not a public method of Toy"):
+        group.call(Toy._private)
     with pytest.raises(AttributeError):
-        group._not_a_verb
+        group.double_scores  # no verbs by attribute name: every call names its method
+    assert all(not h.seen for h in workers(group))  # nothing reached a rank
+
+
+def test_tensor_results_are_concatenated_from_the_replica_leaders():
+    group = WorkerGroup("actor", Toy, world_size=4, tensor_parallel=2)
+    out = group.call(Toy.row_values, make_batch(7))
+    # ranks 0 and 2 lead the two replicas; each returns rank * 10 + row index within its shard
+    assert out.tolist() == [0.0, 1.0, 2.0, 3.0, 20.0, 21.0, 22.0]
+
+
+def test_transfer_needs_colocated_groups_and_pipes_within_each_rank():
+    pool = LocalPool(2)
+    src, dst = WorkerGroup("src", Toy, pool=pool), WorkerGroup("dst", Toy, pool=pool)
+    src.transfer(Toy.stream, dst, Toy.consume, 5, tag="t")
+    assert [h.roles["dst"].seen[-1] for h in pool.hosts] == [([0, 1], 5, "t"), ([1, 2], 5, "t")]
+    elsewhere = WorkerGroup("dst2", Toy, world_size=2)
+    with pytest.raises(ValueError, match="not colocated"):
+        src.transfer(Toy.stream, elsewhere, Toy.consume, 5)

@@ -1,0 +1,68 @@
+"""One start-up check: every config key that names something in a registry is resolved here,
+before any model loads, so a typo costs seconds and names the key.
+
+`config.validate` checks plain values (choices, ranges, the batch schedule) without importing
+torch; this adds what needs the registries: advantage estimators, policy losses, loss
+aggregation modes, KL estimators and controllers, reward functions, rollout engines, and the
+combinations that make no sense.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES,
+                                 required_inputs)
+from grpoflow.config import Config, ConfigError, validate
+from grpoflow.plugins import Registry
+from grpoflow.rewards import build_reward
+from grpoflow.rollout.factory import ROLLOUT_ENGINES
+
+# Inputs a step can hand an advantage estimator; `values` and `baselines` cost extra work, done
+# only when the estimator's signature asks for them.
+ADVANTAGE_INPUTS = ("scores", "token_level_rewards", "response_mask", "group_ids", "values", "baselines",
+                    "norm_adv_by_std", "epsilon", "gamma", "lam", "completions", "rows")
+
+
+def resolve(registry: Registry, key: str, name: str) -> Callable:
+    """`registry.resolve(name)`, or a ConfigError that names the config key."""
+    try:
+        return registry.resolve(name)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(f"{key}={name!r}: {e}") from None
+
+
+def check_config(cfg: Config) -> None:
+    """Everything that can be checked without a model; raises ConfigError naming the key and the fix."""
+    validate(cfg)
+    a, alg = cfg.actor, cfg.algorithm
+    estimator = resolve(ADVANTAGE_ESTIMATORS, "algorithm.adv_estimator", alg.adv_estimator)
+    resolve(POLICY_LOSSES, "actor.policy_loss", a.policy_loss)
+    resolve(LOSS_AGGREGATIONS, "actor.loss_agg_mode", a.loss_agg_mode)
+    resolve(KL_ESTIMATORS, "actor.kl_estimator", a.kl_estimator)
+    resolve(KL_ESTIMATORS, "algorithm.kl_penalty", alg.kl_penalty)
+    resolve(KL_CONTROLLERS, "algorithm.kl_ctrl.type", alg.kl_ctrl.type)
+    resolve(ROLLOUT_ENGINES, "rollout.engine", cfg.rollout.engine)
+    r = cfg.reward
+    if r.functions or r.function:
+        try:
+            build_reward(r.functions or r.function, r.weights, r.routes)
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(str(e)) from None
+    missing = required_inputs(estimator) - set(ADVANTAGE_INPUTS)
+    if missing:
+        raise ConfigError(f"algorithm.adv_estimator={alg.adv_estimator!r} needs {sorted(missing)}, which no step "
+                          f"provides (available: {list(ADVANTAGE_INPUTS)}).")
+    modes = POLICY_LOSSES.meta(a.policy_loss).get("agg_modes")
+    if modes and a.loss_agg_mode not in modes:
+        raise ConfigError(f"actor.policy_loss={a.policy_loss} is defined with loss_agg_mode in {list(modes)}, "
+                          f"not {a.loss_agg_mode!r}; set actor.loss_agg_mode={modes[0]}.")
+    if a.rollout_is in ("token", "sequence") and cfg.rollout.top_p < 1:
+        why = " (trainer.mode=async turns it on for stale samples)" if cfg.trainer.mode == "async" else ""
+        raise ConfigError(f"actor.rollout_is={a.rollout_is}{why} needs the engine's full-distribution log-probs; with "
+                          "rollout.top_p < 1 they are not the sampling probabilities. Set rollout.top_p=1 or "
+                          "actor.rollout_is=off.")
+    if "baselines" in required_inputs(estimator) and alg.filter_groups.enable:
+        raise ConfigError("algorithm.filter_groups needs groups of samples with different rewards; an estimator "
+                          "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
+

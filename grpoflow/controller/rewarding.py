@@ -1,0 +1,68 @@
+"""Reward assembly: everything that turns a sampled batch into one score per sample.
+
+    score = rule rewards (reward.function[s], scored by the RewardScorer)
+          + reward.model.weight x the reward model's score (when reward.model.path is set)
+          + DAPO's overlong penalty (when reward.overlong_buffer_len > 0)
+
+and ReMax's greedy baseline: the score of one greedy response per prompt.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from grpoflow.algorithms import overlong_penalty
+from grpoflow.config import RewardConfig
+from grpoflow.data.batch import Batch
+from grpoflow.data.dataset import PromptItem
+from grpoflow.distributed.worker_group import WorkerGroup
+from grpoflow.rewards.scoring import RewardScorer, Scores
+from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.workers.reward_model import RewardModelWorker
+
+if TYPE_CHECKING:
+    from grpoflow.controller.rollouts import Rollouts
+
+
+class RewardAssembly:
+    def __init__(self, scorer: RewardScorer | None, reward_model: WorkerGroup[RewardModelWorker] | None,
+                 cfg: RewardConfig, *, max_new_tokens: int) -> None:
+        self.scorer, self.reward_model, self.cfg, self.max_new_tokens = scorer, reward_model, cfg, max_new_tokens
+
+    def score(self, batch: Batch) -> Scores:
+        """Rule rewards and/or the reward model's score (times reward.model.weight), per sample; the reward
+        model's own score is kept in `extras["model"]` (logged as reward/model/mean)."""
+        scored = self.scorer.score(batch.prompts, batch.completions, batch.rows) if self.scorer is not None \
+            else Scores([0.0] * len(batch))
+        if self.reward_model is not None:
+            texts = [p + c for p, c in zip(batch.prompts, batch.completions)]
+            rm = self.reward_model.call(RewardModelWorker.compute_rm_score, texts).tolist()
+            scored.scores = [s + self.cfg.model.weight * m for s, m in zip(scored.scores, rm)]
+            scored.extras["model"] = rm
+        return scored
+
+    def shaped(self, batch: Batch) -> tuple[Tensor, Scores]:
+        """[B] the training score of each sample (`score` plus DAPO's overlong penalty), and the raw Scores."""
+        scored = self.score(batch)
+        return shape_scores(torch.tensor(scored.scores, dtype=torch.float32), batch.response_lengths,
+                            max_length=self.max_new_tokens, buffer=self.cfg.overlong_buffer_len,
+                            penalty_factor=self.cfg.overlong_penalty_factor), scored
+
+    def greedy_baselines(self, rollouts: "Rollouts", items: list[PromptItem], n: int) -> Tensor:
+        """[len(items) * n] the training score of one greedy response per prompt, repeated over its n samples
+        (ReMax's baseline)."""
+        greedy = SamplingParams(n=1, max_new_tokens=self.max_new_tokens, temperature=0.0)
+        scores, _ = self.shaped(rollouts.generate(items, greedy))
+        return scores.repeat_interleave(n)
+
+
+def shape_scores(scores: Tensor, response_lengths: Tensor, *, max_length: int, buffer: int,
+                 penalty_factor: float) -> Tensor:
+    """[B] scores plus DAPO's overlong penalty (`algorithms.overlong_penalty`) when `buffer` > 0."""
+    if buffer <= 0:
+        return scores
+    return scores + overlong_penalty(response_lengths, max_length=max_length, buffer=buffer,
+                                     penalty_factor=penalty_factor)

@@ -1,0 +1,52 @@
+"""The controller's own arithmetic between scoring and the advantage estimator, as pure functions
+(tests/unit/test_step_math.py checks each against hand-computed values)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from grpoflow.algorithms import kl_in_reward
+
+
+def score_at_last_token(scores: Tensor, response_mask: Tensor) -> Tensor:
+    """[B, R] float32: each sample's score [B] at its last response token, 0 elsewhere (an empty response
+    puts it at position 0). The outcome reward as a token-level reward (verl's token_level_scores)."""
+    lengths = response_mask.sum(-1)
+    rewards = torch.zeros(response_mask.shape, dtype=torch.float32)
+    rewards[torch.arange(len(scores)), (lengths - 1).clamp(min=0)] = scores.float()
+    return rewards
+
+
+def loss_mask(response_mask: Tensor, truncated: Tensor, *, mask_truncated: bool) -> Tensor:
+    """[B, R] the response mask, with every token of a truncated sample (`truncated` [B] bool: it hit the
+    length limit before EOS) masked out when `mask_truncated` (DAPO's overlong filtering)."""
+    if not mask_truncated:
+        return response_mask
+    return response_mask * (~truncated).to(response_mask.dtype)[:, None]
+
+
+def partition_groups(signal: Tensor, n: int) -> tuple[list[int], list[int]]:
+    """Group indices with signal and without, each in order, from `signal` [G * n] bool per sample
+    (`algorithms.groups_with_signal`; the n samples of a group agree)."""
+    per_group = signal.view(-1, n)[:, 0].tolist()
+    return [g for g, s in enumerate(per_group) if s], [g for g, s in enumerate(per_group) if not s]
+
+
+def token_rewards(scores: Tensor, response_mask: Tensor, truncated: Tensor, *, mask_truncated: bool,
+                  old_log_probs: Tensor | None = None, ref_log_probs: Tensor | None = None, kl_coef: float = 0.0,
+                  kl_estimator: str = "k1") -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """The advantage estimator's inputs from the scores: (token-level rewards [B, R], loss mask [B, R],
+    KL metrics).
+
+    rewards_it = score_i at the last response token - kl_coef * kl_it * mask_it, the KL term only when
+    `old_log_probs` and `ref_log_probs` are given (KL in the reward; estimator `kl_estimator`); the
+    mask is `loss_mask` (truncated samples out with `mask_truncated`) and also bounds the KL term.
+    """
+    rewards = score_at_last_token(scores, response_mask)
+    mask = loss_mask(response_mask, truncated, mask_truncated=mask_truncated)
+    if old_log_probs is None or ref_log_probs is None:
+        return rewards, mask, {}
+    rewards, metrics = kl_in_reward(rewards, old_log_probs, ref_log_probs, mask.float(), kl_coef=kl_coef,
+                                    estimator=kl_estimator)
+    return rewards, mask, metrics

@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: train test test-slow setup clean
+.PHONY: train test test-slow typecheck setup clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -22,6 +22,14 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m slow
+
+# mypy on the package (must pass), and on tests/typecheck/wrong_calls.py, whose three wrong worker calls it must catch
+typecheck: $(STAMP)
+	$(VENV)/bin/python -m mypy grpoflow
+	@out=$$($(VENV)/bin/python -m mypy tests/typecheck/wrong_calls.py 2>&1); \
+	  n=$$(printf '%s\n' "$$out" | grep -c ': error:'); \
+	  if [ "$$n" -ne 3 ]; then printf '%s\n' "$$out"; echo "typecheck: expected 3 errors in wrong_calls.py, got $$n"; exit 1; fi; \
+	  echo "typecheck: the 3 wrong worker calls in tests/typecheck/wrong_calls.py are caught"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -6,12 +6,14 @@
 # 1. Python: $PYTHON if it already imports vllm; else a venv ($GPU_CHECK_VENV) with $VLLM_SPEC
 #    from PyPI (a CUDA build that brings its own torch) and grpoflow (editable, no torch change).
 #    Building it needs a package registry; a machine without one must have vllm installed.
-# 2. Two short colocated GRPO jobs on the built-in addition task with rollout.engine=vllm and
+# 2. The CUDA test tier (tests/gpu: sampling log-probs, colocated weight sync, a short run on CUDA,
+#    FSDP2 over NCCL with two GPUs) and the vLLM engine tests (tests/vllm_engine), ~2 minutes.
+# 3. Two short colocated GRPO jobs on the built-in addition task with rollout.engine=vllm and
 #    truncated importance sampling on (so the engine/trainer mismatch is logged):
 #      fp32 : the built-in 30M Llama (built locally, warm-started 350 steps), fp32 everywhere:
 #             mismatch should be ~1e-6 (numerics only, as on CPU);
 #      bf16 : the same warm-started model, actor bf16 compute, vLLM in bf16: the realistic case.
-# 3. Prints per job: median step time, generation tokens/s, sync time, mismatch/k3_kl and
+# 4. Prints per job: median step time, generation tokens/s, sync time, mismatch/k3_kl and
 #    mismatch/abs_log_ratio, reward first -> last; the logs and metrics.jsonl stay in $OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +49,10 @@ timeout 300 "$PY" -m pip install -q -c "$OUT/constraints.txt" -e . || {
 print(f'python ok: vllm {vllm.__version__}, torch {torch.__version__}, transformers {transformers.__version__}, \
 {torch.cuda.get_device_name()}')"
 t1=$(date +%s)
+
+"$PY" -m pip install -q pytest 2>/dev/null || true
+timeout 600 "$PY" -m pytest -q -p no:cacheprovider tests/gpu tests/vllm_engine 2>&1 | tee "$OUT/tests.log" | tail -15 || {
+  echo "gpu_check: the GPU test tier failed (see $OUT/tests.log)"; exit 1; }
 
 # common settings: 32 prompts x 8 samples, 32 new tokens, vLLM takes 30% of the GPU next to the actor
 COMMON=(rollout.engine=vllm placement=colocated backend=local rollout.gpu_memory_utilization=0.3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any, Callable
 
 USAGE = """usage: grpoflow <command> [recipe.yaml | preset] [key=value ...]
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         return _data(rest)
     if command == "plot":
         return _plot(rest)
-    from grpoflow.config import ConfigError, help_text, load_config, to_yaml
+    from grpoflow.config import Config, ConfigError, help_text, load_config, to_yaml
     if "-h" in rest or "--help" in rest:
         print(USAGE + "\nconfig keys:\n" + help_text())
         return 0
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from grpoflow.controller.trackers import MissingExtraError
     from grpoflow.controller.trainer import TrainingError
     from grpoflow.distributed.worker_group import WorkerError
-    commands = {"train": train, "sft": sft_stage, "eval": evaluate, "config": lambda cfg: print(to_yaml(cfg))}
+    commands: dict[str, Callable[[Config], Any]] = {"train": train, "sft": sft_stage, "eval": evaluate, "config": lambda cfg: print(to_yaml(cfg))}
     if command not in commands:
         print(f"grpoflow: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -278,7 +278,7 @@ class Config:
 
 # ---------------------------------------------------------------- loading and overrides
 
-def _all_keys(cls: type, prefix: str = "") -> list[str]:
+def _all_keys(cls: Any, prefix: str = "") -> list[str]:
     keys = []
     for f in dataclasses.fields(cls):
         sub = typing.get_type_hints(cls)[f.name]

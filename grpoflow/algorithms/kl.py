@@ -175,4 +175,4 @@ class AdaptiveKLController:
     def load_state_dict(self, state: dict[str, float]) -> None:
         self.value = float(state["value"])
         self.target_kl = float(state["target_kl"])
-        self.horizon = state["horizon"]
+        self.horizon = int(state["horizon"])

@@ -44,9 +44,10 @@ def check_config(cfg: Config) -> None:
     resolve(KL_CONTROLLERS, "algorithm.kl_ctrl.type", alg.kl_ctrl.type)
     resolve(ROLLOUT_ENGINES, "rollout.engine", cfg.rollout.engine)
     r = cfg.reward
-    if r.functions or r.function:
+    spec = r.functions or r.function
+    if spec:
         try:
-            build_reward(r.functions or r.function, r.weights, r.routes)
+            build_reward(spec, r.weights, r.routes)
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(str(e)) from None
     missing = required_inputs(estimator) - set(ADVANTAGE_INPUTS)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from grpoflow.config import Config, world_size
 from grpoflow.distributed.host import LocalPool, Pool
@@ -53,7 +54,8 @@ def build_placement(cfg: Config) -> Placement:
             raise ClusterError(f"the config asks for {need} GPUs ({world} training ranks = resources.nodes x "
                                f"resources.devices_per_node" + (f", {cfg.rollout.workers} rollout workers" if split
                                                                 else "") + f") but the Ray cluster has {gpus}.")
-        common = dict(cpus_per_rank=r.cpus_per_rank, use_gpu=gpus > 0, start_timeout_s=ray_cfg.start_timeout_s)
+        common: dict[str, Any] = dict(cpus_per_rank=r.cpus_per_rank, use_gpu=gpus > 0,
+                                      start_timeout_s=ray_cfg.start_timeout_s)
         train = RayPool(world, name="train", distributed=True, **common)
         placement = Placement(train, train, started_ray=started)
         if split:

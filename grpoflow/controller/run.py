@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -121,7 +122,7 @@ def train(cfg: Config) -> dict:
     model_path = sft_stage(cfg, run_dir, train_rows)
     tokenizer = load_tokenizer(model_path)
     d = cfg.data
-    prep = dict(prompt_key=d.prompt_key, max_prompt_length=d.max_prompt_length, overlong=d.overlong,
+    prep: dict[str, Any] = dict(prompt_key=d.prompt_key, max_prompt_length=d.max_prompt_length, overlong=d.overlong,
                 apply_chat_template=d.apply_chat_template, system_prompt=d.system_prompt)
     train_items, stats = prepare_prompts(train_rows, tokenizer, **prep)
     val_items = prepare_prompts(val_rows, tokenizer, **prep)[0][:d.val_max_prompts] if val_rows else []

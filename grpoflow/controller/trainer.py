@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 from pathlib import Path
 
 import torch
@@ -101,17 +101,13 @@ class Controller:
             horizon=cfg.rollout.max_new_tokens, total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
             model_cfg=cfg.model), pool=train_pool)
         # The reference policy exists only for a KL term; with LoRA the actor serves it (adapters off).
+        self.needs_ref = a.kl_coef > 0 or alg.use_kl_in_reward
         self.ref: WorkerGroup[ReferenceWorker] | None = None
-        self.ref_log_prob: Callable[[Batch], Tensor] | None = None
-        if a.kl_coef > 0 or alg.use_kl_in_reward:
-            if cfg.model.lora.rank > 0:
-                self.ref_log_prob = partial(self.actor.call, ActorWorker.compute_ref_log_prob)
-            else:
-                self.ref = WorkerGroup("reference", partial(
-                    ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
-                    max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
-                    compute_dtype=cfg.model.compute_dtype), pool=train_pool)
-                self.ref_log_prob = partial(self.ref.call, ReferenceWorker.compute_ref_log_prob)
+        if self.needs_ref and cfg.model.lora.rank == 0:
+            self.ref = WorkerGroup("reference", partial(
+                ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
+                max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
+                compute_dtype=cfg.model.compute_dtype), pool=train_pool)
         schedule = UpdateSchedule(a.minibatches, a.epochs, a.max_tokens_per_microbatch)
         self.critic = WorkerGroup("critic", partial(
             CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=schedule, seed=seed,
@@ -130,7 +126,8 @@ class Controller:
 
     def step(self, step: int) -> dict[str, float]:
         """One RL step; returns its metrics. Each stage adds the fields it computes to the batch."""
-        cfg, timer, metrics = self.cfg, StageTimer(), {}
+        cfg, timer = self.cfg, StageTimer()
+        metrics: dict[str, float] = {}
         torch.manual_seed(self.step_seed(step))
         with timer("step"):
             with self.engines_awake():
@@ -143,7 +140,7 @@ class Controller:
             if self.need_old_log_probs:
                 with timer("old_log_prob"):
                     batch = batch.replace(old_log_probs=self.actor.call(ActorWorker.compute_log_prob, batch.tensors()))
-            if self.ref_log_prob is not None:
+            if self.needs_ref:
                 with timer("ref"):
                     batch = batch.replace(ref_log_probs=self.ref_log_prob(batch.tensors()))
             if self.critic is not None:
@@ -167,6 +164,12 @@ class Controller:
             metrics["timing_s/rollout_wait"] = max(0.0, timer.seconds["step"] - timer.seconds["gen_busy"])
         return {**metrics, **batch_metrics(batch), **timer.metrics(),
                 "perf/throughput": float(batch.attention_mask.sum()) / timer.seconds["step"]}
+
+    def ref_log_prob(self, batch: Batch) -> Tensor:
+        """[B, R] reference log-probs: from the reference group, or with LoRA from the actor (adapters off)."""
+        if self.ref is not None:
+            return self.ref.call(ReferenceWorker.compute_ref_log_prob, batch)
+        return self.actor.call(ActorWorker.compute_ref_log_prob, batch)
 
     @contextlib.contextmanager
     def engines_awake(self) -> Iterator[None]:
@@ -213,7 +216,7 @@ class Controller:
             if draws == 1:
                 metrics.update({**scores.metrics(), **length_metrics(batch)})
                 return batch.replace(group_ids=group_ids(want, n)), pending.items
-            keep, set_aside = partition_groups(groups_with_signal(batch.scores, group_ids(want, n)), n)
+            keep, set_aside = partition_groups(groups_with_signal(shaped, group_ids(want, n)), n)
             kept += [(batch.select(list(range(g * n, (g + 1) * n))), pending.items[g]) for g in keep]
             spare += [(batch.select(list(range(g * n, (g + 1) * n))), pending.items[g]) for g in set_aside]
             if len(kept) >= want:
@@ -229,6 +232,7 @@ class Controller:
     def compute_advantages(self, batch: Batch, metrics: dict) -> Batch:
         """Token-level rewards (score at the last token, minus the KL penalty if in the reward) -> advantages."""
         alg = self.cfg.algorithm
+        assert batch.scores is not None and batch.truncated is not None, "advantages need scored samples"
         kl = (batch.old_log_probs, batch.ref_log_probs) if alg.use_kl_in_reward else (None, None)
         rewards, response_mask, kl_metrics = token_rewards(
             batch.scores, batch.response_mask, batch.truncated, mask_truncated=self.cfg.actor.mask_truncated,
@@ -298,7 +302,7 @@ class Controller:
             tqdm.write(schedule_change_warning(saved_total, self.cfg))
         return state["step"]
 
-    def fit(self) -> dict[str, dict[str, float]]:
+    def fit(self) -> dict[str, Any]:
         """(Resume,) validate, train to `trainer.total_steps` (validating every `val_every`, saving every
         `save_every`), validate again."""
         t = self.cfg.trainer
@@ -317,7 +321,7 @@ class Controller:
             for tracker in self.trackers:
                 tracker.close()
 
-    def train_from(self, start: int, history: list[dict]) -> dict[str, dict[str, float]]:
+    def train_from(self, start: int, history: list[dict]) -> dict[str, Any]:
         """Steps start+1 .. trainer.total_steps; `history` holds the kept records of a resumed run."""
         t = self.cfg.trainer
         do_val = t.val_every > 0 and bool(self.val_items)
@@ -372,21 +376,24 @@ def schedule_change_warning(saved_total: int, cfg: Config) -> str:
 
 def staleness_metrics(batch: Batch, version: int) -> dict[str, float]:
     """How many weight versions behind the trained policy the samples were generated."""
+    assert batch.policy_version is not None
     staleness = (version - batch.policy_version).float()
     return {"async/staleness/mean": staleness.mean().item(), "async/staleness/max": staleness.max().item()}
 
 
 def length_metrics(batch: Batch) -> dict[str, float]:
     lengths = batch.response_lengths.float()
+    assert batch.truncated is not None
     return {"response_length/mean": lengths.mean().item(), "response_length/max": lengths.max().item(),
             "response_length/clip_ratio": batch.truncated.float().mean().item()}
 
 
 def batch_metrics(batch: Batch) -> dict[str, float]:
-    out = {"critic/score/mean": batch.scores.mean().item(), "critic/score/max": batch.scores.max().item(),
-           "critic/score/min": batch.scores.min().item(),
-           "critic/rewards/mean": batch.token_level_rewards.sum(-1).mean().item(),
-           "critic/advantages/mean": (batch.advantages.sum() / batch.response_mask.sum().clamp(min=1)).item()}
+    scores, rewards, advantages = batch.scores, batch.token_level_rewards, batch.advantages
+    assert scores is not None and rewards is not None and advantages is not None
+    out = {"critic/score/mean": scores.mean().item(), "critic/score/max": scores.max().item(),
+           "critic/score/min": scores.min().item(), "critic/rewards/mean": rewards.sum(-1).mean().item(),
+           "critic/advantages/mean": (advantages.sum() / batch.response_mask.sum().clamp(min=1)).item()}
     if batch.values is not None:
         out["critic/values/mean"] = (batch.values.sum() / batch.response_mask.sum().clamp(min=1)).item()
     return out

@@ -29,7 +29,7 @@ def validate(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batc
     k = params.n
     scores: dict[str, list[list[float]]] = defaultdict(list)
     answers: dict[str, list[list[str]]] = defaultdict(list)
-    shown = []
+    shown: list[dict] = []
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
         batch = rollouts.generate(chunk, params, seed=None if seed is None else seed + start)

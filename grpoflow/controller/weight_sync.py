@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from grpoflow.distributed.worker_group import Broadcast, GroupCall, WorkerGroup
+from grpoflow.distributed.worker_group import GroupCall, WorkerGroup, broadcast
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.rollout import RolloutWorker
 
@@ -34,7 +34,7 @@ class WeightSync:
         calls = [self.rollout.submit_overlapped(RolloutWorker.begin_weight_update, version)]
         self.actor.call(ActorWorker.open_weight_stream)
         while bucket := self.actor.call(ActorWorker.next_weight_bucket, self.bucket_bytes):
-            calls.append(self.rollout.submit_overlapped(RolloutWorker.push_weights, Broadcast(bucket)))
+            calls.append(self.rollout.submit_overlapped(RolloutWorker.push_weights, broadcast(bucket)))
         calls.append(self.rollout.submit_overlapped(RolloutWorker.end_weight_update))
         self.pending += calls
         if not self.queued:

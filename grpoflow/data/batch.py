@@ -70,7 +70,7 @@ class Batch:
     def select(self, index: Tensor | list[int]) -> "Batch":
         """Rows `index` (in that order) of every field."""
         idx = torch.as_tensor(index, dtype=torch.long)
-        values = {}
+        values: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if isinstance(v, Tensor):
@@ -90,7 +90,7 @@ class Batch:
         """The same rows with all-padding columns removed (left of prompts, right of responses)."""
         p = int(self.prompt_mask.sum(-1).max().item()) if len(self) else 0
         r = max(int(self.response_mask.sum(-1).max().item()) if len(self) else 0, 1)
-        values = {}
+        values: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.name.startswith("prompt_") and isinstance(v, Tensor):
@@ -104,7 +104,7 @@ class Batch:
     def concat(parts: list["Batch"], pad_token_id: int = 0) -> "Batch":
         """Stack batches row-wise, re-padding prompts (left) and per-token fields (right)."""
         parts = [p for p in parts if len(p)] or parts[:1]
-        values = {}
+        values: dict[str, Any] = {}
         for f in dataclasses.fields(Batch):
             vs = [getattr(p, f.name) for p in parts]
             if all(v is None for v in vs):

@@ -174,4 +174,5 @@ class DoneCall:
     def result(self, timeout_s: float | None = None) -> list[Any]:
         if self.error is not None:
             raise self.error
+        assert self.results is not None
         return self.results

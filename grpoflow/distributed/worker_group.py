@@ -9,12 +9,13 @@ One dispatch rule for every verb, whatever the backend:
 
 - the first positional argument, if it is a `Batch` or a list, is split into one contiguous
   shard per data-parallel rank (every rank of a tensor-parallel replica gets the same shard);
-  `Broadcast(value)` sends `value` whole to every rank; every other argument goes to every rank
+  `broadcast(value)` sends `value` whole to every rank; every other argument goes to every rank
   unchanged;
 - results are gathered from the ranks that hold one (the first rank of each data-parallel
-  replica): `Batch` and tensor shards are concatenated back in rank order (dim 0), anything else
-  (metrics, which ranks have already all-reduced) is taken from rank 0. Verbs return only what
-  they compute (a tensor of per-row values), not the batch they were given.
+  replica): when the call was split, `Batch` and tensor results are its shards' results and are
+  concatenated back in rank order (dim 0); anything else (metrics, which ranks have already
+  all-reduced), and every result of a call that was not split, is taken from rank 0. Verbs
+  return only what they compute (a tensor of per-row values), not the batch they were given.
 
 A group lives on a pool of ranks (`grpoflow.distributed.host`): `LocalPool` in this process,
 `RayPool` in Ray actors. Roles placed on the same pool are colocated: they share each rank's
@@ -26,7 +27,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar
+from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar, cast
 
 import torch
 
@@ -36,6 +37,7 @@ from grpoflow.distributed.host import LocalPool, Pool, RankFailure
 W = TypeVar("W")    # the worker class of a group
 V = TypeVar("V")    # the worker class of a transfer's destination
 R = TypeVar("R")    # what a verb returns
+T = TypeVar("T")
 P = ParamSpec("P")  # a verb's parameters after `self`
 
 
@@ -51,6 +53,12 @@ class WorkerError(RuntimeError):
 class Broadcast:
     """An argument sent whole to every rank (a list would otherwise be split by rank)."""
     value: Any
+
+
+def broadcast(value: T) -> T:
+    """`value` marked to be sent whole to every rank, typed as itself so that a typed call still checks it:
+    `group.call(RolloutWorker.push_weights, broadcast(bucket))`."""
+    return cast(T, Broadcast(value))
 
 
 class WorkerGroup(Generic[W]):
@@ -79,14 +87,14 @@ class WorkerGroup(Generic[W]):
         does next; the local backend runs it now). `.result()` gathers it like `call`; the controller's
         wait on it counts as dispatch overhead (see `submit_overlapped` for calls it means to wait on)."""
         name = self._verb(method)
-        return GroupCall(self, name, self._start(name, args, kwargs))
+        return GroupCall(self, name, self._start(name, args, kwargs), sharded=_is_split(args))
 
     def submit_overlapped(self, method: Callable[Concatenate[W, P], R], *args: P.args, **kwargs: P.kwargs
                           ) -> "GroupCall[R]":
         """`submit` for a call that runs while the controller does other work (async generation, queued
         weight updates): its wait is not dispatch overhead, and `.busy_s` tells the ranks' own time."""
         name = self._verb(method)
-        return GroupCall(self, name, self._start(name, args, kwargs), overlapped=True)
+        return GroupCall(self, name, self._start(name, args, kwargs), sharded=_is_split(args), overlapped=True)
 
     def take_dispatch_seconds(self) -> float:
         """Seconds the controller spent in this group's calls beyond the ranks' own time on them
@@ -107,18 +115,19 @@ class WorkerGroup(Generic[W]):
         per_rank = [(self.role, method, args, kwargs, self.tp)] * self.world_size
         if isinstance(first, Broadcast):
             per_rank = [(self.role, method, (first.value, *args[1:]), kwargs, self.tp)] * self.world_size
-        elif isinstance(first, (Batch, list)):
+        elif _is_split(args):
             shards = _split(first, self.dp_size)
             per_rank = [(self.role, method, (shards[rank // self.tp], *args[1:]), kwargs, self.tp)
                         for rank in range(self.world_size)]
         return self._guard(method, lambda: self.pool.submit("timed_call", per_rank))
 
-    def gather(self, results: list[Any]) -> Any:
-        """Batch or tensor shards of the replica leaders concatenated in rank order; anything else from rank 0."""
+    def gather(self, results: list[Any], *, sharded: bool) -> Any:
+        """A split call's Batch or tensor shards, from the replica leaders, concatenated in rank order;
+        anything else from rank 0."""
         held = [results[rank] for rank in range(0, self.world_size, self.tp)]
-        if all(isinstance(r, Batch) for r in held):
+        if sharded and all(isinstance(r, Batch) for r in held):
             return Batch.concat(held)
-        if all(isinstance(r, torch.Tensor) for r in held):
+        if sharded and all(isinstance(r, torch.Tensor) for r in held):
             return torch.cat(held) if len(held) > 1 else held[0]
         return held[0]
 
@@ -149,8 +158,9 @@ class WorkerGroup(Generic[W]):
 class GroupCall(Generic[R]):
     """A method call in flight on every rank of a group."""
 
-    def __init__(self, group: WorkerGroup[Any], method: str, call: Any, *, overlapped: bool = False) -> None:
-        self.group, self.method, self.call, self.overlapped = group, method, call, overlapped
+    def __init__(self, group: WorkerGroup[Any], method: str, call: Any, *, sharded: bool,
+                 overlapped: bool = False) -> None:
+        self.group, self.method, self.call, self.sharded, self.overlapped = group, method, call, sharded, overlapped
         self.started = time.perf_counter()
         self.busy_s = 0.0  # the longest time a rank spent on the call (set by `result`)
 
@@ -161,10 +171,15 @@ class GroupCall(Generic[R]):
         g = self.group
         results = g._guard(self.method, lambda: self.call.result(g.timeouts.get(self.method)))
         self.busy_s = max(seconds for _, seconds in results)
-        value = g.gather([r for r, _ in results])
+        value = g.gather([r for r, _ in results], sharded=self.sharded)
         if not self.overlapped:
             g.dispatch_s += max(0.0, time.perf_counter() - self.started - self.busy_s)
         return value
+
+
+def _is_split(args: tuple) -> bool:
+    """Whether a call's first argument is split by data-parallel rank (a Batch or a list, not broadcast)."""
+    return bool(args) and isinstance(args[0], (Batch, list))
 
 
 def _split(value: Batch | list, parts: int) -> list:

@@ -132,7 +132,7 @@ def saved_state(model: torch.nn.Module, folder: str | os.PathLike) -> dict[str, 
         raise FileNotFoundError(f"checkpoint {folder} holds no *.safetensors weights.")
     keys = list(model.state_dict())
     if hasattr(model, "peft_config"):  # LoRA: only the adapters were saved
-        adapters = list(model.peft_config)
+        adapters = list(model.peft_config)  # type: ignore[arg-type]  # a PeftModel's dict of adapters
         expected = {_without_adapter_name(k, adapters): k for k in keys if "lora_" in k}
     else:
         expected = {k: k for k in keys}
@@ -183,5 +183,5 @@ def load_reward_model(path: str | os.PathLike, dtype: torch.dtype = torch.float3
 def cache_keyword(model: torch.nn.Module) -> str:
     """The forward keyword that takes a KV cache: `cache` from transformers 5.24, `past_key_values` before
     (an older version silently ignores `cache=`, so the wrong keyword would drop the prompt's KV)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
     return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"

@@ -105,7 +105,7 @@ def response_logits(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Ten
         return out.logits[:, :-1]
     # Each distinct prompt once: the last prompt position's logits predict response token 0.
     distinct_ids, distinct_mask = distinct[:, :p], distinct[:, p:]
-    cache, cache_kw = DynamicCache(config=model.config), cache_keyword(model)
+    cache, cache_kw = DynamicCache(config=model.config), cache_keyword(model)  # type: ignore[arg-type]
     first = model(input_ids=distinct_ids, attention_mask=distinct_mask,
                   position_ids=(distinct_mask.cumsum(-1) - 1).clamp(min=0), **{cache_kw: cache}, use_cache=True,
                   logits_to_keep=1).logits

@@ -40,12 +40,12 @@ def merged_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, Tensor]]
     """(name, tensor) of the base model with each LoRA delta added, under the base model's names."""
     from peft.tuners.lora import LoraLayer
 
-    base = model.get_base_model()
+    base = model.get_base_model()  # type: ignore[operator]  # a PeftModel method
     deltas: dict[str, Tensor] = {}
     for name, module in base.named_modules():
         if isinstance(module, LoraLayer) and not module.merged:
-            delta = sum(module.get_delta_weight(a) for a in module.active_adapters)
-            deltas[f"{name}.base_layer.weight"] = delta
+            delta = sum(module.get_delta_weight(a) for a in module.active_adapters)  # type: ignore[attr-defined]
+            deltas[f"{name}.base_layer.weight"] = delta  # type: ignore[assignment]  # sum() of tensors
     for name, param in base.named_parameters():
         if "lora_" in name:
             continue

@@ -92,12 +92,12 @@ def build_tiny_model(
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        torch_dtype="float32",
+        torch_dtype="float32",  # type: ignore[call-arg]  # a PretrainedConfig keyword, not in LlamaConfig's stub
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    return model.to(torch.float32)
+    return model.to(torch.float32)  # type: ignore[arg-type]  # transformers types .to() for devices only
 
 
 def save_tiny_model(out_dir: str | os.PathLike, size: str = "4m", seed: int = 0) -> str:

@@ -80,15 +80,18 @@ class _FunctionPickler(pickle.Pickler):
 def _file_spec_of(obj: Any) -> str | None:
     """`path.py:name` for a top-level function/class of a module that is not importable by name."""
     module_name = getattr(obj, "__module__", None)
-    module = sys.modules.get(module_name) if isinstance(module_name, str) else None
+    if not isinstance(module_name, str):
+        return None
+    module = sys.modules.get(module_name)
     path = getattr(module, "__file__", None)
     if module_name == "__main__" or not isinstance(path, str) or not path.endswith(".py"):
         return None
-    if getattr(module, getattr(obj, "__name__", ""), None) is not obj:
+    name = getattr(obj, "__name__", "")
+    if getattr(module, name, None) is not obj:
         return None
     if _importable(module_name.partition(".")[0]):
         return None  # ordinary pickling by module name works
-    return f"{path}:{obj.__name__}"
+    return f"{path}:{name}"
 
 
 def _importable(top_level: str) -> bool:
@@ -194,7 +197,7 @@ class WorkerPool:
                 self._receive(w, outcomes)
         now = time.monotonic()
         for slot, w in enumerate(self._workers):
-            if w.state == "busy" and w.deadline is not None and now >= w.deadline:
+            if w.state == "busy" and w.index is not None and w.deadline is not None and now >= w.deadline:
                 outcomes[w.index] = ("timeout", None)
                 self._replace(slot)
             elif w.state == "starting" and w.deadline is not None and now >= w.deadline:
@@ -205,7 +208,7 @@ class WorkerPool:
             kind, info = w.conn.recv()
         except (EOFError, OSError):
             code = w.proc.poll()
-            if w.state == "starting":
+            if w.state == "starting" or w.index is None:
                 raise WorkerStartError(f"a reward worker process exited (code {code}) while starting.") from None
             outcomes[w.index] = ("error", f"the reward worker process died (exit code {code}) while scoring "
                                           f"this sample, e.g. a crash in native code or os._exit().")
@@ -218,6 +221,7 @@ class WorkerPool:
                 raise WorkerStartError(f"a reward worker process could not load the reward function:\n{info}")
             w.state, w.deadline = "idle", None
             return
+        assert w.index is not None  # a busy worker holds a sample
         outcomes[w.index] = (kind, info)
         w.state, w.index, w.deadline = "idle", None, None
 

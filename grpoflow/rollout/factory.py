@@ -28,11 +28,14 @@ def register_rollout_engine(name: str, *, override: bool = False) -> Callable[[C
 @register_rollout_engine("hf")
 def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
               **gpu_options: Any) -> RolloutEngine:
-    """The transformers engine on the loaded model; the vllm/sglang options do not apply."""
+    """The transformers engine on the loaded model, on this process's CUDA device when there is one (Ray gives
+    each rank one); the vllm/sglang options do not apply."""
     from grpoflow.rollout.hf import HFRolloutEngine
 
-    return HFRolloutEngine(load_causal_lm(model_path, dtype=getattr(torch, dtype)), pad_token_id=pad_token_id,
-                           eos_token_id=eos_token_id)
+    model = load_causal_lm(model_path, dtype=getattr(torch, dtype))
+    if torch.cuda.is_available():
+        model = model.to(torch.device("cuda", torch.cuda.current_device()))
+    return HFRolloutEngine(model, pad_token_id=pad_token_id, eos_token_id=eos_token_id)
 
 
 @register_rollout_engine("vllm")

@@ -73,7 +73,7 @@ def sample(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, *, n
     decode batch, fed padding (to measure what dropping them saves).
     """
     device = prompt_ids.device
-    cache, cache_kw = DynamicCache(config=model.config), cache_keyword(model)
+    cache, cache_kw = DynamicCache(config=model.config), cache_keyword(model)  # type: ignore[arg-type]
     positions = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, **{cache_kw: cache},
                 use_cache=True, logits_to_keep=1)

@@ -73,9 +73,9 @@ def to_device(obj: T, device: torch.device) -> T:
     """`obj` with its tensors on `device`: a tensor, or a dataclass (e.g. a `Batch`) or dict holding tensors
     (one level deep). Anything else, and tensors already there, are returned as they are."""
     if isinstance(obj, Tensor):
-        return obj.to(device)
+        return obj.to(device)  # type: ignore[return-value]  # T is Tensor here
     if isinstance(obj, dict):
-        return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in obj.items()}
+        return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in obj.items()}  # type: ignore[return-value]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changes = {f.name: v.to(device) for f in dataclasses.fields(obj)
                    if isinstance(v := getattr(obj, f.name), Tensor) and v.device != device}

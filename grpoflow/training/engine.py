@@ -70,7 +70,7 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)]
     if not lists:
         return []
-    return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))
+    return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))  # type: ignore[attr-defined]
 
 
 def place_model(model: nn.Module) -> nn.Module:
@@ -202,7 +202,7 @@ class TrainEngine:
         optim = get_optimizer_state_dict(self.model, self.optimizer, options=options)
         if rank() != 0:
             return
-        self.model.save_pretrained(folder, safe_serialization=True,
+        self.model.save_pretrained(folder, safe_serialization=True,  # type: ignore[operator]
                                    **({"state_dict": weights} if self.sharded else {}))
         torch.save({"optimizer": optim, "scheduler": self.scheduler.state_dict(), "world_size": world_size()},
                    Path(folder) / OPTIMIZER_FILE)
@@ -232,6 +232,6 @@ class TrainEngine:
         if error is not None:
             raise RuntimeError(f"could not load the checkpoint in {folder} (read on rank 0): {error}")
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
-        set_model_state_dict(self.model, weights, options=options)
+        set_model_state_dict(self.model, weights, options=options)  # type: ignore[arg-type]
         set_optimizer_state_dict(self.model, self.optimizer, saved.get("optimizer", {}), options=options)
         self.scheduler.load_state_dict(scheduler_state)

@@ -66,28 +66,32 @@ def batch_log_probs(model: nn.Module, batch: Batch, *, temperature: float, max_t
         lp, ent = response_log_probs(m, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask,
                                      temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy,
                                      compute_dtype=compute_dtype)
-        return (lp, ent) if with_entropy else (lp,)
+        return (lp,) if ent is None else (lp, ent)
 
     out = per_token_forward(model, batch, fn, max_tokens=max_tokens, outputs=2 if with_entropy else 1)
     return out[0], (out[1] if with_entropy else None)
 
 
+def accumulate_gradients(engine: TrainEngine, minibatch: Batch, loss_fn: LossFn, *, max_tokens: int
+                         ) -> dict[str, float]:
+    """Backprop one mini-batch's loss through its token-budget micro-batches (no optimizer step); the
+    mini-batch's metrics. Each micro-batch's loss is divided by the mini-batch's GLOBAL token and sequence
+    counts (`loss_fn` receives them), so the accumulated gradient is the same for any micro-batch split and
+    any world size (tests/integration/test_gradient_invariance.py, test_fsdp.py)."""
+    counts = Counts(tokens=global_sum(minibatch.response_mask.sum()).item(), seqs=global_sum(len(minibatch)).item())
+    microbatches, _ = split_by_tokens(minibatch, max_tokens)
+    return engine.forward_backward(microbatches, lambda model, mb: loss_fn(model, mb, counts))
+
+
 def train_on_batch(engine: TrainEngine, batch: Batch, schedule: UpdateSchedule, loss_fn: LossFn, *,
                    prefix: str) -> dict[str, float]:
-    """`epochs` x `minibatches` optimizer steps on `batch`; the mean of each metric over them.
-
-    Each micro-batch's loss is divided by its mini-batch's GLOBAL token and sequence counts
-    (`loss_fn` receives them), so the accumulated gradient is the same for any micro-batch split and
-    any world size. Adds `<prefix>/lr` and `<prefix>/grad_norm` (before clipping) per optimizer step.
-    """
+    """`epochs` x `minibatches` optimizer steps on `batch` (`accumulate_gradients`, then the step); the mean of
+    each metric over them, with `<prefix>/lr` and `<prefix>/grad_norm` (before clipping) per optimizer step."""
     totals: dict[str, float] = {}
     steps = 0
     for _ in range(schedule.epochs):
         for minibatch in batch.split(schedule.minibatches):
-            counts = Counts(tokens=global_sum(minibatch.response_mask.sum()).item(),
-                            seqs=global_sum(len(minibatch)).item())
-            microbatches, _ = split_by_tokens(minibatch, schedule.max_tokens_per_microbatch)
-            metrics = engine.forward_backward(microbatches, lambda model, mb: loss_fn(model, mb, counts))
+            metrics = accumulate_gradients(engine, minibatch, loss_fn, max_tokens=schedule.max_tokens_per_microbatch)
             metrics[f"{prefix}/lr"] = engine.lr
             metrics[f"{prefix}/grad_norm"] = engine.optimizer_step()
             for k, v in metrics.items():

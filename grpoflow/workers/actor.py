@@ -23,7 +23,7 @@ from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.models.lora import add_lora, is_lora
 from grpoflow.training.engine import TrainEngine, lr_multiplier
-from grpoflow.training.forward import Counts, UpdateSchedule, batch_log_probs, train_on_batch
+from grpoflow.training.forward import Counts, UpdateSchedule, accumulate_gradients, batch_log_probs, train_on_batch
 
 
 class ActorWorker:
@@ -48,7 +48,7 @@ class ActorWorker:
         """[B, R] reference log-probs: with LoRA the reference policy is this model with its adapters disabled."""
         if not is_lora(self.engine.model):
             raise RuntimeError("the actor serves the reference role only with LoRA adapters (model.lora.rank > 0).")
-        with self.engine.model.disable_adapter():
+        with self.engine.model.disable_adapter():  # type: ignore[operator]  # a PeftModel method
             return self.compute_log_prob(batch)
 
     def compute_log_prob(self, batch: Batch) -> Tensor:
@@ -62,6 +62,10 @@ class ActorWorker:
         """`epochs` x `minibatches` optimizer steps on this step's data; mean metrics over them."""
         return train_on_batch(self.engine, batch, self.schedule, self._loss, prefix="actor")
 
+    def accumulate_gradients(self, minibatch: Batch) -> dict[str, float]:
+        """Backprop one mini-batch's loss, no optimizer step (what `update_policy` does per mini-batch)."""
+        return accumulate_gradients(self.engine, minibatch, self._loss, max_tokens=self.cfg.max_tokens_per_microbatch)
+
     def _loss(self, model: torch.nn.Module, mb: Batch, counts: Counts) -> tuple[Tensor, dict[str, Tensor]]:
         """This micro-batch's share of the mini-batch loss, and its share of each metric."""
         cfg = self.cfg
@@ -69,6 +73,7 @@ class ActorWorker:
             model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask,
             temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
             entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype)
+        assert entropy is not None and mb.advantages is not None, "the update needs entropy and advantages"
         return actor_loss(
             self.policy_loss, log_probs=log_probs, entropy=entropy, old_log_probs=mb.old_log_probs,
             advantages=mb.advantages, ref_log_probs=mb.ref_log_probs, rollout_log_probs=mb.rollout_log_probs,
@@ -145,6 +150,8 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
     if rollout_is in ("token", "sequence"):
         # The rollout engine sampled from a slightly different distribution than the trainer computes
         # (or an older policy, in async mode): reweight by min(pi_old / pi_rollout, cap).
+        if rollout_log_probs is None:
+            raise ValueError(f"rollout_is={rollout_is} needs the rollout engine's sampling log-probs.")
         weights, is_metrics = truncated_is_weights(old, rollout_log_probs, mask, level=rollout_is, cap=rollout_is_cap)
         pg_mat = pg_mat * weights
         metrics.update({f"actor/{k}": v * mask.sum() / num_tokens for k, v in is_metrics.items()})  # token means
@@ -154,6 +161,8 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
     if entropy_coeff > 0:
         loss = loss - entropy_coeff * agg(entropy)
     if kl_coef > 0:
+        if ref_log_probs is None:
+            raise ValueError("kl_coef > 0 needs the reference policy's log-probs.")
         kl_loss = agg(kl_penalty(log_probs, ref_log_probs, kl_estimator))
         loss = loss + kl_coef * kl_loss
         metrics["actor/kl_loss"] = kl_loss.detach()

@@ -60,6 +60,7 @@ class CriticWorker:
     def _loss(self, model: torch.nn.Module, mb: Batch, counts: Counts) -> tuple[Tensor, dict[str, Tensor]]:
         mask = mb.response_mask.float()
         values = response_values(model, mb, self.compute_dtype)
+        assert mb.values is not None and mb.returns is not None, "the critic update needs values and returns"
         loss_mat, per_token = clipped_value_loss(values=values, old_values=mb.values, returns=mb.returns,
                                                  response_mask=mask, cliprange_value=self.cfg.cliprange_value)
         loss = aggregate_loss(loss_mat, mask, "token-mean", num_tokens=counts.tokens)

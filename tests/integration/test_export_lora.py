@@ -79,7 +79,12 @@ def test_lora_reference_is_not_a_second_model(tmp_path):
     items, _ = prepare_prompts([{"prompt": "1+1=", "answer": "2"}], load_tokenizer(path))
     controller = Controller(cfg, model_path=path, train_items=items, val_items=[],
                             scorer=RewardScorer(exact_match), run_dir=tmp_path)
-    assert controller.ref is controller.actor
+    try:
+        # no reference group: the actor, adapters off, gives the reference log-probs
+        assert controller.needs_ref and controller.ref is None
+        assert [g.role for g in controller.groups()] == ["actor", "rollout"]
+    finally:
+        controller.close()
 
 
 def test_export_errors(tmp_path):

@@ -301,6 +301,7 @@ def test_nan_on_one_rank_raises_on_every_rank(two_ranks):
 
 
 def test_padding_micro_batch_adds_no_gradient_and_no_metric(tiny_model_path):
+    from grpoflow.training.forward import Counts
     from grpoflow.training.microbatch import padding_row, split_by_tokens
 
     batch = make_batch(6, 3)
@@ -308,9 +309,8 @@ def test_padding_micro_batch_adds_no_gradient_and_no_metric(tiny_model_path):
     for extra in ([], [padding_row(batch), padding_row(batch.select([]))]):
         worker = one_rank(tiny_model_path)
         micro, _ = split_by_tokens(batch, 10_000)
-        n_tokens, n_seqs = float(batch.response_mask.sum()), float(len(batch))
-        metrics.append(worker.engine.forward_backward(
-            micro + extra, lambda model, mb: worker._loss(model, mb, n_tokens, n_seqs)))
+        counts = Counts(tokens=float(batch.response_mask.sum()), seqs=float(len(batch)))
+        metrics.append(worker.engine.forward_backward(micro + extra, lambda model, mb: worker._loss(model, mb, counts)))
         grads.append([p.grad.clone() for p in worker.engine.model.parameters()])
     assert metrics[0] == metrics[1]
     for a, b in zip(*grads):

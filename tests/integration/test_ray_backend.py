@@ -8,7 +8,7 @@ import torch
 from grpoflow.data.batch import Batch
 from grpoflow.distributed.host import LocalPool
 from grpoflow.distributed.ray_pool import ClusterError, RayPool
-from grpoflow.distributed.worker_group import Broadcast, WorkerError, WorkerGroup
+from grpoflow.distributed.worker_group import WorkerError, WorkerGroup, broadcast
 
 import ray_toys
 from ray_toys import Toy
@@ -47,9 +47,9 @@ def test_dispatch_matches_the_local_backend(pool):
     for group in (ray_group, local_group):
         out = group.call(Toy.echo, batch, "extra", key=1)
         assert torch.equal(out.scores, batch.scores) and torch.equal(out.response_ids, batch.response_ids)
-        assert torch.equal(group.call(Toy.echo, batch.scores), batch.scores)  # tensor shards concatenated
+        assert torch.equal(group.call(Toy.echo, batch.scores), batch.scores)  # not split: rank 0's result
         assert group.call(Toy.echo, [1, 2, 3, 4, 5]) == [1, 2, 3]  # rank 0's shard of a list; metrics come from rank 0
-        assert group.call(Toy.echo, Broadcast([1, 2, 3])) == [1, 2, 3]  # sent whole to every rank
+        assert group.call(Toy.echo, broadcast([1, 2, 3])) == [1, 2, 3]  # sent whole to every rank
 
 
 def test_colocated_transfer_stays_in_each_rank_process(pool):

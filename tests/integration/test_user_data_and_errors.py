@@ -50,7 +50,7 @@ def test_user_jsonl_and_reward_function_via_cli(tmp_path, tiny_model_path, user_
     (["actor.lrr=1e-4"], "Did you mean `actor.lr`"),
     (["rollout.n=many"], "`rollout.n` expects int"),
     (["data.train_files=/nope/missing.jsonl"], "/nope/missing.jsonl"),
-    (["reward.function=exact_mach"], "Did you mean 'exact_match'"),
+    (["reward.function=exact_mach"], "did you mean 'exact_match'"),
     (["model.path=/nope/model"], "model.path=/nope/model is not a folder"),
     (["actor.minibatches=3"], "does not divide data.prompts_per_step=4"),
 ])

@@ -5,7 +5,7 @@ import torch
 
 from grpoflow.data.batch import Batch
 from grpoflow.distributed.host import LocalPool
-from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
+from grpoflow.distributed.worker_group import WorkerError, WorkerGroup, broadcast
 
 
 def make_batch(n: int) -> Batch:
@@ -61,6 +61,9 @@ class Toy:
 
     def row_values(self, batch: Batch) -> torch.Tensor:
         return self.rank * 10.0 + torch.arange(len(batch), dtype=torch.float32)
+
+    def rank_tensor(self) -> torch.Tensor:
+        return torch.tensor([float(self.rank)])
 
     def stream(self):
         yield from (self.rank, self.rank + 1)  # a generator: consumed inside the rank's process
@@ -121,6 +124,13 @@ def test_list_argument_is_split_and_other_args_broadcast(world_size):
     assert all(e is extra for _, e in received)  # broadcast unchanged, not copied
     # a non-Batch result comes from rank 0
     assert out == {"rank": 0, "items": received[0][0]}
+
+
+def test_a_broadcast_list_reaches_every_rank_whole():
+    group = WorkerGroup("rollout", Toy, world_size=3)
+    items = list(range(5))
+    group.call(Toy.take_list, broadcast(items), None)
+    assert all(h.seen[-1][0] == items for h in workers(group))
 
 
 def test_non_first_positional_and_keyword_args_go_to_every_rank():
@@ -210,6 +220,8 @@ def test_tensor_results_are_concatenated_from_the_replica_leaders():
     out = group.call(Toy.row_values, make_batch(7))
     # ranks 0 and 2 lead the two replicas; each returns rank * 10 + row index within its shard
     assert out.tolist() == [0.0, 1.0, 2.0, 3.0, 20.0, 21.0, 22.0]
+    # a call that was not split returns rank 0's tensor, whatever the other ranks hold
+    assert group.call(Toy.rank_tensor).tolist() == [0.0]
 
 
 def test_transfer_needs_colocated_groups_and_pipes_within_each_rank():

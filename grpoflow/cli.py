@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         return _data(rest)
     if command == "plot":
         return _plot(rest)
-    from grpoflow.config import ConfigError, help_text, load_config, to_yaml
+    from grpoflow.config import ConfigError, describe_layers, help_text, load_config, to_yaml
     if "-h" in rest or "--help" in rest:
         print(USAGE + "\nconfig keys:\n" + help_text())
         return 0
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     from grpoflow.controller.trackers import MissingExtraError
     from grpoflow.controller.trainer import TrainingError
     from grpoflow.distributed.worker_group import WorkerError
-    commands = {"train": train, "sft": sft_stage, "eval": evaluate, "config": lambda cfg: print(to_yaml(cfg))}
+    commands = {"train": train, "sft": sft_stage, "eval": evaluate,
+                "config": lambda cfg: print(describe_layers(recipe, overrides) + to_yaml(cfg))}
     if command not in commands:
         print(f"grpoflow: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

@@ -24,8 +24,12 @@ from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
 from grpoflow.rewards import RewardScorer, build_reward
 from grpoflow.tasks.addition import addition_splits
+from grpoflow.tasks.chat_addition import chat_addition_splits
 
-BUILTIN_DATA = {"builtin:addition/train": 0, "builtin:addition/val": 1}
+# built-in data name -> (splits function, index of the split)
+BUILTIN_DATA = {"builtin:addition/train": (addition_splits, 0), "builtin:addition/val": (addition_splits, 1),
+                "builtin:chat_addition/train": (chat_addition_splits, 0),
+                "builtin:chat_addition/val": (chat_addition_splits, 1)}
 DEFAULT_SFT_STEPS = 350
 
 
@@ -64,11 +68,13 @@ def resolve_model(cfg: Config, run_dir: Path) -> str:
 
 
 def read_rows(files: list[str]) -> list[dict]:
-    """Rows of every file; `builtin:addition/train|val` are the built-in task's splits."""
+    """Rows of every file; `builtin:addition/train|val` (and `builtin:chat_addition/...`) are the built-in
+    tasks' splits."""
     rows: list[dict] = []
     for spec in files:
         if spec in BUILTIN_DATA:
-            rows += addition_splits()[BUILTIN_DATA[spec]]
+            splits, index = BUILTIN_DATA[spec]
+            rows += splits()[index]
         elif spec.startswith("builtin:"):
             raise ConfigError(f"data file {spec!r} is not a built-in; use one of {list(BUILTIN_DATA)}.")
         else:

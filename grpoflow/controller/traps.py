@@ -15,8 +15,8 @@ from grpoflow.config import Config
 
 # Above this, AdamW on a pretrained LM usually destroys it within a few steps (verl/TRL use 1e-6).
 PRETRAINED_MAX_LR = 1e-4
-# Fewer new tokens than this cut a chat model's answers off (a short sentence is ~20 tokens).
-CHAT_MIN_NEW_TOKENS = 32
+# Fewer new tokens than this cut almost every answer of a chat model off (a short sentence is ~20 tokens).
+CHAT_MIN_NEW_TOKENS = 16
 # Dropping more than this fraction of the training prompts as overlong is worth a warning.
 MAX_OVERLONG_FRACTION = 0.1
 

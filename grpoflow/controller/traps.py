@@ -43,7 +43,7 @@ def config_traps(cfg: Config, facts: RunFacts) -> list[str]:
     if pretrained and cfg.data.train_files == ["builtin:addition/train"]:
         found.append("data.train_files is the built-in addition task (raw prompts such as '37+48=', no chat "
                      "template), made for builtin: models; set data.train_files to your prompts.")
-    if facts.chat_template and cfg.rollout.max_new_tokens < CHAT_MIN_NEW_TOKENS:
+    if pretrained and facts.chat_template and cfg.rollout.max_new_tokens < CHAT_MIN_NEW_TOKENS:
         found.append(f"rollout.max_new_tokens={cfg.rollout.max_new_tokens} is tiny for a chat model: most answers "
                      f"will be cut off before they end; raise it (the default is 256).")
     if facts.prompts_total and facts.prompts_overlong / facts.prompts_total > MAX_OVERLONG_FRACTION:

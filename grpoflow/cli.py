@@ -18,7 +18,9 @@ commands:
   plot    RUN_DIR... [--out DIR] [--metrics NAME...]: curves (PNG) and report.md of one or more runs
   export  RUN_DIR [--step N] --out DIR: a checkpoint's policy as a plain HF folder (LoRA merged)
 
-presets (grpoflow/recipes/): grpo, dr_grpo, dapo, gspo, rloo, ppo, e.g. `grpoflow train dapo`.
+presets (grpoflow/recipes/): grpo, dr_grpo, dapo, gspo, rloo, ppo, e.g. `grpoflow train dapo`; smollm2_addition
+(a real chat model, docs/real-models.md). The defaults suit pretrained models; recipes/builtin.yaml applies by
+itself under everything when model.path is a builtin: model. `grpoflow config [...]` shows the layers.
 `grpoflow train --help` lists every key with its default and meaning.
 """
 

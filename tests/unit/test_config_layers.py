@@ -20,7 +20,7 @@ def test_no_arguments_is_the_builtin_job_with_its_own_settings():
     assert cfg.model.path == "builtin:tiny-4m"
     assert (cfg.actor.lr, cfg.actor.lr_schedule, cfg.actor.min_lr_ratio) == (2e-4, "cosine", 0.1)
     assert (cfg.data.max_prompt_length, cfg.rollout.max_new_tokens) == (64, 8)
-    assert (cfg.sft.steps, cfg.sft.lr, cfg.critic.lr) == (350, 1e-3, 1e-4)
+    assert (cfg.sft.steps, cfg.sft.lr, cfg.critic.lr) == (None, 1e-3, 1e-4)   # None: 350 for a builtin: model
     assert (cfg.data.prompts_per_step, cfg.rollout.n, cfg.trainer.total_steps) == (32, 8, 150)
     assert config_layers() == [BUILTIN_RECIPE]
 

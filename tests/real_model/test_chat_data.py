@@ -47,6 +47,7 @@ def test_trl_conversational_and_string_rows_use_the_chat_template(tmp_path, smol
 
 def test_prompts_over_the_limit_are_counted(smollm2):
     _, tokenizer = smollm2
-    n = len(rendered(tokenizer, MESSAGES[0]))
-    items, stats = prepare_prompts([{"prompt": MESSAGES[0]}], tokenizer, max_prompt_length=n - 1)
-    assert not items and stats.overlong == 1
+    n = len(rendered(tokenizer, MESSAGES[0]))   # the template's default system prompt counts too
+    items, stats = prepare_prompts([{"prompt": m} for m in MESSAGES], tokenizer, max_prompt_length=n - 1)
+    assert [it.row["prompt"] for it in items] == [MESSAGES[1]] and stats.overlong == 1
+    assert len(rendered(tokenizer, MESSAGES[1])) < n

@@ -54,8 +54,10 @@ class LoRAConfig:
 
 @dataclass
 class ModelConfig:
-    path: str = opt("builtin:tiny-4m", "Local HF folder of a causal LM + tokenizer, or `builtin:tiny-<size>` "
-                    "(size 0.5m, 4m, 30m) to build a tiny Llama with a character tokenizer from scratch.")
+    path: str = opt("builtin:tiny-4m", "Local HF folder of a causal LM + tokenizer, a `.gguf` file (dequantized once "
+                    "into <output_dir>/base_model; pip install 'grpoflow[gguf]'), or `builtin:tiny-<size>` (size 0.5m, "
+                    "4m, 30m) to build a tiny Llama with a character tokenizer from scratch (recipes/builtin.yaml then "
+                    "applies).")
     seed: int = opt(0, "Initialisation seed for a `builtin:` model.")
     dtype: str = opt("float32", "Parameter dtype of the trained models: float32 or bfloat16.")
     compute_dtype: str = opt("float32", "dtype of the matrix products (autocast): bfloat16 computes in bf16 while "
@@ -70,7 +72,8 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     train_files: list = opt(["builtin:addition/train"], "Training prompt files (.jsonl, .json, .parquet), "
-                            "or `builtin:addition/train` for the built-in 2-digit addition task.")
+                            "or `builtin:addition/train` for the built-in 2-digit addition task "
+                            "(`builtin:chat_addition/train`: the same as chat messages, for pretrained chat models).")
     val_files: Optional[list] = opt(None, "Validation files. None: the built-in task's held-out split when "
                                     "training on it, otherwise no validation.")
     prompt_key: str = opt("prompt", "Column holding the prompt (a string or a list of chat messages).")

@@ -65,3 +65,16 @@ def test_describe_layers_names_each_source_in_order():
     assert lines[2].endswith("builtin.yaml") and lines[3].endswith("grpo.yaml")
     assert lines[4].endswith("command line: rollout.n=4")
     assert "builtin.yaml" not in describe_layers(None, ["model.path=/m"])
+
+
+def test_grpoflow_config_prints_the_layers_and_the_resolved_values(capsys):
+    from grpoflow.cli import main
+
+    assert main(["config", "rollout.n=4"]) == 0
+    out = capsys.readouterr().out
+    assert "builtin.yaml" in out and "command line: rollout.n=4" in out
+    resolved = yaml.safe_load(out)   # the header is YAML comments
+    assert resolved["actor"]["lr"] == 2e-4 and resolved["rollout"]["n"] == 4
+    assert main(["config", "model.path=/m"]) == 0
+    out = capsys.readouterr().out
+    assert "builtin.yaml" not in out and yaml.safe_load(out)["actor"]["lr"] == 1e-6

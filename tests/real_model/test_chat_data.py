@@ -20,8 +20,9 @@ def rendered(tokenizer, messages):
 
 def test_verl_parquet_rows_use_the_chat_template(tmp_path, smollm2):
     _, tokenizer = smollm2
-    rows = [{"data_source": "toy", "prompt": m, "ability": "math", "reward_model": {"style": "rule", "ground_truth": "12"},
-             "extra_info": {"index": i}} for i, m in enumerate(MESSAGES)]
+    rows = [{"data_source": "toy", "prompt": m, "ability": "math",
+             "reward_model": {"style": "rule", "ground_truth": "12"}, "extra_info": {"index": i}}
+            for i, m in enumerate(MESSAGES)]
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
     items, stats = prepare_prompts(read_rows([str(tmp_path / "train.parquet")]), tokenizer, max_prompt_length=512)
     assert stats.kept == 2

@@ -38,13 +38,15 @@ def write_tiny_gguf(path: Path) -> tuple[LlamaForCausalLM, list[str]]:
     w.add_rope_dimension_count(16), w.add_vocab_size(len(tokens)), w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_tokenizer_model("gpt2"), w.add_tokenizer_pre("default"), w.add_token_list(tokens)
     w.add_token_types([gguf.TokenType.CONTROL] * len(SPECIALS) + [gguf.TokenType.NORMAL] * len(CHARS))
-    w.add_token_scores([0.0] * len(tokens)), w.add_token_merges([]), w.add_bos_token_id(1), w.add_eos_token_id(2), w.add_pad_token_id(2)
+    w.add_token_scores([0.0] * len(tokens)), w.add_token_merges([])
+    w.add_bos_token_id(1), w.add_eos_token_id(2), w.add_pad_token_id(2)
     w.add_chat_template(CHATML_TEMPLATE)
     sd = {k: v.detach().float() for k, v in model.state_dict().items()}
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
     per_layer = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-                 "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
+                 "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+                 "post_attention_layernorm": "ffn_norm",
                  "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
     for i in range(2):
         names.update({f"model.layers.{i}.{hf}.weight": f"blk.{i}.{g}.weight" for hf, g in per_layer.items()})

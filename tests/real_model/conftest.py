@@ -21,13 +21,6 @@ def _absent(message: str) -> None:
     pytest.skip(message)
 
 
-def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.real_model)
-
-
 @pytest.fixture(scope="session")
 def smollm2_path() -> str:
     path = os.environ.get(MODEL_ENV)

@@ -5,9 +5,12 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from grpoflow.controller.run import read_rows
 from grpoflow.data.dataset import prepare_prompts
+
+pytestmark = pytest.mark.real_model
 
 MESSAGES = [[{"role": "user", "content": "What is 7 + 5? Answer with just the number."}],
             [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a colour."}]]

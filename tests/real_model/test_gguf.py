@@ -3,6 +3,7 @@ reused (not redone) when the run resumes."""
 
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -10,6 +11,8 @@ from grpoflow.config import load_config
 from grpoflow.controller.run import resolve_model
 from grpoflow.models.gguf import CONVERTED_FROM
 from real_model_helpers import chat_ids
+
+pytestmark = pytest.mark.real_model
 
 
 

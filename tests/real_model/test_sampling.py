@@ -8,6 +8,8 @@ from grpoflow.engines.rollout import HFRolloutEngine, SamplingParams
 from grpoflow.models.logprobs import response_log_probs
 from real_model_helpers import chat_ids
 
+pytestmark = pytest.mark.real_model
+
 
 QUESTIONS = ["What is 7 + 5? Answer with just the number.",
              "Name a colour.",

@@ -15,6 +15,8 @@ from grpoflow.controller.run import train
 from grpoflow.models.logprobs import response_log_probs
 from real_model_helpers import chat_ids
 
+pytestmark = pytest.mark.real_model
+
 
 REWARD = f"{Path(__file__).parent / 'rewards.py'}:starts_with_digit"
 SMALL = ["data.train_files=[builtin:chat_addition/train]", "data.prompts_per_step=4", "rollout.n=8",

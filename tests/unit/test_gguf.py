@@ -116,3 +116,11 @@ def test_missing_file_and_missing_extra_errors_name_the_fix(tiny_gguf, tmp_path,
     with pytest.raises(ImportError, match=r"grpoflow\[gguf\]"):
         convert_gguf(tiny_gguf[0], tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+def test_eval_of_a_gguf_file_names_the_folder_to_use(tmp_path):
+    from grpoflow.config import ConfigError
+    from grpoflow.controller.evaluate import policy_folder
+
+    with pytest.raises(ConfigError, match="base_model"):
+        policy_folder(str(tmp_path / "m.gguf"))

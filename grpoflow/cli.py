@@ -19,7 +19,9 @@ commands:
   plot    RUN_DIR... [--out DIR] [--metrics NAME...]: curves (PNG) and report.md of one or more runs
   export  RUN_DIR [--step N] --out DIR: a checkpoint's policy as a plain HF folder (LoRA merged)
 
-presets (grpoflow/recipes/): grpo, dr_grpo, dapo, gspo, rloo, ppo, e.g. `grpoflow train dapo`.
+presets (grpoflow/recipes/): grpo, dr_grpo, dapo, gspo, rloo, ppo, e.g. `grpoflow train dapo`; smollm2_addition
+(a real chat model, docs/real-models.md). The defaults suit pretrained models; recipes/builtin.yaml applies by
+itself under everything when model.path is a builtin: model. `grpoflow config [...]` shows the layers.
 `grpoflow train --help` lists every key with its default and meaning.
 """
 
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         return _data(rest)
     if command == "plot":
         return _plot(rest)
-    from grpoflow.config import Config, ConfigError, help_text, load_config, to_yaml
+    from grpoflow.config import Config, ConfigError, describe_layers, help_text, load_config, to_yaml
     if "-h" in rest or "--help" in rest:
         print(USAGE + "\nconfig keys:\n" + help_text())
         return 0
@@ -53,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     from grpoflow.controller.trackers import MissingExtraError
     from grpoflow.controller.trainer import TrainingError
     from grpoflow.distributed.worker_group import WorkerError
-    commands: dict[str, Callable[[Config], Any]] = {"train": train, "sft": sft_stage, "eval": evaluate, "config": lambda cfg: print(to_yaml(cfg))}
+    commands: dict[str, Callable[[Config], Any]] = {
+        "train": train, "sft": sft_stage, "eval": evaluate,
+        "config": lambda cfg: print(describe_layers(recipe, overrides) + to_yaml(cfg))}
     if command not in commands:
         print(f"grpoflow: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2

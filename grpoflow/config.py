@@ -1,9 +1,17 @@
 """The one typed configuration of a grpoflow run.
 
 Every field is a dataclass field with a `help` text (shown by `grpoflow train --help`). A run's
-config comes from three layers, later ones winning: the defaults below (which ARE the built-in
-default job), an optional YAML recipe, and `a.b=c` overrides from the command line. Unknown keys
-and wrong types are errors that name the key and suggest the closest valid one.
+config comes from layers, later ones winning:
+
+1. the defaults below, chosen for a pretrained model as verl/TRL users expect (lr 1e-6, constant
+   schedule, prompts up to 512 and responses up to 256 tokens);
+2. `recipes/builtin.yaml`, only when `model.path` is a `builtin:` model built from scratch: the
+   settings of the built-in addition job that `make train` runs (lr 2e-4 cosine, 8 new tokens, ...);
+3. an optional YAML recipe (a path or a preset name);
+4. `a.b=c` overrides from the command line.
+
+`config_layers` names the files applied and `grpoflow config` prints them above the resolved
+config. Unknown keys and wrong types are errors that name the key and suggest the closest valid one.
 
 Only `controller`, `cli` and `workers` import it: a worker receives its own typed section (e.g.
 `ActorConfig`), engines, models and data receive plain values, and `algorithms` and `rewards`
@@ -46,8 +54,10 @@ class LoRAConfig:
 
 @dataclass
 class ModelConfig:
-    path: str = opt("builtin:tiny-4m", "Local HF folder of a causal LM + tokenizer, or `builtin:tiny-<size>` "
-                    "(size 0.5m, 4m, 30m) to build a tiny Llama with a character tokenizer from scratch.")
+    path: str = opt("builtin:tiny-4m", "Local HF folder of a causal LM + tokenizer, a `.gguf` file (dequantized once "
+                    "into <output_dir>/base_model; pip install 'grpoflow[gguf]'), or `builtin:tiny-<size>` (size 0.5m, "
+                    "4m, 30m) to build a tiny Llama with a character tokenizer from scratch (recipes/builtin.yaml then "
+                    "applies).")
     seed: int = opt(0, "Initialisation seed for a `builtin:` model.")
     dtype: str = opt("float32", "Parameter dtype of the trained models: float32 or bfloat16.")
     compute_dtype: str = opt("float32", "dtype of the matrix products (autocast): bfloat16 computes in bf16 while "
@@ -62,12 +72,13 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     train_files: list = opt(["builtin:addition/train"], "Training prompt files (.jsonl, .json, .parquet), "
-                            "or `builtin:addition/train` for the built-in 2-digit addition task.")
+                            "or `builtin:addition/train` for the built-in 2-digit addition task "
+                            "(`builtin:chat_addition/train`: the same as chat messages, for pretrained chat models).")
     val_files: Optional[list] = opt(None, "Validation files. None: the built-in task's held-out split when "
                                     "training on it, otherwise no validation.")
     prompt_key: str = opt("prompt", "Column holding the prompt (a string or a list of chat messages).")
     prompts_per_step: int = opt(32, "Prompts drawn per RL step; each gets `rollout.n` samples.")
-    max_prompt_length: int = opt(64, "Prompts longer than this many tokens are dropped (or an error, see "
+    max_prompt_length: int = opt(512, "Prompts longer than this many tokens are dropped (or an error, see "
                                  "`data.overlong`).")
     overlong: str = opt("drop", "What to do with a prompt over `data.max_prompt_length`: drop (counted) or error.")
     apply_chat_template: Optional[bool] = opt(None, "Wrap prompts in the tokenizer's chat template. None: yes "
@@ -93,7 +104,8 @@ class RolloutConfig:
     enforce_eager: bool = opt(True, "vllm: no CUDA graphs (faster start, slower decode).")
     free_cache_engine: bool = opt(True, "vllm/sglang colocated: release the KV cache (sleep) while the actor trains.")
     n: int = opt(8, "Samples per prompt (the GRPO group size).")
-    max_new_tokens: int = opt(8, "Longest response, in tokens; longer samples are truncated.")
+    max_new_tokens: int = opt(256, "Longest response, in tokens; longer samples are truncated (a chat model "
+                              "needs room to answer: a few tokens cut every answer off).")
     temperature: float = opt(1.0, "Sampling temperature for training rollouts (also divides the actor's logits).")
     top_p: float = opt(1.0, "Nucleus sampling threshold for training rollouts.")
     val_temperature: float = opt(0.0, "Validation sampling temperature; 0 means greedy.")
@@ -164,8 +176,9 @@ class AlgorithmConfig:
 
 @dataclass
 class ActorConfig:
-    lr: float = opt(2e-4, "AdamW learning rate of the policy.")
-    lr_schedule: str = opt("cosine", "Learning-rate schedule after warm-up: constant or cosine.")
+    lr: float = opt(1e-6, "AdamW learning rate of the policy (verl/TRL default for a pretrained model; a model "
+                    "trained from scratch, like builtin:, takes far more, see recipes/builtin.yaml).")
+    lr_schedule: str = opt("constant", "Learning-rate schedule after warm-up: constant or cosine.")
     lr_warmup_steps: int = opt(0, "Optimizer steps of linear learning-rate warm-up.")
     min_lr_ratio: float = opt(0.1, "Cosine schedule: final learning rate as a fraction of actor.lr.")
     weight_decay: float = opt(0.0, "AdamW weight decay.")
@@ -196,7 +209,7 @@ class ActorConfig:
 @dataclass
 class CriticConfig:
     model_path: Optional[str] = opt(None, "Critic model folder (None: the policy's); a scalar value head is added.")
-    lr: float = opt(1e-4, "AdamW learning rate of the critic.")
+    lr: float = opt(1e-5, "AdamW learning rate of the critic (verl's default).")
     cliprange_value: float = opt(0.5, "PPO value clipping range around the old values.")
     warmup_steps: int = opt(0, "RL steps that train only the critic before the actor starts updating.")
     grad_clip: float = opt(1.0, "Clip the critic's gradient norm to this (0 disables).")
@@ -206,7 +219,8 @@ class CriticConfig:
 class SFTConfig:
     steps: Optional[int] = opt(None, "Supervised warm-start steps before RL. None: 350 for a `builtin:` "
                                "model trained from scratch, else 0.")
-    lr: float = opt(1e-3, "AdamW learning rate of the warm start.")
+    lr: float = opt(1e-5, "AdamW learning rate of the warm start (1e-5 suits a pretrained model; the builtin: "
+                    "model trained from scratch uses 1e-3).")
     batch_size: int = opt(64, "Examples per warm-start step.")
     response_key: str = opt("answer", "Column with the target completion (dotted paths such as "
                             "reward_model.ground_truth work).")
@@ -381,21 +395,54 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS.glob("*.yaml"))
 
 
-def load_config(recipe: str | None = None, overrides: list[str] | None = None) -> Config:
-    """Defaults, then the YAML recipe (a path or a preset name), then `a.b=c` overrides; validated."""
+BUILTIN_RECIPE = PRESETS / "builtin.yaml"
+
+
+def _recipe_path(recipe: str) -> Path:
+    path = Path(recipe) if recipe.endswith((".yaml", ".yml")) else PRESETS / f"{recipe}.yaml"
+    if not path.exists():
+        raise ConfigError(f"Recipe {recipe} does not exist; pass a .yaml path, a preset name "
+                          f"({', '.join(preset_names())}) or only key=value overrides.")
+    return path
+
+
+def _apply(cfg: Config, path: Path) -> None:
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"Recipe {path} must be a YAML mapping of sections (model:, data:, ...).")
+    for key, value in data.items():
+        _set(cfg, key, value)
+
+
+def _layered(recipe: str | None, overrides: list[str] | None, base: list[Path]) -> Config:
     cfg = Config()
-    if recipe:
-        path = Path(recipe) if recipe.endswith((".yaml", ".yml")) else PRESETS / f"{recipe}.yaml"
-        if not path.exists():
-            raise ConfigError(f"Recipe {recipe} does not exist; pass a .yaml path, a preset name "
-                              f"({', '.join(preset_names())}) or only key=value overrides.")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"Recipe {recipe} must be a YAML mapping of sections (model:, data:, ...).")
-        for key, value in data.items():
-            _set(cfg, key, value)
+    for path in [*base, *([_recipe_path(recipe)] if recipe else [])]:
+        _apply(cfg, path)
     for text in overrides or []:
         _set(cfg, *parse_override(text))
+    return cfg
+
+
+def config_layers(recipe: str | None = None, overrides: list[str] | None = None) -> list[Path]:
+    """The recipe files under the overrides, in order: `recipes/builtin.yaml` first when the resolved
+    `model.path` is a `builtin:` model (the defaults are for pretrained models), then `recipe`."""
+    builtin = _layered(recipe, overrides, []).model.path.startswith("builtin:")
+    return [*([BUILTIN_RECIPE] if builtin else []), *([_recipe_path(recipe)] if recipe else [])]
+
+
+def describe_layers(recipe: str | None = None, overrides: list[str] | None = None) -> str:
+    """`# layers: ...` lines naming where the values of a resolved config come from."""
+    names = ["defaults (grpoflow/config.py)", *(str(p) for p in config_layers(recipe, overrides))]
+    if overrides:
+        names.append("command line: " + " ".join(overrides))
+    return "# config layers, later ones win:\n" + "".join(f"#   {i + 1}. {n}\n" for i, n in enumerate(names))
+
+
+def load_config(recipe: str | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then `recipes/builtin.yaml` for a `builtin:` model, then the YAML recipe (a path or a
+    preset name), then `a.b=c` overrides; validated."""
+    layers = config_layers(recipe, overrides)
+    cfg = _layered(None, overrides, layers)
     validate(cfg)
     return cfg
 

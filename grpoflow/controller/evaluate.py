@@ -14,6 +14,7 @@ from grpoflow.controller.run import build_scorer, read_rows, val_files
 from grpoflow.controller.validation import validate
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.distributed.worker_group import WorkerGroup
+from grpoflow.models.gguf import is_gguf
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.workers.rollout import RolloutWorker
@@ -21,6 +22,9 @@ from grpoflow.workers.rollout import RolloutWorker
 
 def policy_folder(path: str) -> str:
     """An HF model folder as is; a run folder -> the policy of its latest checkpoint."""
+    if is_gguf(path):
+        raise ConfigError(f"model.path={path}: grpoflow eval reads HF folders; `grpoflow train` with this file converts "
+                          f"it into <trainer.output_dir>/base_model - evaluate that folder or the run folder.")
     checkpoint = CheckpointManager(path).latest()
     if checkpoint is not None:
         return str(checkpoint / "actor")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tqdm import tqdm
@@ -19,13 +19,20 @@ from grpoflow.controller.sft import run_sft
 from grpoflow.controller.trackers import check_trackers
 from grpoflow.controller.checks import check_config
 from grpoflow.controller.trainer import Controller
+from grpoflow.controller.traps import RunFacts, config_traps
 from grpoflow.data.dataset import load_rows, prepare_prompts
+from grpoflow.models.gguf import convert_gguf, is_gguf
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
 from grpoflow.rewards import RewardScorer, build_reward
 from grpoflow.tasks.addition import addition_splits
+from grpoflow.tasks.chat_addition import chat_addition_splits
 
-BUILTIN_DATA = {"builtin:addition/train": 0, "builtin:addition/val": 1}
+# built-in data name -> (the task's splits function, index of the split)
+Splits = Callable[[], tuple[list[dict], list[dict]]]
+BUILTIN_DATA: dict[str, tuple[Splits, int]] = {
+    "builtin:addition/train": (addition_splits, 0), "builtin:addition/val": (addition_splits, 1),
+    "builtin:chat_addition/train": (chat_addition_splits, 0), "builtin:chat_addition/val": (chat_addition_splits, 1)}
 DEFAULT_SFT_STEPS = 350
 
 
@@ -46,12 +53,15 @@ def is_builtin_model(path: str) -> bool:
 
 
 def resolve_model(cfg: Config, run_dir: Path) -> str:
-    """A local model folder for `model.path`; `builtin:tiny-<size>` is built and saved in the run folder."""
+    """A local model folder for `model.path`; `builtin:tiny-<size>` is built and a `.gguf` file dequantized
+    into `<run folder>/base_model`."""
     path = cfg.model.path
+    if is_gguf(path):  # dequantized once into the run folder, reused on resume
+        return convert_gguf(path, run_dir.resolve() / "base_model")
     if not is_builtin_model(path):
         if not Path(path).is_dir():
             raise ConfigError(f"model.path={path} is not a folder; give a local HF model folder "
-                              f"(this machine has no model hub) or builtin:tiny-4m.")
+                              f"(this machine has no model hub), a .gguf file or builtin:tiny-4m.")
         return str(Path(path).resolve())  # absolute: checkpoints (LoRA adapters) record it
     size = path.removeprefix("builtin:tiny-")
     if size not in TINY_SIZES:
@@ -61,11 +71,13 @@ def resolve_model(cfg: Config, run_dir: Path) -> str:
 
 
 def read_rows(files: list[str]) -> list[dict]:
-    """Rows of every file; `builtin:addition/train|val` are the built-in task's splits."""
+    """Rows of every file; `builtin:addition/train|val` (and `builtin:chat_addition/...`) are the built-in
+    tasks' splits."""
     rows: list[dict] = []
     for spec in files:
         if spec in BUILTIN_DATA:
-            rows += addition_splits()[BUILTIN_DATA[spec]]
+            splits, index = BUILTIN_DATA[spec]
+            rows += splits()[index]
         elif spec.startswith("builtin:"):
             raise ConfigError(f"data file {spec!r} is not a built-in; use one of {list(BUILTIN_DATA)}.")
         else:
@@ -128,6 +140,10 @@ def train(cfg: Config) -> dict:
     val_items = prepare_prompts(val_rows, tokenizer, **prep)[0][:d.val_max_prompts] if val_rows else []
     tqdm.write(f"data: {stats.kept} of {stats.total} training prompts kept ({stats.missing_prompt} without a prompt, "
                f"{stats.overlong} over {d.max_prompt_length} tokens); {len(val_items)} validation prompts")
+    facts = RunFacts(chat_template=bool(getattr(tokenizer, "chat_template", None)), prompts_total=stats.total,
+                     prompts_overlong=stats.overlong)
+    for trap in config_traps(cfg, facts):
+        tqdm.write(f"WARNING: {trap}")
     with scorer or contextlib.nullcontext():
         controller = Controller(cfg, model_path=model_path, train_items=train_items, val_items=val_items,
                                 scorer=scorer, run_dir=run_dir)

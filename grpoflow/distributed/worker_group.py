@@ -115,7 +115,7 @@ class WorkerGroup(Generic[W]):
         per_rank = [(self.role, method, args, kwargs, self.tp)] * self.world_size
         if isinstance(first, Broadcast):
             per_rank = [(self.role, method, (first.value, *args[1:]), kwargs, self.tp)] * self.world_size
-        elif _is_split(args):
+        elif isinstance(first, (Batch, list)):  # what _is_split(args) tells the gather
             shards = _split(first, self.dp_size)
             per_rank = [(self.role, method, (shards[rank // self.tp], *args[1:]), kwargs, self.tp)
                         for rank in range(self.world_size)]

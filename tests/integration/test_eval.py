@@ -31,7 +31,7 @@ def test_eval_prints_a_table_per_source(tmp_path, capsys):
     train(load_config(None, [f"trainer.output_dir={tmp_path / 'run'}", *ARGS, "trainer.val_every=0"]))
     capsys.readouterr()
     for model in (tmp_path / "run", tmp_path / "run" / "sft_model"):       # a run folder, a model folder
-        assert main(["eval", f"model.path={model}", "data.val_max_prompts=5", "rollout.val_n=2",
+        assert main(["eval", "builtin", f"model.path={model}", "data.val_max_prompts=5", "rollout.val_n=2",
                      "rollout.val_temperature=1.0"]) == 0
         out = capsys.readouterr().out
         assert "data_source" in out and "addition" in out and "pass@2" in out and "(5 prompts)" in out

@@ -35,7 +35,7 @@ def warm_model(tmp_path_factory) -> str:
 
 def run(tmp_path, warm_model: str, name: str, *overrides: str) -> list[dict]:
     out = tmp_path / name
-    train(load_config(None, BASE + [f"model.path={warm_model}", "sft.steps=0", f"trainer.output_dir={out}",
+    train(load_config("builtin", BASE + [f"model.path={warm_model}", "sft.steps=0", f"trainer.output_dir={out}",
                                      *overrides]))
     return [r for r in map(json.loads, open(out / "metrics.jsonl")) if "timing_s/step" in r]
 
@@ -83,7 +83,7 @@ def test_async_with_zero_staleness_equals_sync_and_staleness_stays_in_bound(tmp_
 
 
 def test_killing_a_worker_mid_run_stops_the_controller_naming_it(tmp_path, warm_model):
-    cfg = load_config(None, BASE + [f"model.path={warm_model}", "sft.steps=0", f"trainer.output_dir={tmp_path / 'k'}",
+    cfg = load_config("builtin", BASE + [f"model.path={warm_model}", "sft.steps=0", f"trainer.output_dir={tmp_path / 'k'}",
                                     "backend=ray", "resources.devices_per_node=2", "trainer.total_steps=1000"])
     (tmp_path / "k").mkdir()
     tokenizer = load_tokenizer(warm_model)

@@ -37,11 +37,11 @@ def test_batched_scores_equal_one_text_at_a_time(reward_model_path):
 
 
 def test_reward_model_alone_and_combined(tmp_path, tiny_model_path, reward_model_path):
-    assert main(["train", f"model.path={tiny_model_path}", "reward.function=null",
+    assert main(["train", "builtin", f"model.path={tiny_model_path}", "reward.function=null",
                  f"reward.model.path={reward_model_path}", f"trainer.output_dir={tmp_path / 'alone'}", *ARGS]) == 0
     for row in read_metrics(tmp_path / "alone")[1:]:
         assert row["critic/score/mean"] == pytest.approx(row["reward/model/mean"], abs=1e-6)
-    assert main(["train", f"model.path={tiny_model_path}", "reward.function=exact_match",
+    assert main(["train", "builtin", f"model.path={tiny_model_path}", "reward.function=exact_match",
                  f"reward.model.path={reward_model_path}", "reward.model.weight=0.5",
                  f"trainer.output_dir={tmp_path / 'both'}", *ARGS]) == 0
     row = read_metrics(tmp_path / "both")[-1]
@@ -51,7 +51,7 @@ def test_reward_model_alone_and_combined(tmp_path, tiny_model_path, reward_model
 def test_reward_errors(tmp_path, tiny_model_path, capsys):
     assert main(["train", "reward.function=null", f"trainer.output_dir={tmp_path}", *ARGS]) == 2
     assert "No reward" in capsys.readouterr().err
-    assert main(["train", f"model.path={tiny_model_path}", f"reward.model.path={tiny_model_path}",
+    assert main(["train", "builtin", f"model.path={tiny_model_path}", f"reward.model.path={tiny_model_path}",
                  f"trainer.output_dir={tmp_path}", *ARGS]) == 2
     err = capsys.readouterr().err
     assert "labels" in err

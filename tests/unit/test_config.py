@@ -39,14 +39,14 @@ def _write(tmp_path, text: str) -> str:
 # ---------------------------------------------------------------- layers
 
 
-def test_defaults_load_and_equal_the_dataclass_defaults():
-    cfg = load_config()
+def test_a_pretrained_model_gets_the_dataclass_defaults():
+    cfg = load_config(overrides=["model.path=/models/m"])
     expected = Config()
+    expected.model.path = "/models/m"
     resolve_defaults(expected)  # the keys whose default depends on others
     assert cfg == expected
     assert cfg.backend == "local"
-    assert cfg.data.train_files == ["builtin:addition/train"]
-    assert cfg.actor.lr == 2e-4
+    assert cfg.actor.lr == 1e-6
 
 
 def test_default_list_fields_are_not_shared_between_instances():
@@ -224,6 +224,7 @@ def test_recipe_that_is_not_a_mapping_errors(tmp_path):
 
 def test_empty_recipe_gives_the_defaults(tmp_path):
     assert load_config(_write(tmp_path, "")) == load_config()
+    assert load_config(_write(tmp_path, ""), ["model.path=/m"]) == load_config(overrides=["model.path=/m"])
 
 
 # ---------------------------------------------------------------- batch schedule
@@ -322,7 +323,7 @@ def test_empty_yaml_section_means_its_defaults(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("actor:\nrollout:\n  n: 3\n")
     cfg = load_config(str(recipe))
-    assert cfg.rollout.n == 3 and cfg.actor.lr == Config().actor.lr
+    assert cfg.rollout.n == 3 and cfg.actor.lr == load_config().actor.lr
 
 
 # ---------------------------------------------------------------- defaults that depend on other keys

@@ -217,7 +217,7 @@ class CriticConfig:
 
 @dataclass
 class SFTConfig:
-    steps: Optional[int] = opt(None, "Supervised warm-start steps before RL. None: 350 for a `builtin:` "
+    steps: Optional[int] = opt(None, "Supervised warm-start steps before RL. None: 400 for a `builtin:` "
                                "model trained from scratch, else 0.")
     lr: float = opt(1e-5, "AdamW learning rate of the warm start (1e-5 suits a pretrained model; the builtin: "
                     "model trained from scratch uses 1e-3).")

@@ -33,7 +33,7 @@ Splits = Callable[[], tuple[list[dict], list[dict]]]
 BUILTIN_DATA: dict[str, tuple[Splits, int]] = {
     "builtin:addition/train": (addition_splits, 0), "builtin:addition/val": (addition_splits, 1),
     "builtin:chat_addition/train": (chat_addition_splits, 0), "builtin:chat_addition/val": (chat_addition_splits, 1)}
-DEFAULT_SFT_STEPS = 350
+DEFAULT_SFT_STEPS = 400
 
 
 def build_scorer(cfg: Config) -> RewardScorer | None:

@@ -103,8 +103,8 @@ class ActorWorker:
         self._weights = self.engine.named_weights()
 
     def next_weight_bucket(self, bucket_bytes: int) -> list[tuple[str, Tensor]]:
-        """The next (name, tensor) pairs of the open stream, about `bucket_bytes` in all (a larger tensor
-        alone); [] once it is exhausted. Every rank calls it (a collective when sharded); the controller
+        """The next (name, tensor) pairs of the open stream: tensors are added until the bucket holds at least
+        `bucket_bytes` (or the stream ends); [] once it is exhausted. Every rank calls it (a collective when sharded); the controller
         keeps rank 0's bucket. Tensors are on the CPU."""
         if self._weights is None:
             raise RuntimeError("next_weight_bucket before open_weight_stream.")

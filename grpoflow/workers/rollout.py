@@ -65,7 +65,11 @@ class RolloutWorker:
     def push_weights(self, bucket: list[tuple[str, Tensor]]) -> None:
         if self._pushed is None:
             raise RuntimeError("push_weights before begin_weight_update.")
-        self._pushed.push(bucket)
+        try:
+            self._pushed.push(bucket)
+        except BaseException:
+            self._pushed = None  # the update failed and is over: its error, not "another update is open", is reported
+            raise
 
     def end_weight_update(self) -> None:
         """Wait until the engine has loaded every bucket (raises what it raised, or on the deadline)."""

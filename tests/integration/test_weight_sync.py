@@ -127,3 +127,6 @@ def test_a_bad_tensor_name_fails_the_split_sync_naming_the_rollout_worker(tiny_m
     worker.engine.named_weights = lambda: (("renamed." + n, t) for n, t in real())
     with pytest.raises(WorkerError, match="rollout worker rank 0.*no parameter 'renamed"):
         WeightSync(actor, rollout, queued=False).push(1)
+    worker.engine.named_weights = real  # the failed update is over: the next one starts and lands
+    WeightSync(actor, rollout, queued=False).push(2)
+    assert engine_of(rollout).version == 2

@@ -111,6 +111,25 @@ class RolloutConfig:
     val_temperature: float = opt(0.0, "Validation sampling temperature; 0 means greedy.")
     val_n: int = opt(1, "Validation samples per prompt (k of mean@k, pass@k, maj@k; use with val_temperature > 0).")
     val_batch_size: int = opt(256, "Prompts per generate call during validation.")
+    # Multi-turn (docs/multi-turn.md): on when rollout.env or rollout.tools is set. rollout.max_new_tokens is
+    # then the budget of each trajectory: every token after the prompt, the model's and the environment's.
+    env: Optional[str] = opt(None, "Environment answering the model between turns: a registered name "
+                             "(guess_number) or path/to/file.py:Class with reset(**row) and step(text).")
+    tools: list = opt([], "Tools the model may call (Hermes <tool_call> JSON): registered names (calculator, "
+                      "python) or path/to/file.py:function, typed and with a docstring.")
+    max_turns: int = opt(4, "Multi-turn: most model turns per trajectory.")
+    tool_parser: str = opt("hermes", "How tool calls are found in the model's text.")
+    max_tool_calls_per_turn: int = opt(4, "Tool calls run per model turn; more get an error message.")
+    max_tool_output_tokens: int = opt(256, "A tool result longer than this many tokens is replaced by an error "
+                                      "message saying so (not silently cut).")
+    tool_timeout_s: float = opt(10.0, "Wall-clock limit of one tool call; the model gets an error message.")
+    tool_cpu_time_s: float = opt(10.0, "CPU-time limit of one sandboxed tool call (its process is killed).")
+    tool_memory_mb: int = opt(1024, "Memory limit of a sandboxed tool's process.")
+    tool_workers: int = opt(2, "Processes running sandboxed tool calls.")
+
+    @property
+    def multi_turn(self) -> bool:
+        return bool(self.env or self.tools)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Callable
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES,
                                  required_inputs)
 from grpoflow.config import Config, ConfigError, validate
+from grpoflow.multiturn.env import load_env
 from grpoflow.plugins import Registry
 from grpoflow.rewards import build_reward
 from grpoflow.rollout.factory import ROLLOUT_ENGINES
@@ -63,7 +64,25 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(f"actor.rollout_is={a.rollout_is}{why} needs the engine's full-distribution log-probs; with "
                           "rollout.top_p < 1 they are not the sampling probabilities. Set rollout.top_p=1 or "
                           "actor.rollout_is=off.")
+    check_multi_turn(cfg)
     if "baselines" in required_inputs(estimator) and alg.filter_groups.enable:
         raise ConfigError("algorithm.filter_groups needs groups of samples with different rewards; an estimator "
                           "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
 
+
+
+def check_multi_turn(cfg: Config) -> None:
+    """rollout.env names an environment class and rollout.tools name usable tools (typed, with docstrings)."""
+    r = cfg.rollout
+    if r.env:
+        try:
+            load_env(r.env)
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(str(e)) from None
+    if r.tools:
+        from grpoflow.multiturn.tools import load_tools
+
+        try:
+            load_tools(list(r.tools))
+        except (ValueError, TypeError, FileNotFoundError) as e:
+            raise ConfigError(f"rollout.tools: {e}") from None

@@ -37,6 +37,10 @@ class RewardAssembly:
         model's own score is kept in `extras["model"]` (logged as reward/model/mean)."""
         scored = self.scorer.score(batch.prompts, batch.completions, batch.rows) if self.scorer is not None \
             else Scores([0.0] * len(batch))
+        if batch.env_rewards is not None:  # multi-turn: the environment's reward adds to the rule rewards
+            env = batch.env_rewards.tolist()
+            scored.scores = [s + e for s, e in zip(scored.scores, env)]
+            scored.extras["env"] = env
         if self.reward_model is not None:
             texts = [p + c for p, c in zip(batch.prompts, batch.completions)]
             rm = self.reward_model.call(RewardModelWorker.compute_rm_score, texts).tolist()

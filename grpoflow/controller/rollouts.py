@@ -14,7 +14,7 @@ step still in flight: its prompts are drawn again after a resume.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -23,19 +23,25 @@ from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import EpochSampler
 from grpoflow.distributed.worker_group import GroupCall, WorkerGroup
+from grpoflow.multiturn.loop import AgentLoop
 from grpoflow.rollout.protocol import PromptTokens, SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
 
 @dataclass
 class PendingRollout:
-    """A generation call in flight for `items`."""
+    """A generation call in flight for `items`, or (multi-turn) finished trajectories with their metrics."""
     items: list[PromptItem]
-    call: GroupCall[Batch]
+    call: GroupCall[Batch] | None
+    done: tuple[Batch, float] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def result(self) -> tuple[Batch, float]:
         """The samples (prompt-major, `n` per item, prompt texts and rows attached) and the longest time an
         engine spent generating them."""
+        if self.done is not None:
+            return self.done
+        assert self.call is not None
         batch = self.call.result()
         n = len(batch) // max(len(self.items), 1)
         return batch.replace(prompts=[it.prompt_text for it in self.items for _ in range(n)],
@@ -43,15 +49,29 @@ class PendingRollout:
 
 
 class Rollouts:
-    """Generation through the rollout worker group."""
+    """Generation through the rollout worker group: one sample per call, or with an `agent` (multi-turn) whole
+    trajectories, the agent loop calling the group once per turn."""
 
-    def __init__(self, group: WorkerGroup[RolloutWorker]) -> None:
-        self.group = group
+    def __init__(self, group: WorkerGroup[RolloutWorker], agent: AgentLoop | None = None) -> None:
+        self.group, self.agent = group, agent
+        self.turn_busy_s = 0.0  # the engines' time on the current multi-turn submit
 
     def submit(self, items: list[PromptItem], params: SamplingParams, seed: int | None) -> PendingRollout:
-        """Start generating `params.n` samples for each item (at once with Ray; now with the local backend)."""
+        """Start generating `params.n` samples for each item (at once with Ray; now with the local backend).
+        Multi-turn trajectories are generated now, turn by turn."""
+        if self.agent is not None:
+            self.turn_busy_s = 0.0
+            batch, metrics = self.agent.run(items, params, seed)
+            return PendingRollout(items, None, done=(batch, self.turn_busy_s), metrics=metrics)
         prompts = [PromptTokens(it.prompt_ids, it.index) for it in items]
         return PendingRollout(items, self.group.submit_overlapped(RolloutWorker.generate, prompts, params, seed=seed))
+
+    def generate_turn(self, prompts: list[PromptTokens], params: SamplingParams, seed: int | None) -> Batch:
+        """One generate call over the group (the agent loop's turn)."""
+        call = self.group.submit_overlapped(RolloutWorker.generate, prompts, params, seed=seed)
+        batch = call.result()
+        self.turn_busy_s += call.busy_s
+        return batch
 
     def generate(self, items: list[PromptItem], params: SamplingParams, seed: int | None = None) -> Batch:
         return self.submit(items, params, seed).result()[0]

@@ -27,12 +27,15 @@ from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
 from grpoflow.rewards import RewardScorer, build_reward
 from grpoflow.tasks.addition import addition_splits
 from grpoflow.tasks.chat_addition import chat_addition_splits
+from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
 
 # built-in data name -> (the task's splits function, index of the split)
 Splits = Callable[[], tuple[list[dict], list[dict]]]
 BUILTIN_DATA: dict[str, tuple[Splits, int]] = {
     "builtin:addition/train": (addition_splits, 0), "builtin:addition/val": (addition_splits, 1),
-    "builtin:chat_addition/train": (chat_addition_splits, 0), "builtin:chat_addition/val": (chat_addition_splits, 1)}
+    "builtin:chat_addition/train": (chat_addition_splits, 0), "builtin:chat_addition/val": (chat_addition_splits, 1),
+    "builtin:guess_number/train": (guess_number_splits, 0), "builtin:guess_number/val": (guess_number_splits, 1),
+    "builtin:calculator/train": (calculator_splits, 0), "builtin:calculator/val": (calculator_splits, 1)}
 DEFAULT_SFT_STEPS = 400
 
 
@@ -40,8 +43,9 @@ def build_scorer(cfg: Config) -> RewardScorer | None:
     """The rule-reward scorer (None when only a reward model scores)."""
     r = cfg.reward
     spec = r.functions or r.function
-    if not spec and not r.model.path:
-        raise ConfigError("No reward: set reward.function (or reward.functions) and/or reward.model.path.")
+    if not spec and not r.model.path and not cfg.rollout.env:
+        raise ConfigError("No reward: set reward.function (or reward.functions), reward.model.path and/or a "
+                          "rewarding rollout.env.")
     if not spec:
         return None
     return RewardScorer(build_reward(spec, r.weights, r.routes), error_score=r.error_score, timeout_s=r.timeout_s,

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from grpoflow.training.engine import TrainEngine
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
+from grpoflow.multiturn.chat import ChatRenderer
 
 
 def lookup(row: dict, key: str):
@@ -31,31 +32,44 @@ def lookup(row: dict, key: str):
     return value
 
 
-def sft_examples(rows: list[dict], tokenizer, prompt_key: str, response_key: str) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, target ids + EOS) per row with a string prompt and a target."""
-    examples = []
+Example = tuple[list[int], list[int], list[int]]  # prompt ids, target ids, 1 on the target ids that are trained
+
+
+def sft_examples(rows: list[dict], tokenizer, prompt_key: str, response_key: str) -> list[Example]:
+    """(prompt ids, target ids, target mask) per row: a string prompt and a target (trained: its ids + EOS), or
+    a target that is a whole conversation in chat messages (a multi-turn demonstration: rendered by the rules
+    of a rollout, `multiturn.chat`; only the assistant turns are trained)."""
+    examples: list[Example] = []
+    renderer = None
     for row in rows:
         prompt, target = row.get(prompt_key), lookup(row, response_key)
-        if isinstance(prompt, str) and target is not None:
-            examples.append((tokenizer.encode(prompt, add_special_tokens=False),
-                             tokenizer.encode(str(target), add_special_tokens=False) + [tokenizer.eos_token_id]))
+        if isinstance(target, list):
+            if renderer is None:
+                renderer = ChatRenderer(tokenizer)
+            prompt_ids, segments = renderer.conversation_ids(target)
+            examples.append((prompt_ids, [t for ids, _ in segments for t in ids],
+                             [int(mine) for ids, mine in segments for _ in ids]))
+        elif isinstance(prompt, str) and target is not None:
+            ids = tokenizer.encode(str(target), add_special_tokens=False) + [tokenizer.eos_token_id]
+            examples.append((tokenizer.encode(prompt, add_special_tokens=False), ids, [1] * len(ids)))
     if not examples:
         raise ValueError(f"sft: no row has a string `{prompt_key}` and a `{response_key}` target; set "
                          "sft.response_key to the column holding the target completion, or sft.steps=0.")
     return examples
 
 
-def collate(examples: list[tuple[list[int], list[int]]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded input_ids / attention_mask / labels (-100 on prompt and padding)."""
-    width = max(len(p) + len(t) for p, t in examples)
+def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded input_ids / attention_mask / labels (-100 on prompt, untrained target tokens and padding)."""
+    width = max(len(p) + len(t) for p, t, _ in examples)
     ids = torch.full((len(examples), width), pad_token_id, dtype=torch.long)
     labels = torch.full((len(examples), width), -100, dtype=torch.long)
     mask = torch.zeros((len(examples), width), dtype=torch.long)
-    for i, (p, t) in enumerate(examples):
+    for i, (p, t, trained) in enumerate(examples):
         seq = torch.tensor(p + t)
         ids[i, :len(seq)] = seq
         mask[i, :len(seq)] = 1
-        labels[i, len(p):len(seq)] = torch.tensor(t)
+        target = torch.tensor(t)
+        labels[i, len(p):len(seq)] = torch.where(torch.tensor(trained, dtype=torch.bool), target, -100)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 

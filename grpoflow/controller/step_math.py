@@ -10,11 +10,15 @@ from grpoflow.algorithms import kl_in_reward
 
 
 def score_at_last_token(scores: Tensor, response_mask: Tensor) -> Tensor:
-    """[B, R] float32: each sample's score [B] at its last response token, 0 elsewhere (an empty response
-    puts it at position 0). The outcome reward as a token-level reward (verl's token_level_scores)."""
-    lengths = response_mask.sum(-1)
+    """[B, R] float32: each sample's score [B] at its last response token (the last column where
+    `response_mask` is 1: with multi-turn environment tokens in between, the model's last token), 0
+    elsewhere (an empty response puts it at position 0). The outcome reward as a token-level reward
+    (verl's token_level_scores)."""
+    columns = torch.arange(response_mask.shape[1])
+    last = torch.where(response_mask.bool(), columns, -1).max(-1).values if response_mask.shape[1] else \
+        torch.zeros(len(scores), dtype=torch.long)
     rewards = torch.zeros(response_mask.shape, dtype=torch.float32)
-    rewards[torch.arange(len(scores)), (lengths - 1).clamp(min=0)] = scores.float()
+    rewards[torch.arange(len(scores)), last.clamp(min=0)] = scores.float()
     return rewards
 
 

@@ -23,6 +23,7 @@ from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with
                                  required_inputs)
 from grpoflow.config import Config
 from grpoflow.controller.checkpoint import CheckpointManager, load_state, rng_state, save_state, set_rng_state
+from grpoflow.controller.agent import build_agent_loop, close_agent_loop
 from grpoflow.controller.checks import check_config
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
 from grpoflow.controller.placement import build_placement
@@ -36,7 +37,8 @@ from grpoflow.data.batch import Batch
 from grpoflow.data.sampler import EpochSampler
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.rewards.scoring import RewardScorer, Scores
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.models.loading import load_tokenizer
+from grpoflow.rollout.protocol import PromptTokens, SamplingParams
 from grpoflow.training.engine import NonFiniteLossError
 from grpoflow.training.forward import UpdateSchedule
 from grpoflow.workers.actor import ActorWorker
@@ -81,7 +83,9 @@ class Controller:
         self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
                                            target_kl=kl.target_kl, horizon=kl.horizon)
         self.sampling = SamplingParams(n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
-        self.rollouts = Rollouts(self.rollout)
+        # Multi-turn (rollout.env / rollout.tools): the agent loop generates trajectories turn by turn.
+        agent = build_agent_loop(cfg, load_tokenizer(model_path), self.rollout_turn) if r.multi_turn else None
+        self.rollouts = Rollouts(self.rollout, agent)
         self.queue = RolloutQueue(self.rollouts, train_items, EpochSampler(len(train_items), seed=cfg.trainer.seed),
                                   prompts_per_step=cfg.data.prompts_per_step, params=self.sampling,
                                   ahead=r.max_staleness if self.is_async else 0, last_step=cfg.trainer.total_steps,
@@ -92,6 +96,9 @@ class Controller:
         self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
         self.trackers: list = []  # built in fit(), once the resume step is known
+
+    def rollout_turn(self, prompts: list[PromptTokens], params: SamplingParams, seed: int | None) -> Batch:
+        return self.rollouts.generate_turn(prompts, params, seed)
 
     def _build_groups(self, cfg: Config, model_path: str, needs: set[str]) -> None:
         a, alg, seed = cfg.actor, cfg.algorithm, cfg.trainer.seed
@@ -208,6 +215,7 @@ class Controller:
                 pending = self.queue.take(step) if draw == 0 else \
                     self.rollouts.submit(self.queue.draw(want), self.sampling, self.step_seed(step, draw))
                 batch, busy = pending.result()
+                metrics.update(pending.metrics)
             timer.seconds["gen_busy"] = timer.seconds.get("gen_busy", 0.0) + busy  # the engines' own time
             with timer("reward"):
                 shaped, scored = self.rewards.shaped(batch)
@@ -258,7 +266,8 @@ class Controller:
         self.queue.drain()
 
     def close(self) -> None:
-        """Stop the workers (Ray actors, and Ray if this run started it)."""
+        """Stop the workers (Ray actors, and Ray if this run started it) and the tool processes."""
+        close_agent_loop(self.rollouts.agent)
         self.placement.close()
 
     def validate(self, step: int) -> dict[str, float]:

@@ -39,7 +39,8 @@ def validate(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batc
             scores[item.data_source].append([scored.scores[j] for j in rows])
             answers[item.data_source].append([extract_answer(batch.completions[j]) for j in rows])
         shown += [{"step": step, "data_source": chunk[j // k].data_source, "prompt": batch.prompts[j],
-                   "completion": batch.completions[j], "score": scored.scores[j]}
+                   "completion": batch.completions[j], "score": scored.scores[j],
+                   **({"conversation": batch.conversations[j]} if batch.conversations else {})}
                   for j in range(min(len(batch), num_samples - len(shown)))]
     if samples_path is not None and shown:
         with open(samples_path, "a") as f:

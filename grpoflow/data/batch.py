@@ -24,7 +24,7 @@ class Batch:
     prompt_ids: Tensor                      # [B, P] int64, left-padded with pad_token_id
     prompt_mask: Tensor                     # [B, P] 1 on real prompt tokens
     response_ids: Tensor                    # [B, R] int64, right-padded
-    response_mask: Tensor                   # [B, R] 1 on generated tokens (up to and incl. EOS)
+    response_mask: Tensor                   # [B, R] 1 on generated tokens (up to and incl. EOS): the loss mask
     group_ids: Tensor                       # [B] int64, samples of one prompt share an id
     rollout_log_probs: Optional[Tensor] = None  # [B, R] log-probs under the sampling policy
     old_log_probs: Optional[Tensor] = None  # [B, R] actor log-probs before the update
@@ -37,9 +37,14 @@ class Batch:
     returns: Optional[Tensor] = None        # [B, R] critic regression targets
     truncated: Optional[Tensor] = None      # [B] bool, hit the length limit before EOS
     policy_version: Optional[Tensor] = None  # [B] int64, version of the weights that sampled it
+    # [B, R] 1 on every real response token, the model's and (multi-turn) the environment's, which the
+    # model reads but is not trained on; None: the response is all the model's, so response_mask.
+    response_attention: Optional[Tensor] = None
+    env_rewards: Optional[Tensor] = None    # [B] float32, multi-turn: the environment's reward (added to scores)
     prompts: list = field(default_factory=list)      # [B] prompt text
     completions: list = field(default_factory=list)  # [B] decoded response text
     rows: list = field(default_factory=list)         # [B] dataset row (dict) of the prompt
+    conversations: list = field(default_factory=list)  # [B] multi-turn: the whole conversation (chat messages)
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -50,13 +55,18 @@ class Batch:
         return torch.cat([self.prompt_ids, self.response_ids], dim=1)
 
     @property
+    def response_attention_mask(self) -> Tensor:
+        """[B, R] 1 on every real response token (model and environment); the model input's response part."""
+        return self.response_mask if self.response_attention is None else self.response_attention
+
+    @property
     def attention_mask(self) -> Tensor:
         """[B, P + R]."""
-        return torch.cat([self.prompt_mask, self.response_mask], dim=1)
+        return torch.cat([self.prompt_mask, self.response_attention_mask], dim=1)
 
     @property
     def response_lengths(self) -> Tensor:
-        """[B] number of response tokens."""
+        """[B] number of response tokens the model generated (environment tokens not counted)."""
         return self.response_mask.sum(-1)
 
     def replace(self, **changes: Any) -> "Batch":
@@ -65,7 +75,7 @@ class Batch:
     def tensors(self) -> "Batch":
         """The same batch without its texts and dataset rows: what a model worker needs, and all that is
         sent to one."""
-        return dataclasses.replace(self, prompts=[], completions=[], rows=[])
+        return dataclasses.replace(self, prompts=[], completions=[], rows=[], conversations=[])
 
     def select(self, index: Tensor | list[int]) -> "Batch":
         """Rows `index` (in that order) of every field."""
@@ -89,7 +99,7 @@ class Batch:
     def trimmed(self) -> "Batch":
         """The same rows with all-padding columns removed (left of prompts, right of responses)."""
         p = int(self.prompt_mask.sum(-1).max().item()) if len(self) else 0
-        r = max(int(self.response_mask.sum(-1).max().item()) if len(self) else 0, 1)
+        r = max(int(self.response_attention_mask.sum(-1).max().item()) if len(self) else 0, 1)
         values: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)

@@ -7,7 +7,7 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
-from grpoflow.rollout.protocol import Generation, SamplingParams, eos_response_mask, left_pad
+from grpoflow.rollout.protocol import Generation, SamplingParams, eos_response_mask, left_pad, stop_ids
 from grpoflow.rollout.sampling import sample
 
 
@@ -24,7 +24,6 @@ class HFRolloutEngine:
         self.eos_token_id = eos_token_id
         self.version = 0
         self._device = next(model.parameters()).device
-        self._eos = torch.as_tensor(eos_token_id if isinstance(eos_token_id, list) else [eos_token_id])
         for p in self.model.parameters():
             p.requires_grad_(False)
 
@@ -32,14 +31,16 @@ class HFRolloutEngine:
                  ) -> Generation:
         """n samples per prompt; with `seeds` (one per prompt) each sample has its own random stream."""
         prompt_ids, prompt_mask = left_pad(prompts, self.pad_token_id)
+        stops = stop_ids(self.eos_token_id, params)
+        eos = torch.as_tensor(stops)
         response_ids, log_probs = sample(
             self.model, prompt_ids.to(self._device), prompt_mask.to(self._device), n=params.n,
             max_new_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-            eos_token_ids=self._eos.to(self._device), pad_token_id=self.pad_token_id,
+            eos_token_ids=eos.to(self._device), pad_token_id=self.pad_token_id,
             seeds=None if seeds is None else torch.tensor(seeds, dtype=torch.long))
         response_ids, log_probs = response_ids.cpu(), log_probs.cpu()
-        response_mask = eos_response_mask(response_ids, self.eos_token_id)
-        truncated = ~torch.isin(response_ids, self._eos).any(-1)  # the loop ran to max_new_tokens for these
+        response_mask = eos_response_mask(response_ids, stops)
+        truncated = ~torch.isin(response_ids, eos).any(-1)  # the loop ran to max_new_tokens for these
         return Generation(prompt_ids.repeat_interleave(params.n, 0), prompt_mask.repeat_interleave(params.n, 0),
                           response_ids, response_mask, log_probs, truncated)
 

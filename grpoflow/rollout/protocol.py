@@ -29,6 +29,9 @@ class SamplingParams:
     max_new_tokens: int = 16
     temperature: float = 1.0   # 0 means greedy
     top_p: float = 1.0
+    # Token ids that also end a sample, besides the tokenizer's EOS (multi-turn: the chat template's
+    # end-of-turn token, e.g. <|im_end|> when EOS is <|endoftext|>). Kept in the response, like EOS.
+    stop_token_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -56,6 +59,12 @@ class RolloutEngine(Protocol):
     def sleep(self) -> None: ...
 
     def wake(self) -> None: ...
+
+
+def stop_ids(eos_token_id: int | list[int], params: SamplingParams) -> list[int]:
+    """The ids that end a sample: the EOS id(s), then `params.stop_token_ids` not already among them."""
+    ids = list(eos_token_id) if isinstance(eos_token_id, list) else [eos_token_id]
+    return ids + [t for t in params.stop_token_ids if t not in ids]
 
 
 def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[Tensor, Tensor]:

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from grpoflow.rollout.external import import_engine, pack_samples, weight_buckets
-from grpoflow.rollout.protocol import Generation, SamplingParams
+from grpoflow.rollout.protocol import Generation, SamplingParams, stop_ids
 
 INSTALL_HINT = "rollout.engine=sglang needs SGLang and a GPU: pip install 'grpoflow[sglang]' (docs/rollout-engines.md)."
 
@@ -58,7 +58,7 @@ class SGLangRolloutEngine:
         self._check_usable()
         if self._asleep:
             self.wake()
-        eos = self.eos_token_id if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+        eos = stop_ids(self.eos_token_id, params)
         greedy = params.temperature <= 0
         sampling = {"max_new_tokens": params.max_new_tokens, "temperature": 0.0 if greedy else params.temperature,
                     "top_p": 1.0 if greedy else params.top_p, "stop_token_ids": eos}
@@ -67,7 +67,7 @@ class SGLangRolloutEngine:
         outputs = self.engine.generate(input_ids=input_ids, sampling_params=sampling, return_logprob=True)
         responses, log_probs = samples_from_sglang(outputs)
         return pack_samples(prompts, params.n, responses, log_probs, pad_token_id=self.pad_token_id,
-                            eos_token_id=self.eos_token_id)
+                            eos_token_id=eos)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None:
         """Send the actor's weights (HF names) bucket by bucket within `sync_timeout_s`, then flush the

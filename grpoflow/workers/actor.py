@@ -70,7 +70,7 @@ class ActorWorker:
         """This micro-batch's share of the mini-batch loss, and its share of each metric."""
         cfg = self.cfg
         log_probs, entropy = response_log_probs(
-            model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_mask,
+            model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_attention_mask,
             temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
             entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype)
         assert entropy is not None and mb.advantages is not None, "the update needs entropy and advantages"

@@ -41,6 +41,7 @@ def make_batch(prompt_lengths, response_lengths, width_p=None, width_r=None, see
         prompts=[f"prompt {i}" for i in range(b)],
         completions=[f"completion {i}" for i in range(b)],
         rows=[{"answer": str(i)} for i in range(b)],
+        conversations=[[{"role": "user", "content": f"turn {i}"}] for i in range(b)],
     )
 
 
@@ -85,6 +86,17 @@ def test_select_reorders_every_tensor_and_list():
             assert w == [v[i] for i in order], f.name
     assert picked.prompts == ["prompt 2", "prompt 0", "prompt 3"]
     assert picked.group_ids.tolist() == [1, 0, 1]
+
+
+def test_environment_tokens_are_attended_but_not_trained():
+    # row 0: model, env, env, model; row 1: model, padding: the attention mask covers the env tokens
+    batch = make_batch([1, 1], [4, 1]).replace(
+        response_mask=torch.tensor([[1, 0, 0, 1], [1, 0, 0, 0]]),
+        response_attention=torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]]))
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
+    assert batch.response_lengths.tolist() == [2, 1]   # the model's tokens
+    assert batch.trimmed().response_ids.shape[1] == 4  # the env tokens are not trimmed away
+    assert batch.tensors().conversations == []
 
 
 def test_select_accepts_a_tensor_index_and_repeats():

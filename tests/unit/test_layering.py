@@ -20,9 +20,9 @@ ROOT = Path(grpoflow.__file__).parent
 
 # The parts of grpoflow, and the grpoflow parts each may NOT import. `tasks` (built-in task data)
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
-UPPER_OF_DATA = {"training", "rollout", "workers", "distributed", "controller", "cli", "plotting"}
+UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "cli", "plotting"}
 EVERY_PART = {"plugins", "plotting", "algorithms", "rewards", "data", "models", "tasks", "training", "rollout",
-              "workers", "distributed", "controller", "config", "cli"}
+              "multiturn", "workers", "distributed", "controller", "config", "cli"}
 FORBIDDEN_PARTS = {
     "plugins": None,  # None: nothing from any other grpoflow part (registries, user-file loading; stdlib only)
     "plotting": {"training", "rollout", "workers", "distributed", "cli"},  # reads metrics.jsonl via controller.metrics
@@ -31,8 +31,10 @@ FORBIDDEN_PARTS = {
     "data": UPPER_OF_DATA,
     "models": UPPER_OF_DATA,
     "tasks": UPPER_OF_DATA,
-    "training": {"rollout", "workers", "distributed", "controller", "cli", "plotting"},
-    "rollout": {"training", "workers", "distributed", "controller", "cli", "plotting"},
+    "training": {"rollout", "multiturn", "workers", "distributed", "controller", "cli", "plotting"},
+    "rollout": {"training", "multiturn", "workers", "distributed", "controller", "cli", "plotting"},
+    # the agent loop drives the engines through a generate function it is given: no workers, no placement
+    "multiturn": {"training", "workers", "distributed", "controller", "cli", "plotting"},
     "workers": {"distributed", "controller", "cli", "plotting"},
     "distributed": {"controller", "cli", "plotting"},
     "controller": {"cli"},

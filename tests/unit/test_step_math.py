@@ -15,6 +15,13 @@ def test_score_sits_at_the_last_response_token():
     assert out.dtype == torch.float32
 
 
+def test_multi_turn_score_sits_at_the_models_last_token_not_after_environment_tokens():
+    # model tokens (1) and environment tokens (0) interleaved: model, env, env, model, model, env, padding
+    mask = torch.tensor([[1, 0, 0, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0, 0]])
+    out = score_at_last_token(torch.tensor([5.0, -1.0]), mask)
+    assert out.tolist() == [[0, 0, 0, 0, 5.0, 0, 0], [0, -1.0, 0, 0, 0, 0, 0]]
+
+
 def test_mask_truncated_drops_every_token_of_a_truncated_sample():
     mask = torch.tensor([[1, 1], [1, 0], [1, 1]])
     truncated = torch.tensor([True, False, False])

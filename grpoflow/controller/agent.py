@@ -1,0 +1,51 @@
+"""The multi-turn agent loop of a run, built from `rollout.env` / `rollout.tools` (docs/multi-turn.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpoflow.config import Config
+from grpoflow.data.dataset import PromptItem
+from grpoflow.multiturn.chat import ChatRenderer
+from grpoflow.multiturn.env import load_env
+from grpoflow.multiturn.loop import AgentLoop, Generate, ToolUse
+
+
+def build_agent_loop(cfg: Config, tokenizer: Any, generate: Generate) -> AgentLoop:
+    """The loop for `cfg.rollout` (with `rollout.multi_turn`): its environment class, its tools (the configured
+    ones and those the environment declares, run by a ToolRunner: close it with `close_agent_loop`), and a
+    renderer whose template was checked."""
+    r, d = cfg.rollout, cfg.data
+    env_cls = load_env(r.env) if r.env else None
+    tools = None
+    declared = list(getattr(env_cls, "tools", []) or [])
+    if r.tools or declared:
+        from grpoflow.multiturn.tool_runner import ToolRunner
+        from grpoflow.multiturn.tools import load_tools, tool_from_function
+
+        found = load_tools(list(r.tools)) + [tool_from_function(fn) for fn in declared]
+        names = [t.name for t in found]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"rollout.tools and the environment's tools name {duplicates} twice; rename one.")
+        runner = ToolRunner(found, timeout_s=r.tool_timeout_s, cpu_time_s=r.tool_cpu_time_s,
+                            memory_mb=r.tool_memory_mb, workers=r.tool_workers)
+        tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
+                        max_output_tokens=r.max_tool_output_tokens)
+    renderer = ChatRenderer(tokenizer, [t.schema for t in tools.runner.tools] if tools is not None else None)
+
+    def opening(item: PromptItem) -> list[dict]:
+        """The dataset prompt as chat messages (with data.system_prompt), when the environment gives none."""
+        prompt = item.row.get(d.prompt_key)
+        messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+        if d.system_prompt and not any(m.get("role") == "system" for m in messages):
+            messages = [{"role": "system", "content": d.system_prompt}] + messages
+        return messages
+
+    return AgentLoop(renderer, generate, env_cls=env_cls, tools=tools, max_turns=r.max_turns, opening=opening)
+
+
+def close_agent_loop(loop: AgentLoop | None) -> None:
+    """Stop the loop's tool processes."""
+    if loop is not None and loop.tools is not None:
+        loop.tools.runner.close()

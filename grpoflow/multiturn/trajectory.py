@@ -1,0 +1,91 @@
+"""A multi-turn trajectory: the prompt ids, then segments of ids, the model's and the environment's.
+
+The model's segments are the exact ids the engine sampled, with their sampling log-probs; the
+environment's (tool results, replies, the separator and the next turn's opening) are rendered by
+`chat.ChatRenderer`. One trajectory is one training sample: its response is every segment in
+order, the loss mask is 1 on the model's tokens only, and the attention covers them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from grpoflow.data.batch import Batch
+from grpoflow.rollout.protocol import left_pad
+
+
+@dataclass
+class Segment:
+    ids: list[int]
+    log_probs: list[float] | None = None  # the model's sampling log-probs; None: environment tokens (not trained)
+
+    @property
+    def trainable(self) -> bool:
+        return self.log_probs is not None
+
+
+@dataclass
+class Trajectory:
+    prompt_ids: list[int]
+    messages: list[dict]                   # the conversation: opening messages, then every turn
+    segments: list[Segment] = field(default_factory=list)
+    turns: int = 0                         # model turns
+    tool_calls: int = 0
+    tool_errors: int = 0                   # malformed calls, unknown tools, tools that raised or output too much
+    tool_timeouts: int = 0                 # calls past the tool timeout or killed for CPU time / memory
+    step_reward: float = 0.0               # the environment's step rewards so far
+    rewards: dict[str, float] = field(default_factory=dict)  # the environment's reward parts, when it is over
+    truncated: bool = False                # the token budget ran out before the conversation ended
+    done: bool = False
+    version: int = -1                      # weight version of the oldest turn
+
+    @property
+    def response_ids(self) -> list[int]:
+        return [t for s in self.segments for t in s.ids]
+
+    @property
+    def used(self) -> int:
+        """Tokens after the prompt (the budget's count)."""
+        return sum(len(s.ids) for s in self.segments)
+
+    @property
+    def env_tokens(self) -> int:
+        return sum(len(s.ids) for s in self.segments if not s.trainable)
+
+    def last_assistant_text(self) -> str:
+        return next((m["content"] for m in reversed(self.messages) if m["role"] == "assistant"), "")
+
+
+def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts: list[str], rows: list[dict]
+             ) -> Batch:
+    """The trajectories as training samples (in order): response = the segments, response_mask 1 on the model's
+    tokens, response_attention 1 on all, rollout log-probs on the model's tokens (0 elsewhere), env rewards
+    (the sum of each trajectory's parts), completions = the last assistant message (what reward functions
+    score), conversations = the messages."""
+    prompt_ids, prompt_mask = left_pad([t.prompt_ids for t in trajectories], pad_token_id)
+    width = max([t.used for t in trajectories] + [1])
+    b = len(trajectories)
+    response_ids = torch.full((b, width), pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros((b, width), dtype=torch.long)
+    attention = torch.zeros((b, width), dtype=torch.long)
+    log_probs = torch.zeros((b, width), dtype=torch.float32)
+    for i, t in enumerate(trajectories):
+        at = 0
+        for s in t.segments:
+            end = at + len(s.ids)
+            response_ids[i, at:end] = torch.tensor(s.ids, dtype=torch.long)
+            attention[i, at:end] = 1
+            if s.log_probs is not None:
+                response_mask[i, at:end] = 1
+                log_probs[i, at:end] = torch.tensor(s.log_probs, dtype=torch.float32)
+            at = end
+    return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
+                 response_mask=response_mask, response_attention=attention,
+                 group_ids=torch.zeros(b, dtype=torch.long), rollout_log_probs=log_probs,
+                 truncated=torch.tensor([t.truncated for t in trajectories], dtype=torch.bool),
+                 policy_version=torch.tensor([t.version for t in trajectories], dtype=torch.long),
+                 env_rewards=torch.tensor([sum(t.rewards.values()) for t in trajectories], dtype=torch.float32),
+                 prompts=list(prompt_texts), completions=[t.last_assistant_text() for t in trajectories],
+                 rows=list(rows), conversations=[list(t.messages) for t in trajectories])

@@ -17,9 +17,9 @@ closures and functions defined in `__main__` cannot be sent.
 
 Optional `ResourceLimits` are set in the child with `resource.setrlimit`: RLIMIT_AS (address
 space, so the interpreter and the function's imports count too) once the function is loaded,
-and RLIMIT_CPU re-armed before every call to the CPU time used so far + the limit (the kernel
-counts whole seconds; SIGXCPU ends the worker). A call that exceeds one gets ("killed", why)
-and its worker is replaced. The limits stop runaway code, they are not a security boundary:
+and a CPU-time limit per call, re-armed before every call (a CPU-time timer, ITIMER_PROF, backed
+by RLIMIT_CPU; either signal ends the worker). A call that exceeds one gets ("killed", why) and
+its worker is replaced. The limits stop runaway code, they are not a security boundary:
 code in the worker can raise its own soft limits or reach the network and the file system.
 
 Messages (pickled, over the socket): parent -> child: the limits and the function once, then
@@ -260,7 +260,7 @@ class WorkerPool:
     def _death(self, code: int | None) -> Outcome:
         """The outcome of a call whose worker died with exit status `code` (-N: signal N)."""
         limits = self._limits
-        if code == -signal.SIGXCPU and limits.cpu_time_s is not None:
+        if code in (-signal.SIGPROF, -signal.SIGXCPU) and limits.cpu_time_s is not None:
             return "killed", f"it exceeded its CPU-time limit of {limits.cpu_time_s:g} s"
         if code == -signal.SIGKILL and (limits.cpu_time_s is not None or limits.memory_mb is not None):
             return "killed", "it was killed (SIGKILL: a hard CPU-time limit or the kernel's out-of-memory killer)"
@@ -352,6 +352,8 @@ def worker_main(fd: int, parent_pid: int) -> None:
         except BaseException:  # SystemExit included: the worker keeps serving
             conn.send(("error", traceback.format_exc(limit=3)))
             continue
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)  # disarm the CPU-time timer (a no-op without one)
         try:
             conn.send(("ok", value))
         except Exception as e:  # pickling fails before anything is written
@@ -367,11 +369,17 @@ def _apply_limits(limits: ResourceLimits) -> None:
 
 
 def _arm_cpu_limit(cpu_time_s: float | None) -> None:
-    """Let the next call use `cpu_time_s` more CPU seconds than this process has used so far."""
+    """Let the next call use `cpu_time_s` more CPU seconds than this process has used so far.
+
+    The precise limit is a CPU-time timer (ITIMER_PROF; its SIGPROF, left at its default action,
+    ends the process even inside native code); RLIMIT_CPU, which the kernel counts in whole
+    seconds, backs it up one second later (SIGXCPU), e.g. if the call resets the timer.
+    """
     if cpu_time_s is None:
         return
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    _set_soft_limit(resource.RLIMIT_CPU, math.ceil(usage.ru_utime + usage.ru_stime + cpu_time_s))
+    _set_soft_limit(resource.RLIMIT_CPU, math.ceil(usage.ru_utime + usage.ru_stime + cpu_time_s) + 1)
+    signal.setitimer(signal.ITIMER_PROF, cpu_time_s)
 
 
 def _set_soft_limit(which: int, value: int) -> None:

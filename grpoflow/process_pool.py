@@ -68,7 +68,7 @@ class WorkerStartError(RuntimeError):
 class ResourceLimits:
     """Per-worker limits set in the child (see the module docstring); None: no limit."""
 
-    cpu_time_s: float | None = None  # CPU seconds per call, rounded up to whole seconds by the kernel
+    cpu_time_s: float | None = None  # CPU seconds per call (user + system, all threads of the worker)
     memory_mb: int | None = None     # address space of the whole worker process (RLIMIT_AS)
 
     def __post_init__(self) -> None:

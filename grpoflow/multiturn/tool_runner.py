@@ -71,7 +71,7 @@ class ToolRunner:
     Args:
         tools: the tools the model may call (names must be unique).
         timeout_s: wall-clock limit of one call, in seconds.
-        cpu_time_s: CPU-time limit of one sandboxed call (the kernel counts whole seconds, rounding up).
+        cpu_time_s: CPU-time limit of one sandboxed call, in seconds (user + system time of its worker).
         memory_mb: address-space limit of a sandboxed worker process, interpreter and imports included
             (a bare worker reserves about 100 MB, most of it unused; tools that import numpy or torch need
             far more).

@@ -104,9 +104,9 @@ def python(code: str) -> str:
         except MemoryError:
             raise  # the worker's memory limit: the runner reports it and replaces the worker
         except BaseException as e:  # the program's own error (SystemExit too) is its output, as in a terminal
-            frames = traceback.extract_tb(e.__traceback__)
-            first = next((i for i, f in enumerate(frames) if f.filename == "<code>"), len(frames))
-            frames = frames[first:]  # from the program's first line on: not _run's frame nor ast.parse's
+            stack = traceback.extract_tb(e.__traceback__)
+            first = next((i for i, f in enumerate(stack) if f.filename == "<code>"), len(stack))
+            frames = stack[first:]  # from the program's first line on: not _run's frame nor ast.parse's
             output.write("Traceback (most recent call last):\n" if frames else "")
             output.write("".join(traceback.format_list(frames)))
             output.write("".join(traceback.format_exception_only(type(e), e)))
@@ -119,7 +119,7 @@ def _run(code: str) -> None:
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
     namespace: dict = {"__name__": "__main__"}
     exec(compile(tree, "<code>", "exec"), namespace)
-    if last is not None:
+    if isinstance(last, ast.Expr):
         value = eval(compile(ast.Expression(last.value), "<code>", "eval"), namespace)
         if value is not None:
             print(repr(value))

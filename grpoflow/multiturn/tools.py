@@ -59,11 +59,11 @@ def tool_from_function(fn: Callable, *, sandboxed: bool = True, name: str | None
         schema = get_json_schema(fn)
     except TypeHintParsingException as e:
         raise ValueError(
-            f"tool {fn_name(fn)} cannot be described to the model: {e}. Give every argument a JSON-compatible "
+            f"tool {_where(fn)} cannot be described to the model: {e}. Give every argument a JSON-compatible "
             f"type hint (str, int, float, bool, list[...], dict[str, ...], Literal[...], Optional[...]).") from None
     except DocstringParsingException as e:
         raise ValueError(
-            f"tool {fn_name(fn)} cannot be described to the model: {e}. Write a Google-style docstring: a first "
+            f"tool {_where(fn)} cannot be described to the model: {e}. Write a Google-style docstring: a first "
             f"line saying what the tool does, then an 'Args:' section with one 'name: description' line per "
             f"argument.") from None
     if name is not None:
@@ -122,6 +122,14 @@ def _resolve(spec: str) -> Callable:
     if not callable(fn):
         raise ValueError(f"Cannot load tool {spec!r}: module {match['module']!r} has no function {match['fn']!r}.")
     return fn
+
+
+def _where(fn: Callable) -> str:
+    """`name (path/to/file.py:line)` of a function, for messages; `module.name` for other callables."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return fn_name(fn)
+    return f"{fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
 
 
 def _is_spec(name: str) -> bool:

@@ -87,7 +87,8 @@ def no_args_section(city: str) -> str:
     (no_args_section, "no description for the argument 'city'"),
 ])
 def test_a_function_that_cannot_be_described_is_a_clear_error(fn, what):
-    with pytest.raises(ValueError, match=f"tool .*{fn.__name__} cannot be described to the model") as info:
+    with pytest.raises(ValueError, match=f"tool {fn.__name__} \\(.*test_tools.py:\\d+\\) cannot be described "
+                                         f"to the model") as info:
         tool_from_function(fn)
     assert what in str(info.value)
 

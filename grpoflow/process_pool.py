@@ -264,7 +264,7 @@ class WorkerPool:
             return "killed", f"it exceeded its CPU-time limit of {limits.cpu_time_s:g} s"
         if code == -signal.SIGKILL and (limits.cpu_time_s is not None or limits.memory_mb is not None):
             return "killed", "it was killed (SIGKILL: a hard CPU-time limit or the kernel's out-of-memory killer)"
-        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        how = f"signal {_signal_name(-code)}" if code is not None and code < 0 else f"exit code {code}"
         return "error", (f"the {self._label} worker process died ({how}) during this call, e.g. a crash in "
                          f"native code or os._exit().")
 
@@ -287,6 +287,13 @@ class WorkerPool:
     def _replace(self, slot: int) -> None:
         _kill(self._workers[slot])
         self._workers[slot] = self._spawn()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # e.g. a real-time signal
+        return str(number)
 
 
 def _exit_code(proc: subprocess.Popen) -> int | None:

@@ -97,6 +97,7 @@ class ToolRunner:
         limits = ResourceLimits(cpu_time_s=cpu_time_s, memory_mb=memory_mb)
         self._trusted = {t.name: t.fn for t in tools if not t.sandboxed}
         self._pool = _start_pool([t for t in tools if t.sandboxed], max_output_chars, limits, workers)
+        self._lock = threading.Lock()  # the pool serves one run at a time
 
     @property
     def schemas(self) -> list[dict]:
@@ -109,7 +110,15 @@ class ToolRunner:
         return self._pool.pids if self._pool is not None else []
 
     def run(self, calls: list[ToolCall]) -> list[ToolResult]:
-        """One ToolResult per call, in order; the calls run concurrently, each bounded by `timeout_s`."""
+        """One ToolResult per call, in order; the calls run concurrently, each bounded by `timeout_s`.
+
+        Thread-safe, but runs from several threads take turns: to use every worker, pass the calls
+        of all trajectories of a turn in one run().
+        """
+        with self._lock:
+            return self._run(calls)
+
+    def _run(self, calls: list[ToolCall]) -> list[ToolResult]:
         results: list[ToolResult | None] = [None] * len(calls)
         threads: list[tuple[int, _ThreadCall]] = []
         sandboxed: list[int] = []

@@ -160,6 +160,15 @@ def test_a_busy_loop_is_killed_at_its_cpu_limit(tools):
         assert again == ToolResult("after", "ok")
 
 
+def test_code_that_turns_off_the_cpu_timer_still_meets_rlimit_cpu(tools):
+    with ToolRunner(tools, timeout_s=20.0, cpu_time_s=0.5, workers=1) as runner:
+        code = "import signal\nsignal.setitimer(signal.ITIMER_PROF, 0)\nwhile True: pass"
+        (result,), wall = run(runner, ("python", {"code": code}))
+    # RLIMIT_CPU counts whole seconds and is set one second past the timer: stopped after at most ~2 CPU s
+    assert result == ToolResult("error: tool 'python' was stopped: it exceeded its CPU-time limit of 0.5 s", "killed")
+    assert wall < 20.0
+
+
 def test_an_allocation_over_the_memory_limit_is_killed_and_the_runner_goes_on(runner):
     before = set(runner.worker_pids)
     results, wall = run(runner, behave("allocate"), ("python", {"code": "x = bytearray(10**9)"}))
@@ -204,6 +213,15 @@ def test_status_counts_of_a_mixed_batch_are_exact(runner):
     counts = status_counts(results)
     assert counts["ok"] == 3 and counts["error"] == 4 and counts["killed"] + counts["timeout"] == 4
     assert sum(counts.values()) == len(calls) and set(counts) == {"ok", "error", "timeout", "killed"}
+
+
+def test_runs_from_several_threads_take_turns(runner):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(3) as threads:
+        results = list(threads.map(lambda i: runner.run([ToolCall("behave", {"how": f"t{i}"}),
+                                                         ToolCall("calculator", {"expression": f"{i} * 2"})]), range(6)))
+    assert results == [[ToolResult(f"t{i}", "ok"), ToolResult(str(i * 2), "ok")] for i in range(6)]
 
 
 def test_no_calls_and_only_trusted_tools_start_no_workers(tools):

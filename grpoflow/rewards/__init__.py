@@ -7,8 +7,8 @@
     countdown.py   countdown (TinyZero): an equation over given numbers, checked with `ast`
     shaping.py     format (regex), length_penalty (characters over a budget)
     combine.py     CombinedReward (weighted sum), RoutedReward (by data_source), build_reward(spec)
-    scoring.py     Scores, RewardScorer (in-process, worker processes with a timeout, or async)
-    pool.py        the worker processes: one call each, a hung one is killed and replaced
+    scoring.py     Scores, RewardScorer (in-process, worker processes with a timeout, or async); the
+                   worker processes are grpoflow/process_pool.py (a hung call is killed and replaced)
 
 Importing the package registers the built-ins (exact_match, length, gsm8k, gsm8k_flexible, math,
 countdown, format, length_penalty).

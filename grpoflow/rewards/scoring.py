@@ -4,7 +4,7 @@
 
 - in this process, one sample after another (`workers=0`, the default; also what
   `score_completions` does): no overhead, no timeout;
-- in `workers` worker processes (pool.py), each call bounded by `timeout_s`: a call that runs
+- in `workers` worker processes (grpoflow/process_pool.py), each call bounded by `timeout_s`: a call that runs
   longer scores `error_score`, is counted in `reward/timeouts`, and its process is killed and
   replaced, so a hung call costs at most `timeout_s` of the step. The function must be picklable:
   a built-in, a module-level function of an importable module or of a `path/to/file.py`, or a
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpoflow.rewards.functions import RewardFn, is_async_reward, split_value
-from grpoflow.rewards.pool import Outcome, WorkerPool, WorkerStartError, dumps_function
+from grpoflow.process_pool import Outcome, WorkerPool, WorkerStartError, dumps_function
 
 log = logging.getLogger("grpoflow.reward")
 RESERVED = ("prompt", "completion")
@@ -126,7 +126,7 @@ class RewardScorer:
         if self.is_async:
             outcomes = _run_async(self.fn, tasks, self.timeout_s, self.workers)
         elif self._pool is not None:
-            outcomes = self._pool.run(tasks, self.timeout_s)
+            outcomes = self._pool.run([((p, c), kw) for p, c, kw in tasks], self.timeout_s)
         else:
             outcomes = [_call(self.fn, *task) for task in tasks]
         return _collect(outcomes, self.error_score, self.timeout_s)
@@ -201,7 +201,7 @@ def _collect(outcomes: list[Outcome], error_score: float, timeout_s: float | Non
         score = None
         if kind == "timeout":
             result.timeouts += 1
-        elif kind == "error":
+        elif kind in ("error", "killed"):  # "killed": a resource limit (none is set for rewards today)
             result.errors += 1
             first_error = first_error or info
         elif info is None:

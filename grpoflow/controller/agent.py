@@ -9,6 +9,8 @@ from grpoflow.data.dataset import PromptItem
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import load_env
 from grpoflow.multiturn.loop import AgentLoop, Generate, ToolUse
+from grpoflow.multiturn.tool_runner import ToolRunner
+from grpoflow.multiturn.tools import load_tools, tool_from_function
 
 
 def build_agent_loop(cfg: Config, tokenizer: Any, generate: Generate) -> AgentLoop:
@@ -20,9 +22,6 @@ def build_agent_loop(cfg: Config, tokenizer: Any, generate: Generate) -> AgentLo
     tools = None
     declared = list(getattr(env_cls, "tools", []) or [])
     if r.tools or declared:
-        from grpoflow.multiturn.tool_runner import ToolRunner
-        from grpoflow.multiturn.tools import load_tools, tool_from_function
-
         found = load_tools(list(r.tools)) + [tool_from_function(fn) for fn in declared]
         names = [t.name for t in found]
         duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -32,7 +31,7 @@ def build_agent_loop(cfg: Config, tokenizer: Any, generate: Generate) -> AgentLo
                             memory_mb=r.tool_memory_mb, workers=r.tool_workers)
         tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
-    renderer = ChatRenderer(tokenizer, [t.schema for t in tools.runner.tools] if tools is not None else None)
+    renderer = ChatRenderer(tokenizer, tools.runner.schemas if tools is not None else None)
 
     def opening(item: PromptItem) -> list[dict]:
         """The dataset prompt as chat messages (with data.system_prompt), when the environment gives none."""

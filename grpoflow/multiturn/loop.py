@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 
@@ -25,13 +25,11 @@ from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import Environment, final_reward, reset_env, step_env
+from grpoflow.multiturn.tool_parser import ToolCall, parse_tool_calls
+from grpoflow.multiturn.tool_runner import ToolRunner
 from grpoflow.multiturn.trajectory import Segment, Trajectory, to_batch
 from grpoflow.rollout.protocol import PromptTokens, SamplingParams
 from grpoflow.rollout.random_streams import prompt_seeds
-
-if TYPE_CHECKING:  # imported when tools are configured (tool_parser, tool_runner start nothing on import)
-    from grpoflow.multiturn.tool_parser import ToolCall
-    from grpoflow.multiturn.tool_runner import ToolRunner
 
 Generate = Callable[[list[PromptTokens], SamplingParams, "int | None"], Batch]
 TURN_STRIDE = 1009  # turn t of sample j of prompt i draws from stream index (i * n + j) * TURN_STRIDE + t
@@ -39,7 +37,7 @@ TURN_STRIDE = 1009  # turn t of sample j of prompt i draws from stream index (i 
 
 @dataclass
 class ToolUse:
-    runner: "ToolRunner"
+    runner: ToolRunner
     parser: str = "hermes"
     max_calls_per_turn: int = 4
     max_output_tokens: int = 256
@@ -130,33 +128,34 @@ class AgentLoop:
                turn: int, budget: int) -> None:
         """Tool results or the environment's reply for each trajectory whose turn ended; appended as rendered ids."""
         replies: dict[int, list[dict]] = {}
-        pending: list[tuple[int, "ToolCall"]] = []
-        if self.tools is not None:
-            from grpoflow.multiturn.tool_parser import parse_tool_calls
+        pending: list[tuple[int, int, ToolCall]] = []  # (trajectory, index of its reply, call)
         for k in active:
             t, text = trajectories[k], trajectories[k].messages[-1]["content"]
-            parsed = parse_tool_calls(text, self.tools.parser) if self.tools is not None else None  # noqa: F821
-            if parsed is not None and (parsed.calls or parsed.errors):
-                limit = self.tools.max_calls_per_turn if self.tools is not None else 0
+            parsed = parse_tool_calls(text, self.tools.parser) if self.tools is not None else None
+            if self.tools is not None and parsed is not None and (parsed.calls or parsed.errors):
+                limit = self.tools.max_calls_per_turn
                 replies[k] = [tool_message(None, f"error: {e}") for e in parsed.errors]
                 t.tool_calls += len(parsed.calls) + len(parsed.errors)
                 t.tool_errors += len(parsed.errors)
-                for call in parsed.calls[limit:]:
-                    replies[k].append(tool_message(call.name, f"error: more than {limit} tool calls in one turn "
-                                                              "(rollout.max_tool_calls_per_turn); this one was not run"))
-                    t.tool_errors += 1
-                pending += [(k, call) for call in parsed.calls[:limit]]
+                for i, call in enumerate(parsed.calls):
+                    if i < limit:
+                        pending.append((k, len(replies[k]), call))
+                        replies[k].append(tool_message(call.name, ""))  # filled in below
+                    else:
+                        replies[k].append(tool_message(call.name, f"error: more than {limit} tool calls in one turn "
+                                                                  "(rollout.max_tool_calls_per_turn); not run"))
+                        t.tool_errors += 1
             elif envs[k] is not None:
-                result = step_env(envs[k], text)  # type: ignore[arg-type]
-                t.step_reward += result.reward
-                t.done = result.done
-                replies[k] = result.messages
+                stepped = step_env(envs[k], text)  # type: ignore[arg-type]
+                t.step_reward += stepped.reward
+                t.done = stepped.done
+                replies[k] = stepped.messages
             else:
                 t.done = True  # no tool call and no environment: the model's answer ends the conversation
         if pending:
             assert self.tools is not None
-            results = self.tools.runner.run([call for _, call in pending])
-            for (k, call), result in zip(pending, results):
+            results = self.tools.runner.run([call for _, _, call in pending])
+            for (k, at, call), result in zip(pending, results):
                 t, content = trajectories[k], result.content
                 t.tool_errors += result.status == "error"
                 t.tool_timeouts += result.status in ("timeout", "killed")
@@ -165,7 +164,7 @@ class AgentLoop:
                     content = (f"error: the output of {call.name} was {size} tokens, over the limit of "
                                f"{self.tools.max_output_tokens} (rollout.max_tool_output_tokens)")
                     t.tool_errors += result.status != "error"
-                replies[k].append(tool_message(call.name, content))
+                replies[k][at]["content"] = content
         for k in active:
             t = trajectories[k]
             if t.done:

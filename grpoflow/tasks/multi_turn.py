@@ -71,7 +71,7 @@ def calculator_splits(n_train: int = 3000, n_val: int = 200, seed: int = 0) -> t
     2-digit number; disjoint splits."""
     rng = random.Random(seed)
     seen: set[str] = set()
-    rows = []
+    rows: list[dict] = []
     while len(rows) < n_train + n_val:
         a, b = rng.randint(100, 999), rng.randint(10, 99)
         expression = f"{a}*{b}"

@@ -1,0 +1,149 @@
+"""Multi-turn RL end to end on the tiny model: trained ids are the sampled ids plus the rendered environment ids
+(and the sampling log-probs are the teacher-forced ones), a run logs its turns and conversations, the ray backend
+(split placement, async) gives the local backend's first step, and SIGKILL + resume equals the uninterrupted run."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from grpoflow.config import load_config
+from grpoflow.controller.checkpoint import CheckpointManager
+from grpoflow.controller.metrics import read_metrics
+from grpoflow.controller.run import sft_stage, train
+from grpoflow.data.dataset import PromptItem
+from grpoflow.models.loading import load_causal_lm
+from grpoflow.models.logprobs import response_log_probs
+from grpoflow.multiturn.chat import ChatRenderer
+from grpoflow.multiturn.env import GuessNumber
+from grpoflow.multiturn.loop import TURN_STRIDE, AgentLoop
+from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.workers.rollout import RolloutWorker
+
+BASE = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
+        "rollout.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
+        "trainer.resume=never", "resources.cpus_per_rank=0.5"]
+
+
+@pytest.fixture(scope="module")
+def warm_model(tmp_path_factory) -> str:
+    """The tiny model warm-started on guess-the-number demonstration conversations (so it ends its turns)."""
+    run = tmp_path_factory.mktemp("warm")
+    return sft_stage(load_config("guess_number", BASE + ["sft.steps=60", "sft.batch_size=16",
+                                                         f"trainer.output_dir={run}"]))
+
+
+def run(out, warm_model, *overrides):
+    train(load_config("guess_number", BASE + [f"model.path={warm_model}", "sft.steps=0", f"trainer.output_dir={out}",
+                                              *overrides]))
+    return [r for r in read_metrics(out) if "timing_s/step" in r]
+
+
+def test_trained_ids_are_the_sampled_ids_and_the_rendered_environment_ids(warm_model):
+    worker = RolloutWorker(0, 1, model_path=warm_model)
+    renderer = ChatRenderer(worker.tokenizer)
+    sampled = {}  # (trajectory, turn) -> (prefix the engine was given, the ids it sampled)
+
+    def generate(prompts, params, seed):
+        out = worker.generate(prompts, params, seed=seed)
+        for row in range(len(out)):
+            p, j = prompts[row // params.n], row % params.n   # stream index = trajectory * TURN_STRIDE + turn
+            trajectory, turn = p.index // TURN_STRIDE + j, p.index % TURN_STRIDE
+            sampled[trajectory, turn] = (p.ids, out.response_ids[row, :int(out.response_mask[row].sum())].tolist())
+        return out
+
+    loop = AgentLoop(renderer, generate, env_cls=GuessNumber, tools=None, max_turns=4,
+                     opening=lambda it: [{"role": "user", "content": "Guess 1-8"}])
+    items = [PromptItem([], "", {"secret": s}, "g", index=i) for i, s in enumerate((2, 5, 8))]  # trajectory = i*n+j
+    batch, metrics = loop.run(items, SamplingParams(n=4, max_new_tokens=96, temperature=1.0), seed=3)
+    assert metrics["multi_turn/turns/max"] >= 2, "the warm-started model should play several turns"
+    for row in range(len(batch)):
+        prompt = batch.prompt_ids[row][batch.prompt_mask[row].bool()].tolist()
+        response = batch.response_ids[row][batch.response_attention[row].bool()].tolist()
+        mask = batch.response_mask[row][batch.response_attention[row].bool()].tolist()
+        # Rebuild the trajectory from the engine's outputs and the renderer alone.
+        expected, expected_mask, prefix, conversation = [], [], list(prompt), batch.conversations[row]
+        assistant_turns = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+        for n, at in enumerate(assistant_turns):
+            given, ids = sampled[row, n]
+            assert given == prefix   # the engine continued exactly the trajectory so far
+            ids = ids[:96 - len(expected)]
+            expected += ids
+            expected_mask += [1] * len(ids)
+            if n + 1 < len(assistant_turns):
+                env = renderer.continuation_ids(conversation[:at + 1], conversation[at + 1:assistant_turns[n + 1]])
+                expected += env
+                expected_mask += [0] * len(env)
+            prefix = prompt + expected
+        assert response == expected, (row, response, expected, conversation)
+        assert mask == expected_mask
+    # The sampling log-probs are what the model gives the whole trajectory, teacher-forced.
+    model = load_causal_lm(warm_model)
+    with torch.no_grad():
+        forced, _ = response_log_probs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
+                                       batch.response_attention)
+    on = batch.response_mask.bool()
+    assert torch.allclose(forced[on], batch.rollout_log_probs[on], atol=2e-4)
+
+
+def test_a_run_logs_turns_and_whole_conversations(tmp_path, warm_model):
+    records = run(tmp_path, warm_model, "trainer.total_steps=2", "trainer.val_every=2", "data.val_max_prompts=8",
+                  "trainer.log_samples=3")
+    for key in ("multi_turn/turns/mean", "multi_turn/turns/max", "multi_turn/env_token_share",
+                "multi_turn/budget_truncated", "tools/calls", "reward/env/mean", "critic/score/mean",
+                "val/mean@4"):
+        assert key in records[-1], key
+    samples = [json.loads(line) for line in open(tmp_path / "samples.jsonl")]
+    assert samples and all(s["conversation"][0] == {"role": "user", "content": "Guess 1-8"} for s in samples)
+    assert all(s["conversation"][1]["role"] == "assistant" for s in samples)
+
+
+def test_tools_run_in_a_training_step(tmp_path, warm_model):
+    records = run(tmp_path, warm_model, "trainer.total_steps=1", "rollout.env=null", "rollout.tools=[calculator]",
+                  "data.train_files=[builtin:calculator/train]", "data.val_files=[]", "reward.function=exact_match")
+    assert {"tools/calls", "tools/errors", "tools/timeouts"} <= records[0].keys()
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_ray_split_async_gives_the_local_first_step(tmp_path, warm_model):
+    keys = ["critic/score/mean", "multi_turn/turns/mean", "multi_turn/env_token_share", "actor/pg_loss",
+            "actor/grad_norm"]
+    local = run(tmp_path / "local", warm_model, "trainer.total_steps=1")
+    ray = run(tmp_path / "ray", warm_model, "trainer.total_steps=2", "backend=ray", "placement=split",
+              "trainer.mode=async", "rollout.max_staleness=1")
+    for k in keys:
+        assert abs(local[0][k] - ray[0][k]) <= 1e-5 * max(1.0, abs(local[0][k])), (k, local[0][k], ray[0][k])
+    assert [r["async/staleness/max"] for r in ray] == [0, 1]
+
+
+def comparable(out):
+    return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(out)]
+
+
+def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(tmp_path, warm_model):
+    args = BASE + [f"model.path={warm_model}", "sft.steps=0", "trainer.total_steps=5", "trainer.save_every=1",
+                   "trainer.keep_last=0", "trainer.resume=auto", "algorithm.use_kl_in_reward=true"]
+    full = tmp_path / "full"
+    train(load_config("guess_number", args + [f"trainer.output_dir={full}"]))
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", "guess_number", *args,
+                             f"trainer.output_dir={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    kill_after = random.Random().randint(2, 3)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        path = out / "metrics.jsonl"
+        if path.exists() and any(json.loads(l)["step"] >= kill_after for l in path.read_text().splitlines() if l):
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert CheckpointManager(out).latest() is not None
+    train(load_config("guess_number", args + [f"trainer.output_dir={out}"]))
+    assert comparable(out) == comparable(full)

@@ -1,0 +1,212 @@
+"""multiturn.loop.AgentLoop with a scripted engine (the model's reply is a function of the conversation so far):
+segments, masks, budgets, turn limits, environment seeds, tool calls and their failures, counted exactly."""
+
+import re
+import time
+
+import pytest
+import torch
+
+from grpoflow.data.batch import Batch
+from grpoflow.data.dataset import PromptItem
+from grpoflow.models.tiny import build_char_tokenizer
+from grpoflow.multiturn.chat import ChatRenderer
+from grpoflow.multiturn.env import GuessNumber
+from grpoflow.multiturn.loop import AgentLoop, ToolUse
+from grpoflow.multiturn.tool_runner import ToolRunner
+from grpoflow.multiturn.tools import tool_from_function
+from grpoflow.rollout.protocol import SamplingParams, left_pad
+from grpoflow.rollout.random_streams import prompt_seeds
+
+
+class ScriptedEngine:
+    """Replies `policy(conversation text)` + the end-of-turn token, cut at max_new_tokens; log-prob of the
+    t-th sampled token is -(t + 1) / 100. Records every call."""
+
+    def __init__(self, tok, policy, end_id):
+        self.tok, self.policy, self.end_id, self.calls = tok, policy, end_id, []
+
+    def __call__(self, prompts, params, seed):
+        self.calls.append((prompts, params))
+        rows = []
+        for p in prompts:
+            text = self.tok.decode(p.ids)
+            for _ in range(params.n):
+                reply = self.tok.encode(self.policy(text), add_special_tokens=False) + [self.end_id]
+                rows.append(reply[:params.max_new_tokens])
+        width = max(len(r) for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        mask = torch.zeros(len(rows), width, dtype=torch.long)
+        lp = torch.zeros(len(rows), width)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
+            lp[i, :len(r)] = -(torch.arange(len(r)) + 1) / 100
+        pid, pmask = left_pad([p.ids for p in prompts for _ in range(params.n)], 0)
+        return Batch(prompt_ids=pid, prompt_mask=pmask, response_ids=ids, response_mask=mask,
+                     group_ids=torch.zeros(len(rows), dtype=torch.long), rollout_log_probs=lp,
+                     truncated=torch.tensor([r[-1] != self.end_id for r in rows]),
+                     policy_version=torch.full((len(rows),), 3))
+
+
+def binary_search(text):
+    """Guess the middle of what the replies so far leave possible."""
+    low, high = 1, 8
+    guesses = [int(g) for g in re.findall(r"assistant\n(\d+)", text)]
+    for g, reply in zip(guesses, re.findall(r"user\n(higher|lower)", text)):
+        low, high = (g + 1, high) if reply == "higher" else (low, g - 1)
+    return str((low + high) // 2)
+
+
+def items(secrets):
+    return [PromptItem(prompt_ids=[], prompt_text="", row={"prompt": "Guess 1-8", "secret": s}, data_source="g",
+                       index=i) for i, s in enumerate(secrets)]
+
+
+def make_loop(policy, *, env=GuessNumber, tools=None, max_turns=4, tok=None):
+    tok = tok or build_char_tokenizer()
+    renderer = ChatRenderer(tok, tools.runner.schemas if tools else None)
+    engine = ScriptedEngine(tok, policy, renderer.turn.end_token_id)
+    loop = AgentLoop(renderer, engine, env_cls=env, tools=tools, max_turns=max_turns,
+                     opening=lambda it: [{"role": "user", "content": it.row["prompt"]}])
+    return loop, engine, renderer
+
+
+def test_a_found_number_gives_model_and_env_segments_with_exact_masks():
+    loop, engine, r = make_loop(binary_search)
+    batch, metrics = loop.run(items([6]), SamplingParams(n=2, max_new_tokens=200, temperature=1.0), seed=5)
+    # 4 -> "higher", 6 -> found: two model turns, one environment reply between them
+    m1, m2 = [r.encode("4") + [r.turn.end_token_id], r.encode("6") + [r.turn.end_token_id]]
+    env = r.continuation_ids([{"role": "user", "content": "Guess 1-8"}, {"role": "assistant", "content": "4"}],
+                             [{"role": "user", "content": "higher"}])
+    expected = m1 + env + m2
+    for row in range(2):
+        length = int(batch.response_attention[row].sum())
+        assert batch.response_ids[row, :length].tolist() == expected
+        assert batch.response_mask[row, :length].tolist() == [1, 1] + [0] * len(env) + [1, 1]
+        assert batch.rollout_log_probs[row, :length].tolist() == pytest.approx(
+            [-0.01, -0.02] + [0.0] * len(env) + [-0.01, -0.02])
+    assert batch.env_rewards.tolist() == [1.0, 1.0]
+    assert batch.completions == ["6", "6"] and batch.truncated.tolist() == [False, False]
+    assert batch.group_ids.tolist() == [0, 0] and batch.policy_version.tolist() == [3, 3]
+    assert [m["content"] for m in batch.conversations[0]] == ["Guess 1-8", "4", "higher", "6"]
+    assert batch.prompts[0] == r.render(batch.conversations[0][:1], add_generation_prompt=True)
+    assert metrics["multi_turn/turns/mean"] == 2 and metrics["multi_turn/budget_truncated"] == 0
+    assert metrics["multi_turn/env_token_share"] == pytest.approx(len(env) / len(expected))
+    # the first turn prefilled the shared opening once, with n samples; the second turn one row per trajectory
+    assert [len(p) for p, _ in engine.calls] == [1, 2] and [sp.n for _, sp in engine.calls] == [2, 1]
+
+
+def test_each_turn_asks_for_the_most_budget_left_and_a_trajectory_is_cut_at_its_own():
+    loop, engine, r = make_loop(lambda text: "7" * 10)   # never finds it, long guesses
+    batch, metrics = loop.run(items([3]), SamplingParams(n=1, max_new_tokens=30, temperature=1.0), seed=0)
+    # turn 1: 11 tokens (10 + end); the reply "lower" costs 25 ids; 11 + 25 = 36 > 30: it does not fit
+    assert engine.calls[0][1].max_new_tokens == 30
+    assert batch.truncated.tolist() == [True] and metrics["multi_turn/budget_truncated"] == 1.0
+    assert int(batch.response_attention.sum()) == 11
+    loop, engine, r = make_loop(lambda text: "7" * 40)
+    batch, _ = loop.run(items([3]), SamplingParams(n=1, max_new_tokens=30, temperature=1.0), seed=0)
+    assert batch.response_mask.sum().item() == 30 and batch.truncated.tolist() == [True]
+
+
+def test_max_turns_ends_the_conversation_after_the_models_turn():
+    loop, engine, r = make_loop(lambda text: "1", max_turns=3)
+    batch, metrics = loop.run(items([8]), SamplingParams(n=1, max_new_tokens=500, temperature=1.0), seed=0)
+    assert metrics["multi_turn/turns/max"] == 3 and batch.env_rewards.tolist() == [0.0]
+    assert batch.truncated.tolist() == [False]
+    assert [m["role"] for m in batch.conversations[0]] == ["user", "assistant", "user", "assistant", "user",
+                                                           "assistant"]
+    # the last token trained is the model's end of turn: nothing after it
+    assert batch.response_ids[0, int(batch.response_attention[0].sum()) - 1].item() == r.turn.end_token_id
+
+
+class SeededSecret(GuessNumber):
+    """The secret comes only from the seed (no `secret` column)."""
+    seen: list = []
+
+    def reset(self, *, seed, **_):
+        out = super().reset(seed=seed)
+        SeededSecret.seen.append((seed, self.secret))
+        return out
+
+
+def test_a_groups_trajectories_start_from_the_same_environment_seed():
+    SeededSecret.seen = []
+    loop, _, _ = make_loop(binary_search, env=SeededSecret)
+    its = [PromptItem([], "", {"prompt": "Guess 1-8"}, "g", index=i) for i in (0, 7, 11)]
+    loop.run(its, SamplingParams(n=3, max_new_tokens=200, temperature=1.0), seed=42)
+    seeds = [s for s, _ in SeededSecret.seen]
+    expected = prompt_seeds(42, torch.tensor([0, 7, 11])).tolist()
+    assert seeds == [e for e in expected for _ in range(3)]
+    secrets = [s for _, s in SeededSecret.seen]
+    assert all(len(set(secrets[g * 3:(g + 1) * 3])) == 1 for g in range(3))
+
+
+def divide(a: float, b: float) -> float:
+    """Divide.
+
+    Args:
+        a: numerator
+        b: denominator
+    """
+    return a / b
+
+
+def wait(seconds: float) -> str:
+    """Sleep.
+
+    Args:
+        seconds: how long
+    """
+    time.sleep(seconds)
+    return "woke"
+
+
+def shout(text: str) -> str:
+    """Repeat loudly.
+
+    Args:
+        text: what to repeat
+    """
+    return text.upper() * 100
+
+
+CALLS = ('<tool_call>{"name": "divide", "arguments": {"a": 1, "b": 0}}</tool_call>'   # raises
+         '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'                   # unknown tool
+         '<tool_call>{"name": "divide", "arguments": {"a": 6, "b": 3}}</tool_call>'   # fine
+         '<tool_call>{"name": "wait", "arguments": {"seconds": 30}}</tool_call>'      # hangs
+         '<tool_call>{"name": "shout", "arguments": {"text": "ab"}}</tool_call>'      # 200 chars: over 80 tokens
+         '<tool_call>{"name": divide}</tool_call>')                                  # malformed JSON
+
+
+def test_tool_failures_reach_the_model_as_messages_and_are_counted_exactly():
+    runner = ToolRunner([tool_from_function(f, sandboxed=False) for f in (divide, wait, shout)], timeout_s=1.0)
+    tools = ToolUse(runner, max_calls_per_turn=5, max_output_tokens=80)
+    policy = lambda text: "done" if "<|im_start|>tool" in text else CALLS  # noqa: E731
+    loop, _, _ = make_loop(policy, env=None, tools=tools)
+    start = time.perf_counter()
+    with runner:
+        batch, metrics = loop.run(items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+    assert time.perf_counter() - start < 1.0 + 5.0   # the hung call cost its timeout, not 30 s
+    tool_messages = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
+    # the malformed call first (parse errors), then the 5 parsed calls in order
+    assert len(tool_messages) == 6
+    assert tool_messages[0].startswith("error")
+    assert "division by zero" in tool_messages[1] and "unknown tool 'nope'" in tool_messages[2]
+    assert tool_messages[3] == "2.0"
+    assert "timed out" in tool_messages[4] or "timeout" in tool_messages[4]
+    assert "over the limit of 80" in tool_messages[5]
+    assert metrics["tools/calls"] == 6 and metrics["tools/timeouts"] == 1
+    assert metrics["tools/errors"] == 4   # malformed, raised, unknown, output too long
+    assert batch.completions == ["done"] and metrics["multi_turn/turns/mean"] == 2
+
+
+def test_calls_beyond_the_per_turn_limit_are_not_run():
+    runner = ToolRunner([tool_from_function(divide, sandboxed=False)])
+    tools = ToolUse(runner, max_calls_per_turn=1)
+    call = '<tool_call>{"name": "divide", "arguments": {"a": 4, "b": 2}}</tool_call>'
+    loop, _, _ = make_loop(lambda text: "ok" if "tool" in text else call * 3, env=None, tools=tools)
+    with runner:
+        batch, metrics = loop.run(items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+    tool_messages = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
+    assert tool_messages[0] == "2.0" and all("more than 1 tool calls" in m for m in tool_messages[1:])
+    assert metrics["tools/calls"] == 3 and metrics["tools/errors"] == 2

@@ -17,6 +17,7 @@ from grpoflow.multiturn.tool_runner import ToolRunner
 from grpoflow.multiturn.tools import tool_from_function
 from grpoflow.rollout.protocol import SamplingParams, left_pad
 from grpoflow.rollout.random_streams import prompt_seeds
+from sandbox_tools import hog, spin
 
 
 class ScriptedEngine:
@@ -210,3 +211,21 @@ def test_calls_beyond_the_per_turn_limit_are_not_run():
     tool_messages = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     assert tool_messages[0] == "2.0" and all("more than 1 tool calls" in m for m in tool_messages[1:])
     assert metrics["tools/calls"] == 3 and metrics["tools/errors"] == 2
+
+
+def test_sandboxed_tools_that_spin_or_hog_memory_are_killed_and_the_step_goes_on():
+    # the tools' module imports nothing heavy: a sandboxed worker imports it, under the 300 MB limit
+    runner = ToolRunner([tool_from_function(spin), tool_from_function(hog)], timeout_s=5.0, cpu_time_s=1.0,
+                        memory_mb=300)
+    tools = ToolUse(runner)
+    calls = ('<tool_call>{"name": "spin", "arguments": {"n": 0}}</tool_call>'
+             '<tool_call>{"name": "hog", "arguments": {"mb": 2000}}</tool_call>'
+             '<tool_call>{"name": "hog", "arguments": {"mb": 1}}</tool_call>')
+    loop, _, _ = make_loop(lambda text: "done" if "<|im_start|>tool" in text else calls, env=None, tools=tools)
+    start = time.perf_counter()
+    with runner:
+        batch, metrics = loop.run(items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+    assert time.perf_counter() - start < 5.0 + 10.0   # the spinning call ends at its CPU limit, not at timeout
+    spun, hogged, fine = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
+    assert spun.startswith("error") and hogged.startswith("error") and fine == str(2**20)
+    assert metrics["tools/calls"] == 3 and metrics["tools/timeouts"] == 2 and metrics["tools/errors"] == 0

@@ -512,6 +512,11 @@ def validate(cfg: Config) -> None:
         (cfg.rollout.n >= 1, f"rollout.n={cfg.rollout.n} must be >= 1."),
         (cfg.rollout.val_n >= 1, f"rollout.val_n={cfg.rollout.val_n} must be >= 1."),
         (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1."),
+        (cfg.rollout.max_turns >= 1 and cfg.rollout.max_tool_calls_per_turn >= 1 and
+         cfg.rollout.max_tool_output_tokens >= 1 and cfg.rollout.tool_workers >= 1,
+         "rollout.max_turns, max_tool_calls_per_turn, max_tool_output_tokens and tool_workers must be >= 1."),
+        (min(cfg.rollout.tool_timeout_s, cfg.rollout.tool_cpu_time_s, cfg.rollout.tool_memory_mb) > 0,
+         "rollout.tool_timeout_s, tool_cpu_time_s and tool_memory_mb must be > 0."),
         (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for training rollouts "
                                       "(use rollout.val_temperature=0 for greedy validation)."),
         (0 < cfg.rollout.top_p <= 1, f"rollout.top_p={cfg.rollout.top_p} must be in (0, 1]."),

@@ -50,3 +50,18 @@ def test_async_top_p_guard_applies_to_the_resolved_importance_sampling():
         check_config(cfg)
     check_config(load_config(None, ["backend=ray", "placement=split", "trainer.mode=async", "rollout.top_p=0.9",
                                     "actor.rollout_is=off"]))
+
+
+def test_multi_turn_settings_are_checked_before_any_model_loads(tmp_path):
+    from grpoflow.config import load_config
+
+    with pytest.raises(ConfigError, match="rollout.env='nowhere_env'"):
+        check_config(load_config(None, ["rollout.env=nowhere_env"]))
+    with pytest.raises(ConfigError, match="rollout.tools"):
+        check_config(load_config(None, ["rollout.tools=[no_such_tool]"]))
+    untyped = tmp_path / "tools.py"
+    untyped.write_text("def f(x):\n    return x\n")
+    with pytest.raises(ConfigError, match="no docstring"):
+        check_config(load_config(None, [f"rollout.tools=[{untyped}:f]"]))
+    with pytest.raises(ConfigError, match="max_turns"):
+        check_config(load_config(None, ["rollout.max_turns=0", "rollout.env=guess_number"]))

@@ -386,11 +386,12 @@ class Controller:
         except WorkerError as e:
             if isinstance(e.original, NonFiniteLossError):
                 latest = self.checkpoints.latest()
-                kept = f"the last checkpoint is {latest}" if latest else "no checkpoint was written yet"
+                kept = f"the last checkpoint, {latest}, is where a rerun resumes" if latest else \
+                    "no checkpoint was written yet"
                 raise TrainingError(
                     f"Stopped at step {step}: {e.original}. Lower actor.lr, check that rewards are finite and "
-                    f"of moderate scale, or lower actor.grad_clip; {kept} (the same command resumes from it) and "
-                    f"metrics of steps before {step} are kept in {self.logger.path}.") from None
+                    f"of moderate scale, or lower actor.grad_clip; {kept}, and metrics of steps before {step} are "
+                    f"kept in {self.logger.path}.") from None
             raise
 
     def log(self, step: int, metrics: dict[str, float], *, force_print: bool = False) -> None:

@@ -84,10 +84,10 @@ class CheckpointManager:
         previous = self.latest()
         kept = (f"the previous checkpoint {previous} and `latest` are unchanged, and the same command resumes from "
                 f"it" if previous else "no earlier checkpoint exists, so a rerun starts from step 0")
+        fix = (f"make {self.root} writable for this user" if isinstance(error, PermissionError) else
+               "free space (or lower trainer.keep_last), or set trainer.output_dir to a disk with room")
         return (f"could not write the checkpoint {final}: {type(error).__name__}: {error}. The disk holding "
-                f"{existing} has {_gib(usage.free)} free of {_gib(usage.total)}. Free space (or lower "
-                f"trainer.keep_last), or make {self.root} writable, or set trainer.output_dir to another disk; "
-                f"{kept}.")
+                f"{existing} has {_gib(usage.free)} free of {_gib(usage.total)}. To go on, {fix}; {kept}.")
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or None: the one `latest` names, else the newest folder.
@@ -154,7 +154,7 @@ def problem(folder: Path) -> str | None:
     try:
         load_state(folder / "controller.pt")
     except Exception as e:  # any way of failing to unpickle (a missing file, zip damage, wrong content)
-        return f"controller.pt cannot be read ({type(e).__name__}: {e})"
+        return f"controller.pt cannot be read ({type(e).__name__}: {str(e).split('. ')[0]})"  # torch's advice is long
     return None
 
 

@@ -51,15 +51,15 @@ class Run:
 
 
 def start(out: Path, *extra: str, script: str | None = None, sleep: float = 0.0, prefix: tuple[str, ...] = (),
-          new_session: bool = False) -> Run:
+          new_session: bool = False, env: dict[str, str] | None = None) -> Run:
     """`grpoflow train trainer.output_dir=out *ARGS *extra` (or `python -c script train ...`, a wrapper that
     prepares a fault and then calls the CLI), each reward call sleeping `sleep` seconds."""
     cmd = [sys.executable, "-c", script] if script else [sys.executable, "-m", "grpoflow.cli"]
     log = out.parent / f"{out.name}.log"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GRPOFLOW_FAULTS_REWARD_SLEEP": str(sleep)}
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "GRPOFLOW_FAULTS_REWARD_SLEEP": str(sleep), **(env or {})}
     with open(log, "ab") as sink:
         proc = subprocess.Popen([*prefix, *cmd, "train", f"trainer.output_dir={out}", *ARGS, *extra],
-                                stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=new_session)
+                                stdout=sink, stderr=subprocess.STDOUT, env=full_env, start_new_session=new_session)
     return Run(proc, out, log)
 
 

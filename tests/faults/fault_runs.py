@@ -132,3 +132,12 @@ def assert_same_run(out: Path, reference: Reference) -> None:
 def step_folders(out: Path) -> list[str]:
     return sorted(p.name for p in (out / "checkpoints").glob("step_*"))
 
+
+def report(line: str) -> None:
+    """One measured outcome: printed (pytest -s shows it) and appended to $GRPOFLOW_FAULTS_REPORT if set
+    (.ci/faults_stage prints that file at the end)."""
+    print(line)
+    path = os.environ.get("GRPOFLOW_FAULTS_REPORT")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from fault_runs import SAVE_EVERY, TOTAL_STEPS, assert_same_run, comparable, last_step, signal_and_time, start, \
+from fault_runs import report, SAVE_EVERY, TOTAL_STEPS, assert_same_run, comparable, last_step, signal_and_time, start, \
     step_folders, wait_for_checkpoint, wait_for_step
 from grpoflow.controller.checkpoint import CheckpointManager, problem
 
@@ -36,7 +36,7 @@ def test_signal_checkpoints_exits_0_and_the_same_command_resumes_exactly(tmp_pat
     # "within the step time plus the checkpoint time": a step here is ~0.5 s, a checkpoint ~0.1 s; the rest
     # is leaving the process (a validation step, tear-down).
     assert seconds < 20, f"{seconds:.1f} s from the signal to the exit"
-    print(f"{signal.Signals(signum).name}: stopped after step {stopped_at}, exit 0 in {seconds:.1f} s")
+    report(f"{signal.Signals(signum).name}: stopped after step {stopped_at}, exit 0 in {seconds:.1f} s")
 
     resumed = start(tmp_path / "run")  # the same command
     assert resumed.wait() == 0, resumed.output()[-3000:]
@@ -46,7 +46,8 @@ def test_signal_checkpoints_exits_0_and_the_same_command_resumes_exactly(tmp_pat
 
 def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(tmp_path, uninterrupted):
     run = start(tmp_path / "run", sleep=0.1, new_session=True)  # steps of ~1.6 s: both Ctrl-Cs land in one
-    wait_for_checkpoint(run, SAVE_EVERY)  # the run is inside step 4
+    wait_for_checkpoint(run, SAVE_EVERY)
+    time.sleep(0.3)  # inside step 4 (a Ctrl-C right after the step-3 checkpoint stops cleanly there: nothing to do)
     os.killpg(run.proc.pid, signal.SIGINT)
     time.sleep(0.3)
     seconds = signal_and_time(run, signal.SIGINT, group=True)
@@ -58,7 +59,7 @@ def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_checkpoint(tmp_path, u
     latest = CheckpointManager(run.out).latest()
     assert latest is not None and int(latest.name.removeprefix("step_")) % SAVE_EVERY == 0, step_folders(run.out)
     stopped_at = last_step(run.out)
-    print(f"second Ctrl-C: exit {run.proc.returncode} in {seconds:.1f} s; metrics to step {stopped_at}, "
+    report(f"second Ctrl-C: exit {run.proc.returncode} in {seconds:.1f} s; metrics to step {stopped_at}, "
           f"checkpoint {latest.name}")
 
     resumed = start(tmp_path / "run")
@@ -82,5 +83,5 @@ def test_ctrl_c_with_the_ray_backend_checkpoints_through_the_actors(tmp_path, re
     stopped_at = last_step(run.out)
     assert CheckpointManager(run.out).latest().name == f"step_{stopped_at:06d}"
     assert "to resume: grpoflow train" in output
-    print(f"ray, Ctrl-C: stopped after step {stopped_at}, exit 0 in {seconds:.1f} s")
+    report(f"ray, Ctrl-C: stopped after step {stopped_at}, exit 0 in {seconds:.1f} s")
     assert comparable(run.out)[-1]["step"] == stopped_at

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_runs import ARGS, REWARDS, SAVE_EVERY, TOTAL_STEPS, Run, last_step, start, wait_for_step
+from fault_runs import report, ARGS, REWARDS, SAVE_EVERY, TOTAL_STEPS, Run, last_step, start, wait_for_step
 from grpoflow.cli import main
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, problem
@@ -27,6 +27,7 @@ def test_rewards_of_nan_and_inf_score_error_score_and_the_run_finishes(tmp_path)
     records = read_metrics(out)
     assert [r["step"] for r in records] == [1, 2]
     assert all(r["reward/errors"] == 16 and r["critic/score/mean"] == -1 for r in records)
+    report("NaN/inf rewards: finished; every sample scored reward.error_score and counted in reward/errors")
 
 
 def test_a_loss_that_overflows_stops_clearly_and_keeps_the_last_checkpoint(tmp_path, capsys):
@@ -46,7 +47,8 @@ def test_a_loss_that_overflows_stops_clearly_and_keeps_the_last_checkpoint(tmp_p
     assert f"the last checkpoint, {checkpoint}, is where a rerun resumes" in error
     assert CheckpointManager(out).latest() == checkpoint and problem(checkpoint) is None
     assert read_metrics(out) == kept  # the failed step wrote nothing
-    print(error.strip().splitlines()[-1][:300])
+    report(f"loss overflow: exit 2 at step {SAVE_EVERY + 1}, checkpoint step_{SAVE_EVERY:06d} and metrics of steps "
+           f"1-{SAVE_EVERY} kept")
 
 
 def reward_workers(parent: int) -> set[int]:
@@ -83,7 +85,7 @@ def test_a_reward_worker_killed_mid_call_is_replaced_and_the_run_finishes(tmp_pa
     errors = sum(r.get("reward/errors", 0) for r in read_metrics(run.out))
     assert errors >= 1  # the sample it held scored reward.error_score
     assert "the reward worker process died (exit code -9) while scoring this sample" in run.output()
-    print(f"reward worker {victim} killed mid-call: replaced by {sorted(replaced - before)}, {errors:.0f} "
+    report(f"reward worker {victim} killed mid-call: replaced by {sorted(replaced - before)}, {errors:.0f} "
           f"sample(s) scored reward.error_score, run finished")
 
 
@@ -120,4 +122,4 @@ def test_a_dataset_file_deleted_mid_run_does_not_stop_it(tmp_path):
     assert again.wait() == 2
     error = next(line for line in again.output().splitlines() if "error:" in line)
     assert str(data) in error
-    print(error)
+    report(f"dataset deleted mid-run: finished all {TOTAL_STEPS} steps; rerun: exit 2, {error.strip()}")

@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from fault_runs import ARGS, SAVE_EVERY, TOTAL_STEPS, assert_same_run, last_step, start, step_folders
+from fault_runs import report, ARGS, SAVE_EVERY, TOTAL_STEPS, assert_same_run, last_step, start, step_folders
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, problem
 from grpoflow.controller.run import train
@@ -79,7 +79,7 @@ def test_a_failed_checkpoint_write_stops_clearly_and_keeps_the_previous_one(tmp_
     assert step_folders(run.out) == ["step_000003"]  # and no .tmp- folder holds the disk's space
     assert not list((run.out / "checkpoints").glob(".tmp-*"))
     assert problem(run.out / "checkpoints" / "step_000003") is None
-    print(f"{cause}: exit 2 after step {last_step(run.out)}; checkpoint step_000003 kept, "
+    report(f"{cause}: exit 2 after step {last_step(run.out)}; checkpoint step_000003 kept, "
           f"{last_step(run.out) - SAVE_EVERY} steps to redo")
 
     resumed = start(tmp_path / "run")  # the same command, the fault gone
@@ -112,7 +112,7 @@ def test_a_damaged_latest_checkpoint_is_skipped_and_the_one_before_resumes(tmp_p
         train(load_config(None, [f"trainer.output_dir={out}", *ARGS]))
     skipped = [r.getMessage() for r in caplog.records if "skipping the checkpoint" in r.getMessage()]
     assert skipped and f"step_{TOTAL_STEPS:06d}" in skipped[0] and "falling back to the one before" in skipped[0]
-    print(skipped[0])
+    report(skipped[0])
     assert_same_run(out, uninterrupted)  # steps 7 and 8 redone from step 6, identically
 
 

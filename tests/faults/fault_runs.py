@@ -26,7 +26,7 @@ from grpoflow.controller.checkpoint import CheckpointManager
 from grpoflow.controller.metrics import read_metrics
 
 HERE = Path(__file__).resolve().parent
-REWARDS = HERE / "rewards.py"
+REWARDS = HERE / "fault_rewards.py"
 TOTAL_STEPS, SAVE_EVERY = 8, 3
 ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=5", f"trainer.total_steps={TOTAL_STEPS}", f"trainer.save_every={SAVE_EVERY}",

@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: train test test-slow typecheck setup clean
+.PHONY: train test test-slow test-faults typecheck setup clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -18,10 +18,14 @@ train: $(STAMP)
 	$(VENV)/bin/grpoflow train $(ARGS)
 
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m "not slow"
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m "not slow and not faults"
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m slow
+
+# fault injection: signals, storage faults, NaN, dead reward workers (.ci/faults_stage)
+test-faults: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests/faults -m faults
 
 # mypy on the package (must pass), and on tests/typecheck/wrong_calls.py, whose three wrong worker calls it must catch
 typecheck: $(STAMP)

@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     transformers.utils.logging.disable_progress_bar()  # per-file load/save bars drown the run's own output
     recipe = rest[0] if rest and "=" not in rest[0] else None
     overrides = rest[1:] if recipe else rest
+    from grpoflow.controller.checkpoint import CheckpointWriteError
     from grpoflow.controller.evaluate import evaluate
     from grpoflow.controller.run import sft_stage, train
     from grpoflow.controller.trackers import MissingExtraError
@@ -62,14 +63,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grpoflow: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
     try:
-        commands[command](load_config(recipe, overrides))
-    except (ConfigError, TrainingError, WorkerError, MissingExtraError, FileNotFoundError, ValueError,
-            KeyError) as e:
+        cfg = load_config(recipe, overrides)
+        result = commands[command](cfg)
+    except (ConfigError, TrainingError, WorkerError, MissingExtraError, CheckpointWriteError, FileNotFoundError,
+            ValueError, KeyError) as e:
         if os.environ.get("GRPOFLOW_DEBUG"):
             raise
         print(f"grpoflow {command}: error: {e}", file=sys.stderr)
         return 2
+    if isinstance(result, dict) and result.get("stopped"):  # SIGTERM / Ctrl-C: checkpointed, exits 0
+        print(f"to resume: {resume_command(command, rest, cfg.trainer.resume)}")
     return 0
+
+
+def resume_command(command: str, args: list[str], resume: str) -> str:
+    """The command line that continues a stopped run: the same one, unless it said trainer.resume=never
+    or a checkpoint folder (then trainer.resume=auto takes the run folder's latest checkpoint)."""
+    import shlex
+
+    if resume != "auto":
+        args = [a for a in args if not a.startswith("trainer.resume=")] + ["trainer.resume=auto"]
+    return shlex.join(["grpoflow", command, *args])
 
 
 def _data(args: list[str]) -> int:

@@ -157,8 +157,18 @@ def train(cfg: Config) -> dict:
             controller.close()
     result["wall_s"] = time.perf_counter() - start
     before, after = result["before"].get("val/mean@1"), result["after"].get("val/mean@1")
-    if before is not None and after is not None:
+    if result["stopped"]:
+        tqdm.write(stopped_message(result["stopped"], cfg))
+    elif before is not None and after is not None:
         tqdm.write(f"held-out accuracy (mean@1): {before:.1%} before GRPO -> {after:.1%} after "
                    f"{cfg.trainer.total_steps} steps ({after - before:+.1%})")
     tqdm.write(f"done in {result['wall_s']:.0f}s; metrics: {controller.logger.path.resolve()}")
     return result
+
+
+def stopped_message(stopped: dict, cfg: Config) -> str:
+    """What a run stopped by a signal kept, and that the same command resumes it."""
+    where = (f"checkpoint {stopped['checkpoint']}" if stopped["checkpoint"] else
+             "no step was trained since the start, so there was nothing to save")
+    return (f"stopped by {stopped['signal']} after step {stopped['step']} of {cfg.trainer.total_steps}; {where}. "
+            f"Run the same command to resume from there.")

@@ -22,11 +22,13 @@ from tqdm import tqdm
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with_available, groups_with_signal,
                                  required_inputs)
 from grpoflow.config import Config
-from grpoflow.controller.checkpoint import CheckpointManager, load_state, rng_state, save_state, set_rng_state
 from grpoflow.controller.agent import build_agent_loop, close_agent_loop
+from grpoflow.controller.checkpoint import (CheckpointManager, load_state, rng_state, save_state, set_rng_state,
+                                           step_dir_name)
 from grpoflow.controller.checks import check_config
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
 from grpoflow.controller.placement import build_placement
+from grpoflow.controller.preemption import stop_on_signals
 from grpoflow.controller.rewarding import RewardAssembly
 from grpoflow.controller.rollouts import RolloutQueue, Rollouts, group_ids
 from grpoflow.controller.step_math import partition_groups, token_rewards
@@ -285,9 +287,14 @@ class Controller:
         step count the LR schedule was built for."""
         def write(folder: Path) -> None:
             folder.mkdir(parents=True)
-            self.actor.call(ActorWorker.save_checkpoint, str(folder / "actor"))
-            if self.critic is not None:
-                self.critic.call(CriticWorker.save_checkpoint, str(folder / "critic"))
+            try:
+                self.actor.call(ActorWorker.save_checkpoint, str(folder / "actor"))
+                if self.critic is not None:
+                    self.critic.call(CriticWorker.save_checkpoint, str(folder / "critic"))
+            except WorkerError as e:  # the rank's own error (disk full, permission) is what the message names
+                if e.original is None:
+                    raise
+                raise e.original from e
             save_state({"step": step, "version": self.version, "sampler": self.queue.state_dict(),
                         "kl_ctrl": self.kl_ctrl.state_dict(), "rng": rng_state(),
                         "total_steps": self.cfg.trainer.total_steps}, folder / "controller.pt")
@@ -331,39 +338,61 @@ class Controller:
                 tracker.close()
 
     def train_from(self, start: int, history: list[dict]) -> dict[str, Any]:
-        """Steps start+1 .. trainer.total_steps; `history` holds the kept records of a resumed run."""
+        """Steps start+1 .. trainer.total_steps; `history` holds the kept records of a resumed run.
+
+        SIGTERM or a first Ctrl-C ends the run after the current step with a checkpoint (preemption.py);
+        the result's "stopped" then says by which signal, at which step and where the checkpoint is."""
         t = self.cfg.trainer
         do_val = t.val_every > 0 and bool(self.val_items)
-        first = next((r for r in history if r["step"] == 0), {}) if start else (self.validate(0) if do_val else {})
-        if first and not start:
-            self.log(0, first, force_print=True)
-        first = {k: v for k, v in first.items() if k != "step"}
-        last = next(({k: v for k, v in r.items() if k.startswith("val/")} for r in reversed(history)
-                     if any(k.startswith("val/") for k in r)), dict(first))
         began = time.perf_counter()
-        bar = tqdm(range(start + 1, t.total_steps + 1), desc="rl", unit="step", dynamic_ncols=True)
-        for step in bar:
-            try:
-                metrics = self.step(step)
-            except WorkerError as e:
-                if isinstance(e.original, NonFiniteLossError):
-                    raise TrainingError(
-                        f"Stopped at step {step}: {e.original}. Lower actor.lr, check that rewards are finite and "
-                        f"of moderate scale, or lower actor.grad_clip; metrics of steps before {step} are kept "
-                        f"in {self.logger.path}.") from None
-                raise
-            if do_val and (step % t.val_every == 0 or step == t.total_steps):
-                last = self.validate(step)
-                metrics.update(last)
-            self.log(step, metrics, force_print=step == t.total_steps)
-            if t.save_every and (step % t.save_every == 0 or step == t.total_steps):
-                self.save_checkpoint(step)
-            bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}")
-        self.drain()
+        stopped: dict[str, Any] = {}
+        with stop_on_signals() as stop:
+            first = next((r for r in history if r["step"] == 0), {}) if start else \
+                (self.validate(0) if do_val else {})
+            if first and not start:
+                self.log(0, first, force_print=True)
+            first = {k: v for k, v in first.items() if k != "step"}
+            last = next(({k: v for k, v in r.items() if k.startswith("val/")} for r in reversed(history)
+                         if any(k.startswith("val/") for k in r)), dict(first))
+            done, saved = start, start  # the last step trained, and the last with a checkpoint (0: none needed)
+            bar = tqdm(range(start + 1, t.total_steps + 1), desc="rl", unit="step", dynamic_ncols=True)
+            for step in bar:
+                if stop.requested:
+                    break
+                metrics = self.checked_step(step)
+                if do_val and (step % t.val_every == 0 or step == t.total_steps):
+                    last = self.validate(step)
+                    metrics.update(last)
+                self.log(step, metrics, force_print=step == t.total_steps)
+                done = step
+                if (t.save_every and (step % t.save_every == 0 or step == t.total_steps)) or stop.requested:
+                    self.save_checkpoint(step)
+                    saved = step
+                bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}")
+            bar.close()
+            if stop.requested and done < t.total_steps:
+                stopped = {"signal": stop.signal_name, "step": done,
+                           "checkpoint": self.checkpoints.root / step_dir_name(saved) if saved else None}
+            self.drain()
         if start >= t.total_steps:
             tqdm.write(f"nothing left to train: the checkpoint is at step {start} of trainer.total_steps="
                        f"{t.total_steps}; use trainer.resume=never or another trainer.output_dir to start over.")
-        return {"before": first, "after": last, "seconds": time.perf_counter() - began}
+        return {"before": first, "after": last, "seconds": time.perf_counter() - began, "stopped": stopped}
+
+    def checked_step(self, step: int) -> dict[str, float]:
+        """`step(step)`, with a non-finite loss turned into a TrainingError that says what to change."""
+        try:
+            return self.step(step)
+        except WorkerError as e:
+            if isinstance(e.original, NonFiniteLossError):
+                latest = self.checkpoints.latest()
+                kept = f"the last checkpoint, {latest}, is where a rerun resumes" if latest else \
+                    "no checkpoint was written yet"
+                raise TrainingError(
+                    f"Stopped at step {step}: {e.original}. Lower actor.lr, check that rewards are finite and "
+                    f"of moderate scale, or lower actor.grad_clip; {kept}, and metrics of steps before {step} are "
+                    f"kept in {self.logger.path}.") from None
+            raise
 
     def log(self, step: int, metrics: dict[str, float], *, force_print: bool = False) -> None:
         """One step's metrics to metrics.jsonl and the console, and to every tracker of trainer.loggers."""

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from grpoflow.config import load_config
-from grpoflow.controller.checkpoint import CheckpointManager
+from grpoflow.controller.checkpoint import CheckpointManager, save_state
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.controller.run import train
 
@@ -92,7 +92,7 @@ def test_resume_of_a_finished_run_trains_nothing_and_never_starts_over(tmp_path,
 def test_keep_last_prunes_and_resume_path_errors(tmp_path):
     manager = CheckpointManager(tmp_path, keep_last=2)
     for step in (1, 2, 3):
-        manager.save(step, lambda folder: (folder.mkdir(), (folder / "controller.pt").write_text("x")))
+        manager.save(step, lambda folder: (folder.mkdir(), save_state({"step": step}, folder / "controller.pt")))
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_000002", "step_000003"]
     assert manager.latest().name == "step_000003" and manager.resolve("never") is None
     with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):

@@ -1,0 +1,47 @@
+"""CheckpointManager against storage faults, on small fake checkpoints (tests/faults does it on real runs)."""
+
+import errno
+import logging
+
+import pytest
+
+from grpoflow.controller.checkpoint import CheckpointManager, CheckpointWriteError, save_state
+
+
+def fake(step):
+    def write(folder):
+        (folder / "actor").mkdir(parents=True)
+        (folder / "actor" / "model.safetensors").write_bytes(b"w" * 100)
+        save_state({"step": step}, folder / "controller.pt")
+    return write
+
+
+def test_a_failed_write_removes_its_folder_and_keeps_latest(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, fake(1))
+
+    def full_disk(folder):
+        fake(2)(folder)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(CheckpointWriteError) as info:
+        manager.save(2, full_disk)
+    message = str(info.value)
+    assert f"could not write the checkpoint {manager.root / 'step_000002'}: OSError: [Errno 28]" in message
+    assert " free of " in message and "free space (or lower trainer.keep_last)" in message
+    assert f"the previous checkpoint {manager.root / 'step_000001'} and `latest` are unchanged" in message
+    assert sorted(p.name for p in manager.root.iterdir()) == ["latest", "step_000001"]
+
+
+def test_latest_skips_damaged_folders_and_ignores_folders_newer_than_the_pointer(tmp_path, caplog):
+    manager = CheckpointManager(tmp_path)
+    for step in (1, 2, 3):
+        manager.save(step, fake(step))
+    (manager.root / "step_000003" / "actor" / "model.safetensors").write_bytes(b"w" * 50)
+    (manager.root / "step_000002" / "controller.pt").unlink()
+    (manager.root / "step_000009").mkdir()  # left by a run with trainer.resume=never: not the pointer's
+    with caplog.at_level(logging.WARNING, logger="grpoflow.checkpoint"):
+        assert manager.latest() == manager.root / "step_000001"
+    messages = [r.getMessage() for r in caplog.records]
+    assert "actor/model.safetensors holds 50 bytes, 100 were written" in messages[0]
+    assert "step_000002: controller.pt is missing" in messages[1]

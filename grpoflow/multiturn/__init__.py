@@ -1,5 +1,11 @@
-"""Multi-turn rollouts: tools the model can call (issue 12).
+"""Multi-turn rollouts (docs/multi-turn.md): the model acts over several turns against environments and tools,
+and each conversation is one training sample, token-exact.
 
+    chat.py         ChatRenderer: token-exact rendering (continuations as chat-template suffixes, the end-of-turn
+                    separator restored), the prefix-preserving template check
+    env.py          the environment contract (reset / step / get_reward / close), registry, guess_number
+    trajectory.py   Trajectory: prompt ids + segments (sampled ids with log-probs and version | rendered ids) -> Batch
+    loop.py         AgentLoop: every trajectory of a step turn by turn, one generate call per turn, tools, budgets
     tools.py        Tool, tool_from_function (typed function + docstring -> chat-template schema), the
                     tool registry, load_tools(specs); the built-ins are registered from builtin_tools.py
     builtin_tools.py  calculator (safe arithmetic via `ast`) and python (runs code; sandboxed)
@@ -7,5 +13,7 @@
     tool_runner.py  ToolResult, ToolRunner: each call under a timeout; sandboxed tools in worker processes
                     with CPU-time, memory and output limits (grpoflow/process_pool.py)
 
-This file imports nothing: tool worker processes import the modules above, and nothing heavier.
+A part beside `rollout` (DESIGN.md places multi-turn with the rollout): it drives the engines through a generate
+function it is given and imports no workers, placement or controller. This file imports nothing: tool worker
+processes import the tool modules, and nothing heavier.
 """

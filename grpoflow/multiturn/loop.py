@@ -115,9 +115,8 @@ class AgentLoop:
                 [0.0] * length
             cut = len(ids) > left[k]
             ids, log_probs = ids[:left[k]], log_probs[:left[k]]
-            t.segments.append(Segment(ids, log_probs))
             version = int(out.policy_version[row]) if out.policy_version is not None else 0
-            t.version = version if t.version < 0 else min(t.version, version)
+            t.segments.append(Segment(ids, log_probs, version))
             t.turns += 1
             t.messages.append({"role": "assistant", "content": self.renderer.decode(ids)})
             if cut or not ids or ids[-1] != self.renderer.turn.end_token_id:

@@ -20,6 +20,7 @@ from grpoflow.rollout.protocol import left_pad
 class Segment:
     ids: list[int]
     log_probs: list[float] | None = None  # the model's sampling log-probs; None: environment tokens (not trained)
+    version: int | None = None            # the model's: weight version of the engine that sampled it
 
     @property
     def trainable(self) -> bool:
@@ -39,7 +40,11 @@ class Trajectory:
     rewards: dict[str, float] = field(default_factory=dict)  # the environment's reward parts, when it is over
     truncated: bool = False                # the token budget ran out before the conversation ended
     done: bool = False
-    version: int = -1                      # weight version of the oldest turn
+
+    @property
+    def version(self) -> int:
+        """Weight version of the oldest model segment (-1 before the first)."""
+        return min((s.version for s in self.segments if s.version is not None), default=-1)
 
     @property
     def response_ids(self) -> list[int]:

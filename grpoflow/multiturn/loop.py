@@ -132,6 +132,9 @@ class AgentLoop:
             t, text = trajectories[k], trajectories[k].messages[-1]["content"]
             parsed = parse_tool_calls(text, self.tools.parser) if self.tools is not None else None
             if self.tools is not None and parsed is not None and (parsed.calls or parsed.errors):
+                if turn + 1 >= self.max_turns:
+                    t.done = True  # the last turn: no reply could follow, so the calls are not run
+                    continue
                 limit = self.tools.max_calls_per_turn
                 replies[k] = [tool_message(None, f"error: {e}") for e in parsed.errors]
                 t.tool_calls += len(parsed.calls) + len(parsed.errors)

@@ -229,3 +229,15 @@ def test_sandboxed_tools_that_spin_or_hog_memory_are_killed_and_the_step_goes_on
     spun, hogged, fine = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     assert spun.startswith("error") and hogged.startswith("error") and fine == str(2**20)
     assert metrics["tools/calls"] == 3 and metrics["tools/timeouts"] == 2 and metrics["tools/errors"] == 0
+
+
+def test_tool_calls_on_the_last_turn_are_not_run():
+    runner = ToolRunner([tool_from_function(wait, sandboxed=False)], timeout_s=5.0)
+    call = '<tool_call>{"name": "wait", "arguments": {"seconds": 3}}</tool_call>'
+    loop, _, _ = make_loop(lambda text: call, env=None, tools=ToolUse(runner), max_turns=2)
+    start = time.perf_counter()
+    with runner:
+        batch, metrics = loop.run(items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+    assert metrics["tools/calls"] == 1 and metrics["multi_turn/turns/max"] == 2
+    assert [m["role"] for m in batch.conversations[0]] == ["user", "assistant", "tool", "assistant"]
+    assert time.perf_counter() - start < 3.0 * 2   # one call ran, not two

@@ -21,17 +21,17 @@ def build_agent_loop(cfg: Config, tokenizer: Any, generate: Generate) -> AgentLo
     env_cls = load_env(r.env) if r.env else None
     tools = None
     declared = list(getattr(env_cls, "tools", []) or [])
-    if r.tools or declared:
-        found = load_tools(list(r.tools)) + [tool_from_function(fn) for fn in declared]
-        names = [t.name for t in found]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"rollout.tools and the environment's tools name {duplicates} twice; rename one.")
+    found = load_tools(list(r.tools)) + [tool_from_function(fn) for fn in declared]
+    names = [t.name for t in found]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"rollout.tools and the environment's tools name {duplicates} twice; rename one.")
+    renderer = ChatRenderer(tokenizer, [t.schema for t in found] or None)  # checks the template first
+    if found:
         runner = ToolRunner(found, timeout_s=r.tool_timeout_s, cpu_time_s=r.tool_cpu_time_s,
                             memory_mb=r.tool_memory_mb, workers=r.tool_workers)
         tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
-    renderer = ChatRenderer(tokenizer, tools.runner.schemas if tools is not None else None)
 
     def opening(item: PromptItem) -> list[dict]:
         """The dataset prompt as chat messages (with data.system_prompt), when the environment gives none."""

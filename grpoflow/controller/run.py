@@ -24,6 +24,7 @@ from grpoflow.data.dataset import load_rows, prepare_prompts
 from grpoflow.models.gguf import convert_gguf, is_gguf
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
+from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.rewards import RewardScorer, build_reward
 from grpoflow.tasks.addition import addition_splits
 from grpoflow.tasks.chat_addition import chat_addition_splits
@@ -135,6 +136,8 @@ def train(cfg: Config) -> dict:
     train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))
     tqdm.write(f"run folder: {run_dir.resolve()}")
     tqdm.write(schedule.describe())
+    if cfg.rollout.multi_turn:  # the chat template must render token-exactly: found out before any stage runs
+        ChatRenderer(load_tokenizer(resolve_model(cfg, run_dir)))
     model_path = sft_stage(cfg, run_dir, train_rows)
     tokenizer = load_tokenizer(model_path)
     d = cfg.data

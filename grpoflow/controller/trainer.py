@@ -40,7 +40,7 @@ from grpoflow.data.sampler import EpochSampler
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.models.loading import load_tokenizer
-from grpoflow.rollout.protocol import PromptTokens, SamplingParams
+from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.training.engine import NonFiniteLossError
 from grpoflow.training.forward import UpdateSchedule
 from grpoflow.workers.actor import ActorWorker
@@ -85,9 +85,13 @@ class Controller:
         self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
                                            target_kl=kl.target_kl, horizon=kl.horizon)
         self.sampling = SamplingParams(n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
-        # Multi-turn (rollout.env / rollout.tools): the agent loop generates trajectories turn by turn.
-        agent = build_agent_loop(cfg, load_tokenizer(model_path), self.rollout_turn) if r.multi_turn else None
-        self.rollouts = Rollouts(self.rollout, agent)
+        self.rollouts = Rollouts(self.rollout)
+        if r.multi_turn:  # rollout.env / rollout.tools: the agent loop generates trajectories turn by turn
+            try:
+                self.rollouts.agent = build_agent_loop(cfg, load_tokenizer(model_path), self.rollouts.generate_turn)
+            except BaseException:
+                self.placement.close()
+                raise
         self.queue = RolloutQueue(self.rollouts, train_items, EpochSampler(len(train_items), seed=cfg.trainer.seed),
                                   prompts_per_step=cfg.data.prompts_per_step, params=self.sampling,
                                   ahead=r.max_staleness if self.is_async else 0, last_step=cfg.trainer.total_steps,
@@ -98,9 +102,6 @@ class Controller:
         self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
         self.trackers: list = []  # built in fit(), once the resume step is known
-
-    def rollout_turn(self, prompts: list[PromptTokens], params: SamplingParams, seed: int | None) -> Batch:
-        return self.rollouts.generate_turn(prompts, params, seed)
 
     def _build_groups(self, cfg: Config, model_path: str, needs: set[str]) -> None:
         a, alg, seed = cfg.actor, cfg.algorithm, cfg.trainer.seed

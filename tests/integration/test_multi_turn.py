@@ -5,6 +5,7 @@
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from grpoflow.controller.run import sft_stage, train
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.logprobs import response_log_probs
-from grpoflow.multiturn.chat import ChatRenderer
+from grpoflow.multiturn.chat import ChatRenderer, TemplateError
 from grpoflow.multiturn.env import GuessNumber
 from grpoflow.multiturn.loop import TURN_STRIDE, AgentLoop
 from grpoflow.rollout.protocol import SamplingParams
@@ -147,3 +148,20 @@ def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(tmp_path, warm
     assert CheckpointManager(out).latest() is not None
     train(load_config("guess_number", args + [f"trainer.output_dir={out}"]))
     assert comparable(out) == comparable(full)
+
+
+def test_a_template_that_is_not_prefix_preserving_stops_the_run_before_the_warm_start(tmp_path, tiny_model_path):
+    from transformers import AutoTokenizer
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_path, model)
+    tok = AutoTokenizer.from_pretrained(model)
+    tok.chat_template = ("{% for m in messages %}{% set c = m['content'] %}"
+                         "{% if m['role'] == 'assistant' and not loop.last %}{% set c = c.split('</think>')[-1] %}"
+                         "{% endif %}{{ '<|im_start|>' + m['role'] + '\n' + c + '<|im_end|>\n' }}{% endfor %}"
+                         "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    tok.save_pretrained(model)
+    with pytest.raises(TemplateError, match="not prefix-preserving"):
+        train(load_config("guess_number", BASE + [f"model.path={model}", "sft.steps=5",
+                                                  f"trainer.output_dir={tmp_path / 'run'}"]))
+    assert not (tmp_path / "run" / "sft_model").exists()

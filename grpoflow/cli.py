@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from grpoflow.controller.run import sft_stage, train
     from grpoflow.controller.trackers import MissingExtraError
     from grpoflow.controller.trainer import TrainingError
+    from grpoflow.distributed.ray_pool import ClusterError
     from grpoflow.distributed.worker_group import WorkerError
     commands: dict[str, Callable[[Config], Any]] = {
         "train": train, "sft": sft_stage, "eval": evaluate,
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(recipe, overrides)
         result = commands[command](cfg)
-    except (ConfigError, TrainingError, WorkerError, MissingExtraError, CheckpointWriteError, FileNotFoundError,
+    except (ConfigError, TrainingError, WorkerError, ClusterError, MissingExtraError, CheckpointWriteError, FileNotFoundError,
             ValueError, KeyError) as e:
         if os.environ.get("GRPOFLOW_DEBUG"):
             raise

@@ -266,6 +266,9 @@ class TrainerConfig:
     threads: int = opt(0, "torch intra-op threads (0: leave torch's default).")
     mode: str = opt("sync", "sync: generate, then train, each step; async: generation of step t+1 overlaps "
                     "training of step t (needs placement=split), bounded by rollout.max_staleness.")
+    max_restarts: int = opt(0, "Automatic restarts: when a worker process or a Ray node dies, or a weight sync "
+                            "times out, tear the workers down, rebuild them (on the nodes still alive) and continue "
+                            "from the last checkpoint, up to this many times per run (0: stop with the error).")
 
 
 @dataclass
@@ -542,6 +545,8 @@ def validate(cfg: Config) -> None:
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
         (cfg.trainer.save_every >= 0 and cfg.trainer.keep_last >= 0, "trainer.save_every and trainer.keep_last "
                                                                      "must be >= 0."),
+        (cfg.trainer.max_restarts >= 0, f"trainer.max_restarts={cfg.trainer.max_restarts} must be >= 0 (0: a dead "
+                                        "worker stops the run)."),
     ]
     for ok, message in checks:
         if not ok:

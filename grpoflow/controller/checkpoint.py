@@ -33,6 +33,8 @@ from typing import Any, Callable
 
 import torch
 
+from grpoflow.distributed.worker_group import WorkerError
+
 LATEST = "latest"
 MANIFEST = "manifest.json"
 
@@ -70,6 +72,9 @@ class CheckpointManager:
                 shutil.rmtree(final)
             os.replace(tmp, final)
             _atomic_write_text(self.root / LATEST, final.name)
+        except WorkerError:  # a rank died or hung while saving: not a storage fault (a restart may cure it)
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         except Exception as e:
             shutil.rmtree(tmp, ignore_errors=True)  # best effort: the error below is what the user sees
             with contextlib.suppress(OSError):

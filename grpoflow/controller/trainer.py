@@ -29,6 +29,7 @@ from grpoflow.controller.checks import check_config
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
 from grpoflow.controller.placement import build_placement
 from grpoflow.controller.preemption import stop_on_signals
+from grpoflow.controller.restart import record_restart, restartable, with_restart_advice
 from grpoflow.controller.rewarding import RewardAssembly
 from grpoflow.controller.rollouts import RolloutQueue, Rollouts, group_ids
 from grpoflow.controller.step_math import partition_groups, token_rewards
@@ -81,9 +82,6 @@ class Controller:
         self.is_async = cfg.trainer.mode == "async"
         stale = self.is_async and r.max_staleness > 0
         self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward or stale
-        kl = alg.kl_ctrl
-        self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
-                                           target_kl=kl.target_kl, horizon=kl.horizon)
         self.sampling = SamplingParams(n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
         self.rollouts = Rollouts(self.rollout)
         if r.multi_turn:  # rollout.env / rollout.tools: the agent loop generates trajectories turn by turn
@@ -92,16 +90,44 @@ class Controller:
             except BaseException:
                 self.placement.close()
                 raise
-        self.queue = RolloutQueue(self.rollouts, train_items, EpochSampler(len(train_items), seed=cfg.trainer.seed),
+        self.model_path, self.train_items, self.needs = model_path, train_items, needs
+        self._start_state(scorer)
+        self.restarts, self.current_step = 0, 0  # automatic restarts of this process's run (trainer.max_restarts)
+        self.last_saved: Path | None = None  # the newest checkpoint this run wrote or loaded: where a restart resumes
+        self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
+        self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
+        self.trackers: list = []  # built in fit(), once the resume step is known
+
+    def _start_state(self, scorer: RewardScorer | None) -> None:
+        """What the run holds beside the workers, as at step 0: KL controller, prompt queue, rewards, weight sync
+        (rebuilt with the workers by a restart, then restored from the checkpoint)."""
+        cfg, r, kl = self.cfg, self.cfg.rollout, self.cfg.algorithm.kl_ctrl
+        self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
+                                           target_kl=kl.target_kl, horizon=kl.horizon)
+        self.rollouts.group = self.rollout  # the same Rollouts (the agent loop holds its generate_turn)
+        self.queue = RolloutQueue(self.rollouts, self.train_items, EpochSampler(len(self.train_items),
+                                                                                seed=cfg.trainer.seed),
                                   prompts_per_step=cfg.data.prompts_per_step, params=self.sampling,
                                   ahead=r.max_staleness if self.is_async else 0, last_step=cfg.trainer.total_steps,
                                   seed_of=self.step_seed)
         self.rewards = RewardAssembly(scorer, self.reward_model, cfg.reward, max_new_tokens=r.max_new_tokens)
         self.weight_sync = WeightSync(self.actor, self.rollout, queued=self.is_async)
         self.version = 0  # of the weights the engines hold (or, async, have queued)
-        self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
-        self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
-        self.trackers: list = []  # built in fit(), once the resume step is known
+
+    def rebuild(self) -> None:
+        """Tear every worker group down and build them again (on the Ray nodes still alive), with the run's state
+        as at step 0; a checkpoint is loaded next (trainer.max_restarts)."""
+        old = self.placement
+        started, old.started_ray = old.started_ray, False  # Ray itself stays up
+        old.close()
+        try:
+            placement = build_placement(self.cfg)
+        except BaseException:
+            old.started_ray = started  # so that close() still stops a Ray this run started
+            raise
+        placement.started_ray, self.placement = started, placement
+        self._build_groups(self.cfg, self.model_path, self.needs)
+        self._start_state(self.rewards.scorer)
 
     def _build_groups(self, cfg: Config, model_path: str, needs: set[str]) -> None:
         a, alg, seed = cfg.actor, cfg.algorithm, cfg.trainer.seed
@@ -293,14 +319,15 @@ class Controller:
                 if self.critic is not None:
                     self.critic.call(CriticWorker.save_checkpoint, str(folder / "critic"))
             except WorkerError as e:  # the rank's own error (disk full, permission) is what the message names
-                if e.original is None:
+                if e.original is None or restartable(e):
                     raise
                 raise e.original from e
-            save_state({"step": step, "version": self.version, "sampler": self.queue.state_dict(),
+            save_state({"step": step, "version": self.version, **self.queue.state_dict(),
                         "kl_ctrl": self.kl_ctrl.state_dict(), "rng": rng_state(),
                         "total_steps": self.cfg.trainer.total_steps}, folder / "controller.pt")
 
-        return self.checkpoints.save(step, write)
+        self.last_saved = self.checkpoints.save(step, write)
+        return self.last_saved
 
     def load_checkpoint(self, folder: Path) -> int:
         """Restore a checkpoint written by `save_checkpoint`; returns its step."""
@@ -308,7 +335,7 @@ class Controller:
         self.actor.call(ActorWorker.load_checkpoint, str(folder / "actor"))
         if self.critic is not None:
             self.critic.call(CriticWorker.load_checkpoint, str(folder / "critic"))
-        self.queue.load_state_dict(state["sampler"], state["step"])
+        self.queue.load_state_dict(state["sampler"], state["step"], state.get("in_flight"))
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         set_rng_state(state["rng"])
         self.version = state["version"]
@@ -317,26 +344,42 @@ class Controller:
         saved_total = state.get("total_steps", self.cfg.trainer.total_steps)
         if saved_total != self.cfg.trainer.total_steps:
             tqdm.write(schedule_change_warning(saved_total, self.cfg))
+        self.last_saved = folder
         return state["step"]
 
     def fit(self) -> dict[str, Any]:
         """(Resume,) validate, train to `trainer.total_steps` (validating every `val_every`, saving every
-        `save_every`), validate again."""
+        `save_every`), validate again. A worker process or node that dies, or a weight sync that times out,
+        rebuilds the workers and continues from the last checkpoint, up to `trainer.max_restarts` times."""
         t = self.cfg.trainer
-        checkpoint = self.checkpoints.resolve(t.resume)
+        start, history = self.resume_from(self.checkpoints.resolve(t.resume))
+        self.trackers = build_trackers(t.loggers, self.run_dir, self.cfg.to_dict(), t.project,
+                                       t.run_name or self.run_dir.resolve().name, resume_step=start)
+        try:
+            while True:
+                try:
+                    return self.train_from(start, history)
+                except WorkerError as e:
+                    if not restartable(e) or self.restarts >= t.max_restarts:
+                        raise with_restart_advice(e, t.max_restarts, self.last_saved) from None
+                    self.restarts += 1
+                    record_restart(self.run_dir, self.restarts, t.max_restarts, self.current_step, e,
+                                   self.last_saved)
+                    self.rebuild()
+                    start, history = self.resume_from(self.last_saved)
+        finally:
+            for tracker in self.trackers:
+                tracker.close()
+
+    def resume_from(self, checkpoint: Path | None) -> tuple[int, list[dict]]:
+        """Load `checkpoint` (None: start at step 0); the step to continue after, and the kept metric records."""
         start = self.load_checkpoint(checkpoint) if checkpoint is not None else 0
         history = self.logger.start(start)
         if not start:
             (self.run_dir / "samples.jsonl").unlink(missing_ok=True)
         if checkpoint is not None:
-            tqdm.write(f"resumed from {checkpoint} (step {start} of {t.total_steps})")
-        self.trackers = build_trackers(t.loggers, self.run_dir, self.cfg.to_dict(), t.project,
-                                       t.run_name or self.run_dir.resolve().name, resume_step=start)
-        try:
-            return self.train_from(start, history)
-        finally:
-            for tracker in self.trackers:
-                tracker.close()
+            tqdm.write(f"resumed from {checkpoint} (step {start} of {self.cfg.trainer.total_steps})")
+        return start, history
 
     def train_from(self, start: int, history: list[dict]) -> dict[str, Any]:
         """Steps start+1 .. trainer.total_steps; `history` holds the kept records of a resumed run.
@@ -360,7 +403,10 @@ class Controller:
             for step in bar:
                 if stop.requested:
                     break
+                self.current_step = step
                 metrics = self.checked_step(step)
+                if self.restarts:
+                    metrics["restarts"] = self.restarts
                 if do_val and (step % t.val_every == 0 or step == t.total_steps):
                     last = self.validate(step)
                     metrics.update(last)

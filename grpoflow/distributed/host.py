@@ -52,11 +52,11 @@ class RankHost:
             torch.set_num_threads(threads)
 
     def info(self) -> dict[str, Any]:
-        """Where this rank runs: pid, host name and IP address, and a free TCP port there."""
+        """Where this rank runs: pid, host name, IP address and Ray node id, and a free TCP port there."""
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("", 0))
             port = s.getsockname()[1]
-        return {"pid": os.getpid(), "host": socket.gethostname(), "ip": _node_ip(), "port": port}
+        return {"pid": os.getpid(), "host": socket.gethostname(), "ip": _node_ip(), "port": port, "node": _node_id()}
 
     def init_process_group(self, master_addr: str, master_port: int, timeout_s: float) -> str:
         """Join the pool's process group (nccl with CUDA, else gloo); returns the backend used."""
@@ -122,6 +122,17 @@ def _node_ip() -> str:
     except ImportError:
         pass
     return "127.0.0.1"
+
+
+def _node_id() -> str:
+    """The Ray node this process runs on ("" outside Ray): several raylets can share one host name."""
+    try:
+        import ray
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return ""
 
 
 class Pool(Protocol):

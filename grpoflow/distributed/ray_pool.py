@@ -122,9 +122,10 @@ class RayPool:
                 raise cause from None
             raise RankFailure(rank, cause if cause is not None else e, str(e)) from None
         except ray.exceptions.RayActorError as e:
+            node = self.infos[rank].get("node", "") if rank < len(self.infos) else ""
             raise RankFailure(rank, WorkerDied(
-                f"its process ended during `{host_method}` (killed, out of memory, or crashed); "
-                f"{self.describe(rank)}"), str(e)) from None
+                f"its process ended (killed, out of memory, or crashed, or its node left the cluster); "
+                f"{self.describe(rank)}" + (f", Ray node {node[:12]}" if node else "")), str(e)) from None
 
     def describe(self, rank: int) -> str:
         info = self.infos[rank] if rank < len(self.infos) else {}
@@ -164,8 +165,26 @@ class RayCall:
                 raise RankFailure(late[0], CallTimeout(
                     f"no answer from rank(s) {late} within {timeout_s:g}s"), "")
             ref = done[0]
-            results[rank_of[ref]] = self.pool._get(ref, rank_of[ref], self.host_method)
+            try:
+                results[rank_of[ref]] = self.pool._get(ref, rank_of[ref], self.host_method)
+            except RankFailure as failure:
+                raise self._root_cause(failure, pending, rank_of) from None
         return [results[r] for r in self.ranks]
+
+    def _root_cause(self, failure: RankFailure, pending: list, rank_of: dict, grace_s: float = 5.0) -> RankFailure:
+        """A rank that raised may only be the peer of one whose process died (a collective that lost its
+        partner): give the other ranks `grace_s` to report, and name a dead one first, since a restart
+        (trainer.max_restarts) is for dead processes and never for errors in the code."""
+        if isinstance(failure.original, WorkerDied) or not pending:
+            return failure
+        ready, _ = _ray().wait(pending, num_returns=len(pending), timeout=grace_s)
+        for ref in ready:
+            try:
+                self.pool._get(ref, rank_of[ref], self.host_method)
+            except RankFailure as other:
+                if isinstance(other.original, WorkerDied):
+                    return other
+        return failure
 
 
 def _remote_call(host: Any, host_method: str, args: tuple) -> Any:

@@ -124,8 +124,8 @@ class RayPool:
         except ray.exceptions.RayActorError as e:
             node = self.infos[rank].get("node", "") if rank < len(self.infos) else ""
             raise RankFailure(rank, WorkerDied(
-                f"its process ended (killed, out of memory, or crashed, or its node left the cluster); "
-                f"{self.describe(rank)}" + (f", Ray node {node[:12]}" if node else "")), str(e)) from None
+                "its process ended (killed, out of memory, or crashed, or its node left the cluster)"
+                + (f"; it ran on Ray node {node[:12]}" if node else "")), str(e)) from None
 
     def describe(self, rank: int) -> str:
         info = self.infos[rank] if rank < len(self.infos) else {}

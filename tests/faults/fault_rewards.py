@@ -31,3 +31,10 @@ def huge(prompt, completion, **row):
     """Finite but near float32's limit (3.4e38), varying within a group: without std-normalised advantages
     the policy loss overflows to inf."""
     return 1e38 * len(completion)
+
+
+def slow_length(prompt, completion, **row):
+    """The completion's length after GRPOFLOW_FAULTS_REWARD_SLEEP seconds: a reward that varies within a group
+    (a real update on a barely trained model), slowed so a Ray node can be removed inside a step."""
+    time.sleep(float(os.environ.get("GRPOFLOW_FAULTS_REWARD_SLEEP", "0")))
+    return float(len(completion))

@@ -23,7 +23,7 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m slow
 
-# fault injection: signals, storage faults, NaN, dead reward workers (.ci/faults_stage)
+# fault injection: signals, storage faults, NaN, dead reward workers, Ray nodes and engines that die (.ci/faults_stage)
 test-faults: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests/faults -m faults
 

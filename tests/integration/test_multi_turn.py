@@ -111,6 +111,7 @@ def test_tools_run_in_a_training_step(tmp_path, warm_model):
     assert {"tools/calls", "tools/errors", "tools/timeouts"} <= records[0].keys()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_cluster")
 def test_ray_split_async_gives_the_local_first_step(tmp_path, warm_model):
     keys = ["critic/score/mean", "multi_turn/turns/mean", "multi_turn/env_token_share", "actor/pg_loss",
@@ -127,6 +128,7 @@ def comparable(out):
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(out)]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(tmp_path, warm_model):
     args = BASE + [f"model.path={warm_model}", "sft.steps=0", "trainer.total_steps=5", "trainer.save_every=1",
                    "trainer.keep_last=0", "trainer.resume=auto", "algorithm.use_kl_in_reward=true"]

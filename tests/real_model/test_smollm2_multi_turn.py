@@ -55,7 +55,7 @@ def test_grpo_with_the_calculator_tool_runs_end_to_end(tmp_path, smollm2_path):
         f"model.path={smollm2_path}", "sft.steps=0", f"trainer.output_dir={tmp_path}",
         "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=96", "trainer.total_steps=2",
         "trainer.val_every=2", "data.val_max_prompts=8", "trainer.log_every=1", "trainer.log_samples=4",
-        "actor.lr=1e-6"])
+        "actor.lr=1e-6", "data.apply_chat_template=true"])
     cfg.data.system_prompt = SYSTEM
     train(cfg)
     records = [r for r in read_metrics(tmp_path) if "timing_s/step" in r]

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from grpoflow.models import head_logprobs
 from grpoflow.models.head_logprobs import head_log_probs, logit_grad
 
 
@@ -51,7 +52,9 @@ def _inputs(n=13, h=8, v=37, seed=0):
 
 @pytest.mark.parametrize("chunk", [1, 4, 13, 100])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_chunked_values_and_gradients_equal_the_naive_computation(chunk, temperature):
+@pytest.mark.parametrize("weight_grad_rows", [5, 1024])  # 5: several head-weight products per backward
+def test_chunked_values_and_gradients_equal_the_naive_computation(chunk, temperature, weight_grad_rows, monkeypatch):
+    monkeypatch.setattr(head_logprobs, "WEIGHT_GRAD_ROWS", weight_grad_rows)
     hidden, weight, labels, g_lp, _ = _inputs()
     lp, ent = head_log_probs(hidden, weight, labels, temperature=temperature, chunk_size=chunk, with_entropy=True)
     assert not ent.requires_grad  # a metric unless entropy_grad

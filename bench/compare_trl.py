@@ -397,7 +397,8 @@ def main(argv: list[str] | None = None) -> None:
     for size in dict.fromkeys(r["size"] for r in rows):
         prepared[size] = spawn("prepare", {"size": size, "threads": args.threads, "real_model": args.real_model},
                                logs / f"prepare_{size}.log", args.threads)
-        progress(f"{'model' if args.real_model else 'warm start'} {size}: {prepared[size]['model_path']} (held-out {prepared[size]['accuracy']:.1%})")
+        progress(f"{'model' if args.real_model else 'warm start'} {size}: {prepared[size]['model_path']} "
+                 f"(held-out {prepared[size]['accuracy']:.1%})")
     results = [run_row(row, args, prepared[row["size"]], peak, logs, progress) for row in rows]
     print()
     print(f"{args.prompts} prompts/step, {args.steps} steps (first {WARMUP_STEPS} left out of speed figures), "

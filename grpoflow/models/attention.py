@@ -12,7 +12,9 @@ values are used as they are, and the attention is
 with transformers' additive float mask (0 where a key is visible, the dtype's minimum elsewhere).
 
 `register()` adds it to transformers' public `AttentionInterface` / `AttentionMaskInterface` under
-`GROUPED_ATTENTION`; a model uses it after `model.set_attn_implementation(GROUPED_ATTENTION)`.
+`GROUPED_ATTENTION`; a model uses it after `model.set_attn_implementation(GROUPED_ATTENTION)`. The
+actor and the reference use it for bf16 compute on CPU; the rollout engine does not: decoding one
+query per row, sdpa was as fast or faster (`bench/ablation.py --real-model`).
 """
 
 from __future__ import annotations

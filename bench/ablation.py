@@ -1,6 +1,7 @@
 """What each speed-up of grpoflow's step buys, measured in one process on one step's worth of data.
 
     .venv/bin/python bench/ablation.py [--size 4m] [--group-size 8] [--max-new-tokens 16] [--repeats 10]
+    .venv/bin/python bench/ablation.py --real-model /tmp/grpoflow-smollm2/hf --max-new-tokens 24 --repeats 3
 
 Uses the warm-started model that compare_trl.py caches in bench/.cache/tiny-<size>/ (run that
 first), 8 prompts of the built-in task and `--group-size` samples each, and times:
@@ -12,6 +13,12 @@ first), 8 prompts of the built-in task and `--group-size` samples each, and time
   the full forward against shared prompts, each in float32 and under bf16 autocast;
 - the optimizer step (grad-norm clip + AdamW on the model's parameters): torch's default
   (single-tensor on CPU), foreach and fused implementations.
+
+With `--real-model FOLDER` (SmolLM2-135M-Instruct, see .ci/real_model_stage) it times, on 8 chat
+prompts of `builtin:chat_addition` x `--group-size` samples, the update pass with the log-probs taken
+from the full logits or from the fused head (`models/head_logprobs.py`), with torch's sdpa attention
+or grouped attention (`models/attention.py`), in float32 and under bf16 autocast; and sampling from
+the bf16 rollout copy with either attention.
 
 Variants alternate within each repeat, so load from other processes hits all of them; the
 table shows each variant's fastest and median time (ms). The fastest is the better estimate of
@@ -123,6 +130,54 @@ def update_variants(path: Path, sample, size_n: int, max_new_tokens: int):
             "update: shared prompts, bf16 autocast": variant(True, "bfloat16")}
 
 
+def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
+    """name -> a function: the update pass and sampling on SmolLM2 with each of this work's speed-ups on or off."""
+    from grpoflow.data.dataset import prepare_prompts
+    from grpoflow.models import attention, logprobs
+    from grpoflow.models.loading import load_causal_lm, load_tokenizer
+    from grpoflow.rollout.hf import HFRolloutEngine
+    from grpoflow.rollout.protocol import SamplingParams
+    from grpoflow.tasks.chat_addition import chat_addition_splits
+
+    tok = load_tokenizer(path)
+    prompts = [item.prompt_ids for item in prepare_prompts(chat_addition_splits()[0][:8], tok)[0]]
+    params = SamplingParams(n=size_n, max_new_tokens=max_new_tokens)
+    engine = HFRolloutEngine(load_causal_lm(path, dtype=torch.bfloat16), pad_token_id=tok.pad_token_id,
+                             eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    gen = engine.generate(prompts, params)
+    model = load_causal_lm(path).train()
+    grouped = attention.register()
+
+    def update(fused: bool, attn: str, dtype: str | None):
+        def run():
+            model.set_attn_implementation(grouped if attn == "grouped" else "sdpa")
+            kept = logprobs.FUSED_HEAD_MODEL_TYPES
+            logprobs.FUSED_HEAD_MODEL_TYPES = kept if fused else ()
+            try:
+                lp, _ = logprobs.response_log_probs(model, gen.prompt_ids, gen.prompt_mask, gen.response_ids,
+                                                    gen.response_mask, with_entropy=True, compute_dtype=dtype)
+                ((lp * gen.response_mask).sum() / gen.response_mask.sum()).backward()
+            finally:
+                logprobs.FUSED_HEAD_MODEL_TYPES = kept
+            model.zero_grad(set_to_none=True)
+        return run
+
+    def sampling(attn: str):
+        def run():
+            engine.model.set_attn_implementation(grouped if attn == "grouped" else "sdpa")
+            engine.generate(prompts, params)
+        return run
+
+    return {"update: logits path, sdpa, fp32": update(False, "sdpa", None),
+            "update: fused head, sdpa, fp32": update(True, "sdpa", None),
+            "update: logits path, sdpa, bf16 autocast": update(False, "sdpa", "bfloat16"),
+            "update: fused head, sdpa, bf16 autocast": update(True, "sdpa", "bfloat16"),
+            "update: fused head, grouped attention, bf16 autocast": update(True, "grouped", "bfloat16"),
+            "sampling: bf16 weights, sdpa": sampling("sdpa"),
+            "sampling: bf16 weights, grouped attention": sampling("grouped")}
+
+
 def optimizer_variants(path: Path):
     from grpoflow.models.loading import load_causal_lm
 
@@ -151,24 +206,36 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--base", action="store_true",
                    help="the untrained base model (responses fill the budget) instead of the warm start")
+    p.add_argument("--real-model", default=None, metavar="FOLDER",
+                   help="SmolLM2-135M-Instruct's HF folder: time this work's real-model speed-ups instead")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.real_model:
+        return time_variants(real_model_variants(Path(args.real_model), args.group_size, args.max_new_tokens),
+                             f"SmolLM2-135M-Instruct, 8 chat prompts x {args.group_size} samples, <= "
+                             f"{args.max_new_tokens} new tokens, {args.threads} threads, {args.repeats} repeats",
+                             args.repeats)
     path = CACHE / f"tiny-{args.size}" / ("base_model" if args.base else "sft_model")
     if not path.is_dir():
         sys.exit(f"{path} is missing: run bench/compare_trl.py --sizes {args.size} once to build and warm-start it.")
     gen, engine = generation_variants(path, args.group_size, args.max_new_tokens)
     variants = {**gen, **update_variants(path, engine.generate, args.group_size, args.max_new_tokens),
                 **optimizer_variants(path)}
+    time_variants(variants, f"{args.size}{' base' if args.base else ''}, 8 prompts x {args.group_size} samples, <= "
+                  f"{args.max_new_tokens} new tokens, {args.threads} threads, {args.repeats} repeats", args.repeats)
+
+
+def time_variants(variants: dict, title: str, repeats: int) -> None:
+    """Run every variant once (warm-up), then `repeats` rounds of all of them in turn; print fastest and median."""
     for fn in variants.values():  # warm-up: first-call allocations, lazy inits
         fn()
     times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for name, fn in variants.items():
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
-    print(f"{args.size}{' base' if args.base else ''}, 8 prompts x {args.group_size} samples, <= {args.max_new_tokens} "
-          f"new tokens, {args.threads} threads, {args.repeats} repeats")
+    print(title)
     print("| variant | fastest ms | median ms |\n|---|---|---|")
     for name, ts in times.items():
         print(f"| {name} | {min(ts) * 1e3:.1f} | {statistics.median(ts) * 1e3:.1f} |")

@@ -8,6 +8,7 @@ count, the held-out accuracy of the final weights and the peak RSS.
 
 from __future__ import annotations
 
+import functools
 import json
 import resource
 import statistics
@@ -16,8 +17,11 @@ import time
 from pathlib import Path
 
 CACHE = Path(__file__).resolve().parent / ".cache"
-HELDOUT = 200         # held-out prompts for the greedy accuracy
-EVAL_NEW_TOKENS = 16  # greedy budget for held-out answers (at most 3 digits + EOS)
+HELDOUT = 200         # held-out prompts for the greedy accuracy (at most)
+# Per task: grpoflow's training data, the reward both frameworks use, the greedy budget for held-out answers.
+TASKS = {"addition": {"train_files": "builtin:addition/train", "reward": "exact_match", "eval_new_tokens": 16},
+         "chat_addition": {"train_files": "builtin:chat_addition/train", "reward": "gsm8k_flexible",
+                           "eval_new_tokens": 24}}
 
 
 # ---------------------------------------------------------------- shared by both children
@@ -33,29 +37,47 @@ def peak_rss_mb() -> float:
 
 
 def count_params(model) -> int:
-    """Parameters that take part in matmuls: all but the input embedding (a lookup)."""
+    """Parameters that take part in matmuls: all but the input embedding (a lookup), which counts when it is also
+    the output head (tied weights, e.g. SmolLM2)."""
     embed = model.get_input_embeddings().weight
-    return sum(p.numel() for p in model.parameters() if p is not embed)
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is embed
+    return sum(p.numel() for p in model.parameters() if p is not embed or tied)
 
 
-def heldout_rows() -> list[dict]:
-    from grpoflow.tasks.addition import addition_splits
-    return addition_splits()[1][:HELDOUT]
+def task_rows(task: str) -> tuple[list[dict], list[dict]]:
+    """(training rows, held-out rows) of a bench task: `prompt` (a string or chat messages) and `answer`."""
+    if task == "chat_addition":
+        from grpoflow.tasks.chat_addition import chat_addition_splits
+        train, held = chat_addition_splits()
+    else:
+        from grpoflow.tasks.addition import addition_splits
+        train, held = addition_splits()
+    return train, held[:HELDOUT]
 
 
-def heldout_accuracy(model, tokenizer) -> float:
-    """Greedy exact match on the held-out prompts, one left-padded `generate` call."""
+def prompt_text(tokenizer, prompt) -> str:
+    """The text a model sees: chat messages through the tokenizer's chat template, a string as it is."""
+    if isinstance(prompt, str):
+        return prompt
+    return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+
+
+def heldout_accuracy(model, tokenizer, task: str = "addition") -> float:
+    """Mean reward of greedy answers to the held-out prompts (the task's reward), one left-padded `generate` call."""
     import torch
-    from grpoflow.rewards.functions import exact_match
-    rows = heldout_rows()
+    from grpoflow.rewards.functions import load_reward_function
+    _, rows = task_rows(task)
+    reward = load_reward_function(TASKS[task]["reward"])
+    texts = [prompt_text(tokenizer, r["prompt"]) for r in rows]
     tokenizer.padding_side = "left"
-    enc = tokenizer([r["prompt"] for r in rows], return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     model.eval()
     with torch.no_grad():
-        out = model.generate(**enc, do_sample=False, max_new_tokens=EVAL_NEW_TOKENS,
+        out = model.generate(**enc, do_sample=False, max_new_tokens=TASKS[task]["eval_new_tokens"],
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-    return statistics.mean(exact_match(r["prompt"], t, answer=r["answer"]) for r, t in zip(rows, texts))
+    answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return statistics.mean(float(reward(t, a, answer=r["answer"]) or 0.0) for r, t, a in zip(rows, texts, answers))
 
 
 def emit(record: dict) -> None:
@@ -66,11 +88,22 @@ def emit(record: dict) -> None:
 # ---------------------------------------------------------------- children
 
 def child_prepare(spec: dict) -> dict:
-    """Warm-start the built-in model of `spec["size"]` (cached) and measure its held-out accuracy."""
+    """Warm-start the built-in model of `spec["size"]` (cached) and measure its held-out accuracy; for a real model
+    (`spec["real_model"]`, a folder) only the accuracy."""
     from grpoflow.config import load_config
     from grpoflow.controller.run import sft_stage
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     set_threads(spec["threads"])
+    if spec.get("real_model"):  # its accuracy is cached per folder and weights file date
+        path = spec["real_model"]
+        key = f"{path}@{max(f.stat().st_mtime for f in Path(path).glob('*.safetensors'))}"
+        known = CACHE / "real_model_accuracy.json"
+        cached = json.loads(known.read_text()) if known.exists() else {}
+        if key not in cached:
+            cached[key] = heldout_accuracy(load_causal_lm(path), load_tokenizer(path), "chat_addition")
+            known.parent.mkdir(parents=True, exist_ok=True)
+            known.write_text(json.dumps(cached, indent=1))
+        return {"model_path": path, "accuracy": cached[key]}
     run_dir = CACHE / f"tiny-{spec['size']}"
     cfg = load_config(None, [f"model.path=builtin:tiny-{spec['size']}", f"trainer.output_dir={run_dir}",
                              f"trainer.threads={spec['threads']}"])
@@ -100,6 +133,7 @@ def instrument_grpoflow() -> list[dict]:
     records: list[dict] = []
 
     def timed(fn, key: str):
+        @functools.wraps(fn)  # keeps the name: worker groups accept only their class's own verbs
         def wrapper(*args, **kwargs):
             start = time.perf_counter()
             try:
@@ -132,14 +166,15 @@ def child_grpoflow(spec: dict) -> dict:
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     set_threads(spec["threads"])
     out = Path(tempfile.mkdtemp(prefix="grpoflow-", dir=spec["tmp"]))
-    n, steps = spec["group_size"], spec["steps"]
+    n, steps, task = spec["group_size"], spec["steps"], spec.get("task", "addition")
     inner = instrument_grpoflow()
     train(load_config(None, [
+        f"data.train_files=[{TASKS[task]['train_files']}]", f"reward.function={TASKS[task]['reward']}",
         f"model.path={spec['model_path']}", "sft.steps=0", f"data.prompts_per_step={spec['prompts']}",
         f"model.compute_dtype={spec['compute_dtype']}",
         f"rollout.n={n}", f"rollout.max_new_tokens={spec['max_new_tokens']}", "rollout.temperature=1.0",
         f"actor.lr={spec['lr']}", "actor.lr_schedule=constant", "actor.loss_agg_mode=token-mean",
-        f"actor.kl_coef={spec['kl']}", "actor.kl_estimator=k3", "reward.function=exact_match",
+        f"actor.kl_coef={spec['kl']}", "actor.kl_estimator=k3",
         "algorithm.norm_adv_by_std=true", "algorithm.epsilon=1e-4",  # TRL: (r - mean) / (std + 1e-4)
         f"trainer.total_steps={steps}", "trainer.val_every=0", f"trainer.save_every={steps}",
         f"trainer.output_dir={out}", f"trainer.threads={spec['threads']}", f"trainer.seed={spec['seed']}",
@@ -158,7 +193,7 @@ def child_grpoflow(spec: dict) -> dict:
     actor = sorted((out / "checkpoints").glob("step_*/actor"))[-1]
     model = load_causal_lm(actor)
     return {"steps": records, "params": count_params(model), "compute_dtype": spec["compute_dtype"],
-            "accuracy": heldout_accuracy(model, load_tokenizer(actor)), "threads": _torch_threads()}
+            "accuracy": heldout_accuracy(model, load_tokenizer(actor), task), "threads": _torch_threads()}
 
 
 def model_math(stages: dict, timed: dict) -> dict:
@@ -189,23 +224,27 @@ def child_trl(spec: dict) -> dict:
     """TRL's GRPOTrainer with the row's settings; a callback times each step, the reward records tokens."""
     import torch
     from datasets import Dataset
-    from grpoflow.rewards.functions import exact_match
-    from grpoflow.tasks.addition import addition_splits
+    from grpoflow.rewards.functions import load_reward_function
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
     set_threads(spec["threads"])
     tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
     model = AutoModelForCausalLM.from_pretrained(spec["model_path"], dtype=torch.float32)
-    train_rows = addition_splits()[0]
+    task = spec.get("task", "addition")
+    reward = load_reward_function(TASKS[task]["reward"])
+    train_rows = task_rows(task)[0]
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in train_rows])
-    prompts = [r["prompt"] for r in train_rows]  # tokens counted here, not inside the timed step
-    lengths = dict(zip(prompts, map(len, tokenizer(prompts, add_special_tokens=False)["input_ids"])))
+    texts = [prompt_text(tokenizer, r["prompt"]) for r in train_rows]  # tokens counted here, not in the timed step
+    lengths = dict(zip(texts, map(len, tokenizer(texts, add_special_tokens=False)["input_ids"])))
     records: list[dict] = []
     clock = {"begin": 0.0}
 
-    def exact_match_reward(prompts, completions, completion_ids, answer, **_):
-        """grpoflow's exact_match per completion; also records this step's tokens (the step's only call)."""
-        scores = [exact_match(p, c, answer=a) for p, c, a in zip(prompts, completions, answer)]
+    def task_reward(prompts, completions, completion_ids, answer, **_):
+        """grpoflow's reward of the task per completion (chat completions: the assistant message's text); also
+        records this step's tokens (the step's only call)."""
+        prompts = [prompt_text(tokenizer, p) for p in prompts]
+        completions = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+        scores = [float(reward(p, c, answer=a) or 0.0) for p, c, a in zip(prompts, completions, answer)]
         records.append({"gen_seconds": time.perf_counter() - clock["begin"],
                         "prompt_tokens": sum(lengths[p] for p in prompts),
                         "completion_tokens": sum(len(ids) for ids in completion_ids),
@@ -231,11 +270,11 @@ def child_trl(spec: dict) -> dict:
         beta=spec["kl"], loss_type="dapo", scale_rewards="group", epsilon=0.2, num_iterations=1,
         max_steps=spec["steps"], seed=spec["seed"], logging_steps=1, save_strategy="no", report_to="none",
         disable_tqdm=True, dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model, reward_funcs=[exact_match_reward], args=config, train_dataset=dataset,
+    trainer = GRPOTrainer(model=model, reward_funcs=[task_reward], args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[StepTimer()])
     trainer.train()
     return {"steps": records, "params": count_params(trainer.model), "compute_dtype": "float32",
-            "accuracy": heldout_accuracy(trainer.model, tokenizer), "threads": _torch_threads()}
+            "accuracy": heldout_accuracy(trainer.model, tokenizer, task), "threads": _torch_threads()}
 
 
 CHILDREN = {"prepare": child_prepare, "grpoflow": child_grpoflow, "trl": child_trl}

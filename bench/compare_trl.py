@@ -3,6 +3,7 @@
     .venv/bin/pip install -e '.[bench]'                  # trl (and datasets) next to the CPU torch
     .venv/bin/python bench/compare_trl.py               # the default row at KL 0 and 0.04: ≈4 min on 2 idle cores
     .venv/bin/python bench/compare_trl.py --scaling     # model size, group size, response budget: ≈8 min
+    .venv/bin/python bench/compare_trl.py --real-model /tmp/grpoflow-smollm2/hf   # SmolLM2-135M-Instruct, chat task
 
 What one row is: a tiny Llama (`--sizes`) warm-started once with grpoflow's SFT stage (cached in
 bench/.cache), then `--steps` GRPO steps of `--prompts` prompts x `--group-sizes` samples, at most
@@ -38,6 +39,12 @@ A second table splits grpoflow's step into its stages (`timing_s/*` of metrics.j
 model math (generate, forward, backward, optimizer; timed inside the child) and dataflow, the
 rest of the step. `--scaling` adds how each framework's step time grows with each factor.
 
+`--real-model FOLDER` replaces the tiny rows by one real-model row: SmolLM2-135M-Instruct (the HF folder
+that .ci/real_model_stage converts from the PyPI wheel's GGUF file) on the chat version of the task
+(`builtin:chat_addition`: chat messages through the model's template, ~45-token prompts), reward
+`gsm8k_flexible` for both, 10 steps, at most 24 new tokens, lr 1e-5, KL 0, one repeat; held-out is the
+mean greedy reward on the task's 100 held-out questions.
+
 Figures per framework are medians over the repeats; the last line printed is one JSON object.
 """
 
@@ -60,6 +67,10 @@ CACHE = BENCH_DIR / ".cache"
 WARMUP_STEPS = 2      # left out of s/step, tok/s and MFU (first-call allocations, lazy inits)
 EDGE_STEPS = 3        # reward "first" / "last" = mean over this many steps
 PEAK_KEY = {"float32": "fp32", "bfloat16": "bf16"}
+REAL_MODEL_LABEL = "smollm2"  # the row label of --real-model
+# Defaults that differ between the tiny rows and the real-model row: (tiny, --real-model).
+MODE_DEFAULTS = {"steps": (30, 10), "repeats": (3, 1), "max_new_tokens": ([16], [24]), "kl": ([0.0, 0.04], [0.0]),
+                 "lr": (5e-5, 1e-5)}
 
 
 # ---------------------------------------------------------------- children (bench/children.py)
@@ -181,9 +192,14 @@ def spawn(kind: str, spec: dict, log: Path, threads: int) -> dict:
 
 
 def grid(args) -> list[dict]:
-    """The rows to run: the cross product of the list options, or with `--scaling` the scaling rows."""
+    """The rows to run: the cross product of the list options, with `--scaling` the scaling rows, with
+    `--real-model` the real model on the chat task."""
     if args.scaling:
         return scaling_rows()
+    if args.real_model:
+        rows = itertools.product(args.group_sizes, args.max_new_tokens, args.kl)
+        return [{"size": REAL_MODEL_LABEL, "group_size": g, "max_new_tokens": t, "kl": k, "init": "real",
+                 "task": "chat_addition"} for g, t, k in rows]
     rows = itertools.product(args.sizes, args.group_sizes, args.max_new_tokens, args.kl)
     return [{"size": s, "group_size": g, "max_new_tokens": t, "kl": k, "init": "sft"} for s, g, t, k in rows]
 
@@ -209,7 +225,7 @@ def scaling_rows() -> list[dict]:
 
 
 def row_label(row: dict) -> str:
-    base = "" if row.get("init", "sft") == "sft" else "-base"
+    base = "-base" if row.get("init", "sft") == "base" else ""
     return f"{row['size']}{base} g{row['group_size']} t{row['max_new_tokens']} kl{row['kl']:g}"
 
 
@@ -222,7 +238,7 @@ def frameworks(compute_dtypes: list[str]) -> list[tuple[str, str, str]]:
 
 def run_row(row: dict, args, prepared: dict, peak: dict, logs: Path, progress) -> dict:
     """`repeats` alternating runs of each framework on one row; median figures and ratios to TRL."""
-    sft = row.get("init", "sft") == "sft"
+    sft = row.get("init", "sft") != "base"  # the warm-started (or real) model, with a before-RL accuracy
     spec = {**row, "model_path": prepared["model_path" if sft else "base_model_path"], "prompts": args.prompts,
             "lr": args.lr, "steps": args.steps, "seed": args.seed, "threads": args.threads}
     runs = frameworks(args.compute_dtype)
@@ -322,20 +338,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         return values
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default 30; 10 with --scaling)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="GRPO steps per run (default 30; 10 with --scaling or --real-model)")
     p.add_argument("--repeats", type=int, default=None,
-                   help="alternating grpoflow/trl pairs per row (default 3; 1 with --scaling)")
+                   help="alternating grpoflow/trl pairs per row (default 3; 1 with --scaling or --real-model)")
     p.add_argument("--sizes", type=lambda s: s.split(","), default=["4m"], help="model sizes, from 0.5m,4m,30m (default 4m)")
     p.add_argument("--group-sizes", type=ints, default=[8], help="samples per prompt, e.g. 4,8,16 (default 8)")
-    p.add_argument("--max-new-tokens", type=ints, default=[16], help="response budgets, e.g. 16,64,256 (default 16)")
-    p.add_argument("--kl", type=floats, default=[0.0, 0.04], help="KL weights (TRL beta; grpoflow actor.kl_coef, k3) (default 0,0.04)")
+    p.add_argument("--max-new-tokens", type=ints, default=None,
+                   help="response budgets, e.g. 16,64,256 (default 16; 24 with --real-model)")
+    p.add_argument("--kl", type=floats, default=None,
+                   help="KL weights (TRL beta; grpoflow actor.kl_coef, k3) (default 0,0.04; 0 with --real-model)")
     p.add_argument("--scaling", action="store_true", help="instead of the grid: model size 0.5m/4m/30m, group size "
                    "4/8/16 and response budget 16/64/256, one at a time around the default row, KL 0")
     p.add_argument("--compute-dtype", type=dtypes, default=["float32", "bfloat16"],
                    help="grpoflow's model.compute_dtype, one grpoflow run per value (default float32,bfloat16); "
                         "TRL computes in float32")
     p.add_argument("--prompts", type=int, default=8, help="prompts per step (default 8)")
-    p.add_argument("--lr", type=float, default=5e-5, help="constant learning rate of both (default 5e-5)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="constant learning rate of both (default 5e-5; 1e-5 with --real-model)")
+    p.add_argument("--real-model", type=str, default=None, metavar="FOLDER",
+                   help="instead of the tiny rows: this HF folder (SmolLM2-135M-Instruct, see .ci/real_model_stage) "
+                        "on the chat addition task")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch/OMP threads of every run (default: all cores)")
     p.add_argument("--seed", type=int, default=0, help="seed of both frameworks (default 0)")
     p.add_argument("--wait-idle", type=float, default=0, metavar="S", help="before each run, wait up to S seconds "
@@ -343,8 +366,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json-out", type=Path, default=None, help="also write the JSON result here")
     p.add_argument("--child", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    args.steps = args.steps or (10 if args.scaling else 30)
-    args.repeats = args.repeats or (1 if args.scaling else 3)
+    if args.real_model:
+        args.real_model = str(Path(args.real_model).resolve())  # the children run in the repository root
+    for key, (tiny, real) in MODE_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, real if args.real_model or (args.scaling and key in ("steps", "repeats")) else tiny)
     return args
 
 
@@ -369,9 +395,10 @@ def main(argv: list[str] | None = None) -> None:
              f"child logs in {logs}")
     prepared = {}
     for size in dict.fromkeys(r["size"] for r in rows):
-        prepared[size] = spawn("prepare", {"size": size, "threads": args.threads}, logs / f"prepare_{size}.log",
-                               args.threads)
-        progress(f"warm start {size}: {prepared[size]['model_path']} (held-out {prepared[size]['accuracy']:.1%})")
+        prepared[size] = spawn("prepare", {"size": size, "threads": args.threads, "real_model": args.real_model},
+                               logs / f"prepare_{size}.log", args.threads)
+        progress(f"{'model' if args.real_model else 'warm start'} {size}: {prepared[size]['model_path']} "
+                 f"(held-out {prepared[size]['accuracy']:.1%})")
     results = [run_row(row, args, prepared[row["size"]], peak, logs, progress) for row in rows]
     print()
     print(f"{args.prompts} prompts/step, {args.steps} steps (first {WARMUP_STEPS} left out of speed figures), "

@@ -10,8 +10,12 @@ Three things make this pass cheap:
 - **bf16 compute** (`compute_dtype="bfloat16"`): the model forward (and so its backward) runs
   under `torch.autocast`, so the matrix products run in bfloat16 while the parameters, their
   gradients and the optimizer stay in float32 (master weights).
-- **Log-softmax in chunks, in float32, for the response positions only** (`logits_to_keep`):
-  over a large vocabulary B x T x V floats are the memory peak of an RL step.
+- **No [B, R, V] logits** for the models whose logits are a plain linear head on the last hidden
+  state (`FUSED_HEAD_MODEL_TYPES`: Llama, Mistral, Qwen2/3): the decoder returns hidden states, and
+  `head_log_probs` applies the head in row chunks to the real (unpadded) response tokens only,
+  keeping per-token results, so the backward recomputes each chunk instead of storing
+  B x R x V floats. Other models (or FSDP ranks) compute log-softmax in float32 chunks over the
+  response positions' logits (`logits_to_keep`).
 """
 
 from __future__ import annotations
@@ -23,17 +27,27 @@ import torch.distributed as dist
 from torch import Tensor
 from transformers import DynamicCache
 
+from grpoflow.models.head_logprobs import head_log_probs
 from grpoflow.models.loading import cache_keyword
 
 # Share the prompt forward only when it removes at least this fraction of the tokens: the
 # shared path runs two forwards instead of one, which costs a few milliseconds of overhead.
 MIN_SHARED_SAVING = 0.2
+# Architectures whose causal-LM logits are exactly `lm_head(last hidden state)`: no bias, no logit
+# scaling or soft-capping, so the head can be applied outside the model (`head_log_probs`).
+FUSED_HEAD_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def as_dtype(compute_dtype: str | torch.dtype | None) -> torch.dtype:
+    """torch dtype of a `model.compute_dtype` value (None: float32)."""
+    dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
+    return dtype or torch.float32
 
 
 def compute_autocast(compute_dtype: str | torch.dtype | None, device: torch.device | str = "cpu"):
     """A context that runs matrix products in `compute_dtype` (autocast), or nothing for float32/None."""
-    dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
-    if dtype in (None, torch.float32):
+    dtype = as_dtype(compute_dtype)
+    if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
@@ -75,17 +89,39 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
     (right-padded). The logits at input position P - 1 + t predict response token t; they
     are divided by `temperature` (in float32) so the result matches the sampling distribution.
     The forward runs under `compute_autocast(compute_dtype)`.
-    Padding positions hold arbitrary values: mask them with `response_mask`.
+    Padding positions hold arbitrary values (0 on the fused-head path): mask them with `response_mask`.
     """
+    head = fused_head(model)
+    if head is None:
+        with compute_autocast(compute_dtype, prompt_ids.device):
+            logits = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask)
+        return token_log_probs(logits, response_ids, chunk_size=chunk_size, temperature=temperature,
+                               with_entropy=with_entropy, entropy_grad=entropy_grad)
     with compute_autocast(compute_dtype, prompt_ids.device):
-        logits = response_logits(model, prompt_ids, prompt_mask, response_ids, response_mask)
-    return token_log_probs(logits, response_ids, chunk_size=chunk_size, temperature=temperature,
-                           with_entropy=with_entropy, entropy_grad=entropy_grad)
+        hidden = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask, hidden=True)
+    keep = response_mask.bool()
+    log_probs, entropy = head_log_probs(hidden[keep], head.weight, response_ids[keep], temperature=temperature,
+                                        chunk_size=chunk_size, with_entropy=with_entropy, entropy_grad=entropy_grad,
+                                        compute_dtype=as_dtype(compute_dtype))
+    zeros = torch.zeros(keep.shape, dtype=torch.float32, device=keep.device)
+    return zeros.masked_scatter(keep, log_probs), None if entropy is None else zeros.masked_scatter(keep, entropy)
 
 
-def response_logits(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
-                    response_mask: Tensor) -> Tensor:
-    """[B, R, V] logits that predict each response token (row t predicts response token t).
+def fused_head(model: torch.nn.Module) -> torch.nn.Linear | None:
+    """The LM head when log-probs can be taken from the decoder's hidden states (`head_log_probs`): a
+    `FUSED_HEAD_MODEL_TYPES` model whose head is a plain bias-free Linear, on one rank (FSDP gathers the
+    head's shard in the model's own forward). None otherwise."""
+    config = getattr(model, "config", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None  # type: ignore[operator]
+    if getattr(config, "model_type", None) not in FUSED_HEAD_MODEL_TYPES or _several_ranks():
+        return None
+    return head if type(head) is torch.nn.Linear and head.bias is None else None
+
+
+def response_outputs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
+                     response_mask: Tensor, *, hidden: bool = False) -> Tensor:
+    """[B, R, V] logits, or with `hidden` the decoder's [B, R, H] last hidden states, at the positions that
+    predict each response token (row t predicts response token t).
 
     Repeated prompts are run once when that saves at least `MIN_SHARED_SAVING` of the tokens;
     not with gradient checkpointing (its recomputation does not go through a KV cache) and not
@@ -99,20 +135,29 @@ def response_logits(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Ten
     distinct, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1), dim=0,
                                      return_inverse=True)
     shared_tokens = len(distinct) * p + b * r
+    forward = _last_positions(model, hidden)
     if shared_tokens > (1 - MIN_SHARED_SAVING) * b * (p + r) or _checkpointing(model) or _several_ranks():
-        out = model(input_ids=torch.cat([prompt_ids, response_ids], dim=1), attention_mask=attention_mask,
-                    position_ids=position_ids, logits_to_keep=r + 1, use_cache=False)
-        return out.logits[:, :-1]
-    # Each distinct prompt once: the last prompt position's logits predict response token 0.
+        out = forward(r + 1, input_ids=torch.cat([prompt_ids, response_ids], dim=1), attention_mask=attention_mask,
+                      position_ids=position_ids, use_cache=False)
+        return out[:, :-1]
+    # Each distinct prompt once: the last prompt position predicts response token 0.
     distinct_ids, distinct_mask = distinct[:, :p], distinct[:, p:]
     cache, cache_kw = DynamicCache(config=model.config), cache_keyword(model)  # type: ignore[arg-type]
-    first = model(input_ids=distinct_ids, attention_mask=distinct_mask,
-                  position_ids=(distinct_mask.cumsum(-1) - 1).clamp(min=0), **{cache_kw: cache}, use_cache=True,
-                  logits_to_keep=1).logits
+    first = forward(1, input_ids=distinct_ids, attention_mask=distinct_mask,
+                    position_ids=(distinct_mask.cumsum(-1) - 1).clamp(min=0), **{cache_kw: cache}, use_cache=True)
     cache.reorder_cache(inverse)  # [distinct, ...] -> [B, ...]: an index_select, gradients flow back through it
-    rest = model(input_ids=response_ids, attention_mask=attention_mask, position_ids=position_ids[:, p:],
-                 **{cache_kw: cache}, use_cache=True, logits_to_keep=r).logits
+    rest = forward(r, input_ids=response_ids, attention_mask=attention_mask, position_ids=position_ids[:, p:],
+                   **{cache_kw: cache}, use_cache=True)
     return torch.cat([first[inverse], rest[:, :-1]], dim=1)
+
+
+def _last_positions(model: torch.nn.Module, hidden: bool):
+    """forward(keep, **inputs) -> the last `keep` positions' logits, or (`hidden`) the decoder's last hidden
+    states there, without running the head."""
+    if not hidden:
+        return lambda keep, **inputs: model(**inputs, logits_to_keep=keep).logits
+    decoder = model.get_decoder()  # type: ignore[operator]
+    return lambda keep, **inputs: decoder(**inputs).last_hidden_state[:, -keep:]
 
 
 def _checkpointing(model: torch.nn.Module) -> bool:

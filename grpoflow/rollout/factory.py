@@ -32,7 +32,7 @@ def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[in
     each rank one); the vllm/sglang options do not apply."""
     from grpoflow.rollout.hf import HFRolloutEngine
 
-    model = load_causal_lm(model_path, dtype=getattr(torch, dtype))
+    model = load_causal_lm(model_path, dtype=getattr(torch, dtype))  # sdpa: grouped attention does not pay when decoding
     if torch.cuda.is_available():
         model = model.to(torch.device("cuda", torch.cuda.current_device()))
     return HFRolloutEngine(model, pad_token_id=pad_token_id, eos_token_id=eos_token_id)

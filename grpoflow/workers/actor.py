@@ -19,6 +19,7 @@ from torch import Tensor
 from grpoflow.algorithms import POLICY_LOSSES, aggregate_loss, call_with_available, kl_penalty, truncated_is_weights
 from grpoflow.config import ActorConfig, ModelConfig
 from grpoflow.data.batch import Batch
+from grpoflow.models import attention
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.models.lora import add_lora, is_lora
@@ -173,8 +174,9 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
 
 def build_policy(model_path: str, cfg: ModelConfig) -> torch.nn.Module:
     """The trainable policy: the model in `model_path`, in `cfg.dtype`, with LoRA and/or gradient
-    checkpointing when configured."""
-    model = load_causal_lm(model_path, dtype=getattr(torch, cfg.dtype))
+    checkpointing when configured (and grouped attention when it computes in bf16 on a CPU)."""
+    model = attention.use_for_bf16_on_cpu(load_causal_lm(model_path, dtype=getattr(torch, cfg.dtype)),
+                                          cfg.compute_dtype)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.lora.rank > 0:

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from grpoflow.data.batch import Batch
 from grpoflow.training.engine import place_model
+from grpoflow.models import attention
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.training.forward import batch_log_probs
 
@@ -17,7 +18,7 @@ from grpoflow.training.forward import batch_log_probs
 class ReferenceWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, temperature: float, max_tokens: int,
                  chunk_size: int, compute_dtype: str = "float32") -> None:
-        model = load_causal_lm(model_path).eval()
+        model = attention.use_for_bf16_on_cpu(load_causal_lm(model_path), compute_dtype).eval()
         for p in model.parameters():
             p.requires_grad_(False)
         self.model = place_model(model)

@@ -1,4 +1,5 @@
-"""The trainer's log-prob forward: shared prompts and bf16 autocast against the plain float32 forward."""
+"""The trainer's log-prob forward: shared prompts, the fused head and bf16 autocast against the plain float32
+forward."""
 
 import pytest
 import torch
@@ -19,13 +20,15 @@ def _batch():
     return prompt_ids, prompt_mask, response_ids.masked_fill(response_mask == 0, 0), response_mask
 
 
-def _log_probs_and_grads(model, batch, *, share: bool, compute_dtype=None, monkeypatch):
+def _log_probs_and_grads(model, batch, *, share: bool, compute_dtype=None, monkeypatch, fused: bool = True,
+                         entropy_coeff: float = 0.0):
     monkeypatch.setattr(logprobs, "MIN_SHARED_SAVING", 0.0 if share else 2.0)  # 2.0: never share
+    monkeypatch.setattr(logprobs, "FUSED_HEAD_MODEL_TYPES", ("llama",) if fused else ())
     model.zero_grad()
     lp, ent = logprobs.response_log_probs(model, *batch, temperature=0.7, with_entropy=True,
-                                          compute_dtype=compute_dtype)
+                                          entropy_grad=entropy_coeff > 0, compute_dtype=compute_dtype)
     mask = batch[3]
-    ((lp * mask).sum() / mask.sum()).backward()
+    ((lp * mask).sum() / mask.sum() + entropy_coeff * (ent * mask).sum()).backward()
     return (lp * mask).detach(), (ent * mask).detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
@@ -39,11 +42,35 @@ def test_shared_prompts_give_the_full_forward_log_probs_and_gradients(tiny_model
         torch.testing.assert_close(shared[2][name], grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
-def test_shared_forward_is_used_only_when_it_saves_tokens(tiny_model_path, monkeypatch):
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("entropy_coeff", [0.0, 0.3])
+def test_fused_head_gives_the_logits_path_log_probs_entropy_and_gradients(tiny_model_path, share, entropy_coeff,
+                                                                          monkeypatch):
+    model = load_causal_lm(tiny_model_path)
+    plain = _log_probs_and_grads(model, _batch(), share=share, fused=False, entropy_coeff=entropy_coeff,
+                                 monkeypatch=monkeypatch)
+    fused = _log_probs_and_grads(model, _batch(), share=share, entropy_coeff=entropy_coeff, monkeypatch=monkeypatch)
+    torch.testing.assert_close(fused[0], plain[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused[1], plain[1], atol=1e-5, rtol=1e-5)
+    for name, grad in plain[2].items():
+        torch.testing.assert_close(fused[2][name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_fused_head_only_for_plain_linear_heads_on_one_rank(tiny_model_path):
+    model = load_causal_lm(tiny_model_path)
+    assert logprobs.fused_head(model) is model.lm_head
+    model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.lm_head.out_features))
+    assert logprobs.fused_head(model) is None  # the head's bias would be left out
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_shared_forward_is_used_only_when_it_saves_tokens(tiny_model_path, fused, monkeypatch):
+    monkeypatch.setattr(logprobs, "FUSED_HEAD_MODEL_TYPES", ("llama",) if fused else ())
     model = load_causal_lm(tiny_model_path)
     calls = []
-    original = model.forward
-    monkeypatch.setattr(model, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or original(*a, **k))
+    module = model.get_decoder() if fused else model  # the fused head runs the decoder, then its own head
+    original = module.forward
+    monkeypatch.setattr(module, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or original(*a, **k))
     batch = _batch()
     logprobs.response_log_probs(model, *batch)
     # 3 distinct prompts of 7 columns + 12 x 5 response tokens = 81 < 0.8 x 12 x 12 = 115

@@ -62,3 +62,37 @@ def test_each_compute_dtype_is_its_own_grpoflow_run_then_trl(bench):
         ("grpoflow", "grpoflow", "float32"), ("grpoflow-bf16", "grpoflow", "bfloat16"), ("trl", "trl", "float32")]
     with pytest.raises(SystemExit):
         compare.parse_args(["--compute-dtype", "float16"])
+
+
+def test_real_model_row_and_its_defaults(bench):
+    compare, _ = bench
+    args = compare.parse_args(["--real-model", "some/folder"])
+    assert (args.steps, args.repeats, args.max_new_tokens, args.kl, args.lr) == (10, 1, [24], [0.0], 1e-5)
+    assert args.real_model.endswith("some/folder") and args.real_model.startswith("/")
+    rows = compare.grid(args)
+    assert [compare.row_label(r) for r in rows] == ["smollm2 g8 t24 kl0"] and rows[0]["task"] == "chat_addition"
+    tiny = compare.parse_args([])
+    assert (tiny.steps, tiny.repeats, tiny.max_new_tokens, tiny.kl, tiny.lr) == (30, 3, [16], [0.0, 0.04], 5e-5)
+    assert compare.parse_args(["--real-model", "m", "--steps", "4", "--lr", "2e-5"]).steps == 4
+
+
+def test_a_tied_head_counts_as_matmul_parameters(bench):
+    import torch
+    _, children = bench
+
+    class LM(torch.nn.Module):  # embedding 10 x 4 = 40, one layer 4 x 4 = 16, head 10 x 4 = 40 (tied or not)
+        def __init__(self, tied):
+            super().__init__()
+            self.embed, self.layer, self.head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 4, bias=False), \
+                torch.nn.Linear(4, 10, bias=False)
+            if tied:
+                self.head.weight = self.embed.weight
+
+        def get_input_embeddings(self):
+            return self.embed
+
+        def get_output_embeddings(self):
+            return self.head
+
+    assert children.count_params(LM(tied=False)) == 16 + 40  # the lookup does not count, the head does
+    assert children.count_params(LM(tied=True)) == 16 + 40    # the tied matrix counts once, as the head

@@ -1,0 +1,68 @@
+"""Grouped-query attention as two batched matrix products, for short sequences on a CPU.
+
+torch's CPU `scaled_dot_product_attention` is a flash kernel written for long sequences: on the
+short rows of RL on chat prompts (SmolLM2: 24 response queries against 70 keys, 9 query heads
+sharing 3 key/value heads) its bf16 backward takes 3-5x the time of plain matrix products, and
+transformers first repeats every key/value head for the query heads that share it. Here the query
+heads of one key/value head are stacked along the query axis ([B, Hk, g * q, d]), so keys and
+values are used as they are, and the attention is
+
+    softmax(Q K^T * scaling + mask) V        (softmax in float32, as transformers' eager attention)
+
+with transformers' additive float mask (0 where a key is visible, the dtype's minimum elsewhere).
+
+`register()` adds it to transformers' public `AttentionInterface` / `AttentionMaskInterface` under
+`GROUPED_ATTENTION`; a model uses it after `model.set_attn_implementation(GROUPED_ATTENTION)`. The
+actor and the reference use it for bf16 compute on CPU; the rollout engine does not: decoding one
+query per row, sdpa was as fast or faster (`bench/ablation.py --real-model`).
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import torch
+from torch import Tensor
+
+GROUPED_ATTENTION = "grpoflow_grouped"
+
+
+def grouped_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                      attention_mask: Tensor | None, scaling: float, dropout: float = 0.0, **_) -> tuple[Tensor, None]:
+    """query: [B, H, q, d]; key, value: [B, Hk, k, d] with H = g * Hk (query head j uses key/value head j // g);
+    attention_mask: [B, 1, q, k] additive float, or None. Returns ([B, q, H, d], None), transformers' layout."""
+    b, h, q, d = query.shape
+    hk, k = key.shape[1], key.shape[2]
+    g = h // hk
+    scores = torch.matmul(query.reshape(b, hk, g * q, d), key.transpose(2, 3)) * scaling   # [B, Hk, g*q, k]
+    if attention_mask is not None:
+        scores = scores.view(b, hk, g, q, k) + attention_mask[:, :, None, :, :k]
+    probs = torch.softmax(scores.float(), dim=-1).to(query.dtype).view(b, hk, g * q, k)
+    if dropout > 0.0 and module.training:
+        probs = torch.nn.functional.dropout(probs, p=dropout)
+    out = torch.matmul(probs, value)                                                       # [B, Hk, g*q, d]
+    return out.view(b, h, q, d).transpose(1, 2).contiguous(), None
+
+
+def register() -> str:
+    """Make `GROUPED_ATTENTION` a valid `attn_implementation` (idempotent); returns the name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(GROUPED_ATTENTION, grouped_attention)
+    AttentionMaskInterface.register(GROUPED_ATTENTION, eager_mask)
+    return GROUPED_ATTENTION
+
+
+Model = TypeVar("Model", bound=torch.nn.Module)
+
+
+def use_for_bf16_on_cpu(model: Model, compute_dtype: str | torch.dtype | None) -> Model:
+    """Switch `model` to `grouped_attention` when it computes in bfloat16 on a CPU-only machine, where torch's
+    bf16 attention kernel is the slow part of a short-sequence step (docs/performance.md); leave it as loaded
+    (sdpa) otherwise, so float32 results do not change. Models outside transformers' attention interface
+    (no `set_attn_implementation`) are left as they are. Returns the model."""
+    dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
+    if dtype == torch.bfloat16 and not torch.cuda.is_available() and hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(register())  # type: ignore[operator]
+    return model

@@ -126,6 +126,13 @@ class RolloutConfig:
     tool_cpu_time_s: float = opt(10.0, "CPU-time limit of one sandboxed tool call (its process is killed).")
     tool_memory_mb: int = opt(1024, "Memory limit of a sandboxed tool's process.")
     tool_workers: int = opt(2, "Processes running sandboxed tool calls.")
+    # Agent rollouts (docs/agents.md): an agent program calls the policy through an OpenAI-compatible endpoint.
+    agent: Optional[str] = opt(None, "Agent program to train: path/to/file.py:run with `async def run(row, client) "
+                               "-> float | dict`, client an openai.AsyncOpenAI pointed at the policy; rollout.n "
+                               "episodes per prompt form a group (pip install 'grpoflow[agents]').")
+    agent_timeout_s: float = opt(300.0, "An agent episode still running after this many seconds is cancelled and "
+                                 "scores reward.error_score (agent/timeouts).")
+    agent_model: str = opt("policy", "The model name the agent endpoint serves (agents pass it as model=...).")
 
     @property
     def multi_turn(self) -> bool:
@@ -520,6 +527,9 @@ def validate(cfg: Config) -> None:
          "rollout.max_turns, max_tool_calls_per_turn, max_tool_output_tokens and tool_workers must be >= 1."),
         (min(cfg.rollout.tool_timeout_s, cfg.rollout.tool_cpu_time_s, cfg.rollout.tool_memory_mb) > 0,
          "rollout.tool_timeout_s, tool_cpu_time_s and tool_memory_mb must be > 0."),
+        (cfg.rollout.agent_timeout_s > 0, "rollout.agent_timeout_s must be > 0."),
+        (not (cfg.rollout.agent and cfg.rollout.multi_turn),
+         "rollout.agent runs its own conversation and tools; leave rollout.env and rollout.tools empty with it."),
         (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for training rollouts "
                                       "(use rollout.val_temperature=0 for greedy validation)."),
         (0 < cfg.rollout.top_p <= 1, f"rollout.top_p={cfg.rollout.top_p} must be in (0, 1]."),

@@ -1,8 +1,10 @@
-"""The multi-turn agent loop of a run, built from `rollout.env` / `rollout.tools` (docs/multi-turn.md)."""
+"""The multi-turn rollout of a run: the agent loop built from `rollout.env` / `rollout.tools`
+(docs/multi-turn.md), or agent episodes through the OpenAI-compatible endpoint from `rollout.agent`
+(docs/agents.md)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from grpoflow.config import Config
 from grpoflow.data.dataset import PromptItem
@@ -12,12 +14,51 @@ from grpoflow.multiturn.loop import AgentLoop, Generate, ToolUse
 from grpoflow.multiturn.tool_runner import ToolRunner
 from grpoflow.multiturn.tools import load_tools, tool_from_function
 
+if TYPE_CHECKING:  # the agents module imports the endpoint (fastapi): loaded only when rollout.agent is set
+    from grpoflow.multiturn.agents import AgentEpisodes
+
+
+def build_agent_rollout(cfg: Config, tokenizer: Any, generate: Generate) -> "AgentLoop | AgentEpisodes | None":
+    """The multi-turn rollout for `cfg.rollout`: agent episodes with `rollout.agent`, the agent loop with
+    `rollout.env` / `rollout.tools`, else None (one sample per prompt). Close it with `close_agent_rollout`."""
+    if cfg.rollout.agent:
+        return build_agent_episodes(cfg, tokenizer, generate)
+    return build_agent_loop(cfg, tokenizer, generate) if cfg.rollout.multi_turn else None
+
+
+def build_agent_episodes(cfg: Config, tokenizer: Any, generate: Generate) -> "AgentEpisodes":
+    """The agent of `rollout.agent` and a started endpoint in front of `generate`."""
+    from grpoflow.multiturn.agents import AgentEpisodes, load_agent
+    from grpoflow.multiturn.endpoint import Endpoint
+
+    r = cfg.rollout
+    assert r.agent
+    agent = load_agent(r.agent)
+    endpoint = Endpoint(generate, tokenizer, model_name=r.agent_model, tool_parser=r.tool_parser,
+                        max_calls=r.max_turns).start()
+    return AgentEpisodes(agent, endpoint, timeout_s=r.agent_timeout_s, error_score=cfg.reward.error_score,
+                         opening=opening_of(cfg))
+
+
+def opening_of(cfg: Config) -> Callable[[PromptItem], list[dict]]:
+    d = cfg.data
+
+    def opening(item: PromptItem) -> list[dict]:
+        """The dataset prompt as chat messages (with data.system_prompt), when the environment gives none."""
+        prompt = item.row.get(d.prompt_key)
+        messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+        if d.system_prompt and not any(m.get("role") == "system" for m in messages):
+            messages = [{"role": "system", "content": d.system_prompt}] + messages
+        return messages
+
+    return opening
+
 
 def build_agent_loop(cfg: Config, tokenizer: Any, generate: Generate) -> AgentLoop:
     """The loop for `cfg.rollout` (with `rollout.multi_turn`): its environment class, its tools (the configured
-    ones and those the environment declares, run by a ToolRunner: close it with `close_agent_loop`), and a
-    renderer whose template was checked."""
-    r, d = cfg.rollout, cfg.data
+    ones and those the environment declares, run by a ToolRunner: `AgentLoop.close` stops it), and a renderer
+    whose template was checked."""
+    r = cfg.rollout
     env_cls = load_env(r.env) if r.env else None
     tools = None
     declared = list(getattr(env_cls, "tools", []) or [])
@@ -32,19 +73,4 @@ def build_agent_loop(cfg: Config, tokenizer: Any, generate: Generate) -> AgentLo
                             memory_mb=r.tool_memory_mb, workers=r.tool_workers)
         tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
-
-    def opening(item: PromptItem) -> list[dict]:
-        """The dataset prompt as chat messages (with data.system_prompt), when the environment gives none."""
-        prompt = item.row.get(d.prompt_key)
-        messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
-        if d.system_prompt and not any(m.get("role") == "system" for m in messages):
-            messages = [{"role": "system", "content": d.system_prompt}] + messages
-        return messages
-
-    return AgentLoop(renderer, generate, env_cls=env_cls, tools=tools, max_turns=r.max_turns, opening=opening)
-
-
-def close_agent_loop(loop: AgentLoop | None) -> None:
-    """Stop the loop's tool processes."""
-    if loop is not None and loop.tools is not None:
-        loop.tools.runner.close()
+    return AgentLoop(renderer, generate, env_cls=env_cls, tools=tools, max_turns=r.max_turns, opening=opening_of(cfg))

@@ -9,6 +9,7 @@ combinations that make no sense.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Callable
 
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES,
@@ -65,6 +66,7 @@ def check_config(cfg: Config) -> None:
                           "rollout.top_p < 1 they are not the sampling probabilities. Set rollout.top_p=1 or "
                           "actor.rollout_is=off.")
     check_multi_turn(cfg)
+    check_agent(cfg, estimator)
     if "baselines" in required_inputs(estimator) and alg.filter_groups.enable:
         raise ConfigError("algorithm.filter_groups needs groups of samples with different rewards; an estimator "
                           "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
@@ -86,3 +88,26 @@ def check_multi_turn(cfg: Config) -> None:
             load_tools(list(r.tools))
         except (ValueError, TypeError, FileNotFoundError) as e:
             raise ConfigError(f"rollout.tools: {e}") from None
+
+
+def check_agent(cfg: Config, estimator: Callable) -> None:
+    """rollout.agent names an async (row, client) function, its libraries are installed, and nothing asks for
+    groups of exactly rollout.n samples (agent episodes may split into several samples)."""
+    r = cfg.rollout
+    if not r.agent:
+        return
+    missing = [m for m in ("fastapi", "uvicorn", "openai") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"rollout.agent needs {missing}, which are not installed: pip install 'grpoflow[agents]'.")
+    from grpoflow.multiturn.agents import load_agent
+
+    try:
+        load_agent(r.agent)
+    except (ValueError, FileNotFoundError) as e:
+        raise ConfigError(str(e)) from None
+    if cfg.algorithm.filter_groups.enable:
+        raise ConfigError("algorithm.filter_groups needs groups of exactly rollout.n samples; an agent episode may "
+                          "give several. Disable it with rollout.agent.")
+    if "baselines" in required_inputs(estimator):
+        raise ConfigError(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} needs a greedy baseline per "
+                          "prompt, which agent episodes do not give; use grpo, rloo or reinforce_plus_plus.")

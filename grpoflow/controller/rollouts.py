@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -25,9 +25,23 @@ from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import EpochSampler
 from grpoflow.distributed.worker_group import GroupCall, WorkerGroup
-from grpoflow.multiturn.loop import AgentLoop
 from grpoflow.rollout.protocol import PromptTokens, SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
+
+
+class Agent(Protocol):
+    """A multi-turn rollout: the agent loop (multiturn/loop.py) or agent episodes (multiturn/agents.py)."""
+
+    def run(self, items: list[PromptItem], params: SamplingParams, seed: int | None
+            ) -> tuple[Batch, dict[str, float]]:
+        """Every sample of the items' trajectories or episodes, with group ids set, and their metrics."""
+        ...
+
+    def final(self, items: list[PromptItem], params: SamplingParams, seed: int | None) -> Batch:
+        """One sample per item and `params.n`, prompt-major (validation)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -54,7 +68,7 @@ class Rollouts:
     """Generation through the rollout worker group: one sample per call, or with an `agent` (multi-turn) whole
     trajectories, the agent loop calling the group once per turn."""
 
-    def __init__(self, group: WorkerGroup[RolloutWorker], agent: AgentLoop | None = None) -> None:
+    def __init__(self, group: WorkerGroup[RolloutWorker], agent: Agent | None = None) -> None:
         self.group, self.agent = group, agent
         self.turn_busy_s = 0.0  # the engines' time on the current multi-turn submit
 
@@ -76,6 +90,11 @@ class Rollouts:
         return batch
 
     def generate(self, items: list[PromptItem], params: SamplingParams, seed: int | None = None) -> Batch:
+        """`params.n` samples per item, prompt-major (validation, greedy baselines); multi-turn: one per trajectory
+        or agent episode (its last sample)."""
+        if self.agent is not None:
+            self.turn_busy_s = 0.0
+            return self.agent.final(items, params, seed)
         return self.submit(items, params, seed).result()[0]
 
 

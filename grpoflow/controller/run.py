@@ -44,9 +44,9 @@ def build_scorer(cfg: Config) -> RewardScorer | None:
     """The rule-reward scorer (None when only a reward model scores)."""
     r = cfg.reward
     spec = r.functions or r.function
-    if not spec and not r.model.path and not cfg.rollout.env:
-        raise ConfigError("No reward: set reward.function (or reward.functions), reward.model.path and/or a "
-                          "rewarding rollout.env.")
+    if not spec and not r.model.path and not cfg.rollout.env and not cfg.rollout.agent:
+        raise ConfigError("No reward: set reward.function (or reward.functions), reward.model.path, a "
+                          "rewarding rollout.env and/or a rollout.agent.")
     if not spec:
         return None
     return RewardScorer(build_reward(spec, r.weights, r.routes), error_score=r.error_score, timeout_s=r.timeout_s,

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with_available, groups_with_signal,
                                  required_inputs)
 from grpoflow.config import Config
-from grpoflow.controller.agent import build_agent_loop, close_agent_loop
+from grpoflow.controller.agent import build_agent_rollout
 from grpoflow.controller.checkpoint import (CheckpointManager, load_state, rng_state, save_state, set_rng_state,
                                            step_dir_name)
 from grpoflow.controller.checks import check_config
@@ -84,9 +84,11 @@ class Controller:
         self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward or stale
         self.sampling = SamplingParams(n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
         self.rollouts = Rollouts(self.rollout)
-        if r.multi_turn:  # rollout.env / rollout.tools: the agent loop generates trajectories turn by turn
+        # Multi-turn: the agent loop (rollout.env / rollout.tools) generates trajectories turn by turn; agent
+        # episodes (rollout.agent) call the engines through the OpenAI-compatible endpoint.
+        if r.multi_turn or r.agent:
             try:
-                self.rollouts.agent = build_agent_loop(cfg, load_tokenizer(model_path), self.rollouts.generate_turn)
+                self.rollouts.agent = build_agent_rollout(cfg, load_tokenizer(model_path), self.rollouts.generate_turn)
             except BaseException:
                 self.placement.close()
                 raise
@@ -252,7 +254,9 @@ class Controller:
             scores = scored if scores is None else scores.merge(scored)
             if draws == 1:
                 metrics.update({**scores.metrics(), **length_metrics(batch)})
-                return batch.replace(group_ids=group_ids(want, n)), pending.items
+                # multi-turn rollouts number their groups (agent episodes may give a group more than n samples)
+                groups = batch.group_ids if self.rollouts.agent is not None else group_ids(want, n)
+                return batch.replace(group_ids=groups), pending.items
             keep, set_aside = partition_groups(groups_with_signal(shaped, group_ids(want, n)), n)
             kept += [(batch.select(list(range(g * n, (g + 1) * n))), pending.items[g]) for g in keep]
             spare += [(batch.select(list(range(g * n, (g + 1) * n))), pending.items[g]) for g in set_aside]
@@ -295,8 +299,9 @@ class Controller:
         self.queue.drain()
 
     def close(self) -> None:
-        """Stop the workers (Ray actors, and Ray if this run started it) and the tool processes."""
-        close_agent_loop(self.rollouts.agent)
+        """Stop the workers (Ray actors, and Ray if this run started it), the tool processes or the agent endpoint."""
+        if self.rollouts.agent is not None:
+            self.rollouts.agent.close()
         self.placement.close()
 
     def validate(self, step: int) -> dict[str, float]:

@@ -47,11 +47,15 @@ class AgentLoop:
     """Multi-turn rollouts: `run(items, params, seed)` -> (the trajectories as a Batch, their metrics)."""
 
     def __init__(self, renderer: ChatRenderer, generate: Generate, *, env_cls: Callable[[], Environment] | None,
-                 tools: ToolUse | None, max_turns: int, opening: Callable[[PromptItem], list[dict]]) -> None:
+                 tools: ToolUse | None, max_turns: int, opening: Callable[[PromptItem], list[dict]],
+                 shared_first_turn: bool = True) -> None:
         """`generate(prompts, params, seed)`: the rollout group's sampling; `opening(item)`: the conversation's
-        first messages when the environment gives none (the dataset prompt)."""
+        first messages when the environment gives none (the dataset prompt). `shared_first_turn`: a prompt's
+        `n` trajectories with the same opening prefill it once and draw their first turns from the prompt's
+        group stream; False: every turn of every trajectory is its own n=1 call on stream
+        `stream_index(i, n, j, t)`, as the agent endpoint's calls are (multiturn/endpoint.py)."""
         self.renderer, self.generate, self.env_cls, self.tools = renderer, generate, env_cls, tools
-        self.max_turns, self.opening = max_turns, opening
+        self.max_turns, self.opening, self.shared_first_turn = max_turns, opening, shared_first_turn
         self.pad_token_id = renderer.tokenizer.pad_token_id
 
     def run(self, items: list[PromptItem], params: SamplingParams, seed: int | None) -> tuple[Batch, dict[str, float]]:
@@ -65,13 +69,14 @@ class AgentLoop:
                 messages = first if first is not None else self.opening(item)
                 trajectories.append(Trajectory(self.renderer.prompt_ids(messages), list(messages)))
                 envs.append(env)
-        stream = [(it.index * n + j) * TURN_STRIDE for it in items for j in range(n)]
+        stream = [stream_index(it.index, n, j, 0) for it in items for j in range(n)]
         try:
             for turn in range(self.max_turns):
                 active = [k for k, t in enumerate(trajectories) if not t.done]
                 if not active:
                     break
-                self.model_turn(trajectories, active, params, seed, stream, turn, grouped=turn == 0)
+                self.model_turn(trajectories, active, params, seed, stream, turn,
+                                grouped=turn == 0 and self.shared_first_turn)
                 self.answer(trajectories, envs, [k for k in active if not trajectories[k].done], turn, budget)
             for t in trajectories:
                 t.done = True
@@ -88,6 +93,15 @@ class AgentLoop:
                          rows=[it.row for it in items for _ in range(n)])
         return batch.replace(group_ids=torch.arange(len(items)).repeat_interleave(n)), \
             trajectory_metrics(trajectories)
+
+    def final(self, items: list[PromptItem], params: SamplingParams, seed: int | None) -> Batch:
+        """The trajectories alone (validation): one per prompt and sample, prompt-major."""
+        return self.run(items, params, seed)[0]
+
+    def close(self) -> None:
+        """Stop the tool processes."""
+        if self.tools is not None:
+            self.tools.runner.close()
 
     def model_turn(self, trajectories: list[Trajectory], active: list[int], params: SamplingParams,
                    seed: int | None, stream: list[int], turn: int, *, grouped: bool) -> None:
@@ -180,6 +194,11 @@ class AgentLoop:
                 continue
             t.segments.append(Segment(ids))
             t.messages += replies[k]
+
+
+def stream_index(item_index: int, n: int, sample: int, turn: int) -> int:
+    """The random stream of turn `turn` of sample `sample` of the prompt with dataset index `item_index`."""
+    return (item_index * n + sample) * TURN_STRIDE + turn
 
 
 def opening_messages(messages: list[dict]) -> list[dict]:

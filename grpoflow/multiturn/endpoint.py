@@ -1,0 +1,367 @@
+"""An OpenAI-compatible endpoint in front of the rollout engines, so that unmodified agent programs can be
+trained (docs/agents.md).
+
+`Endpoint(generate, tokenizer)` serves `/v1/chat/completions` and `/v1/models` with FastAPI on uvicorn, on
+127.0.0.1 and a free port, from a daemon thread of the controller. Agents reach it during a *session*
+(`open_session` ... `close_session`: a step's episodes, or a validation's): each request names its
+episode (header `X-Episode-Id`, or the `user` field) and is
+
+1. checked and rendered: the messages become template messages (openai_api.py) and prompt ids through
+   the chat template (`ChatRenderer`, whose prefix-preserving check ran once at start);
+2. queued; requests are dispatched in batches, one generate call per batch (n=1, each prompt its own
+   random stream): a batch goes when every open episode has a request waiting, or `window_s` after its
+   first request arrived;
+3. placed in its episode's samples (episode.py: it continues a sample token for token, or starts one)
+   and sampled with the session's temperature / top-p, the template's end-of-turn token as stop token,
+   and at most the sample's remaining budget;
+4. recorded (prompt ids, sampled ids, their log-probs, the policy version) and answered: the reply text,
+   tool calls parsed from it (`tool_parser`), finish_reason stop / length / tool_calls, usage.
+
+Call t of episode j of the prompt with dataset index i draws from random stream `stream_index(i, n, j, t)`,
+the stream of turn t of trajectory j in the agent loop with `shared_first_turn=False`, so an agent and
+the same episode written as an environment give the same samples for the same seed, whatever the
+batching. An engine failure answers 500 to the calls of its batch and is kept as `failure`, which the
+caller raises: a broken engine is not an agent's error.
+"""
+
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from grpoflow.multiturn.chat import ChatRenderer, TemplateError
+from grpoflow.multiturn.episode import EpisodeRecord, Placement
+from grpoflow.multiturn.loop import Generate, stream_index
+from grpoflow.multiturn.openai_api import (APIError, ChatRequest, Reply, completion_body, model_object, models_body,
+                                           parse_request)
+from grpoflow.multiturn.tool_parser import parse_tool_calls
+from grpoflow.rollout.protocol import PromptTokens, SamplingParams
+
+log = logging.getLogger("grpoflow.endpoint")
+
+
+@dataclass
+class Session:
+    """The episodes the endpoint serves now, and how their calls are sampled."""
+    seed: int | None
+    params: SamplingParams                       # temperature, top_p (n and max_new_tokens are per call)
+    episodes: dict[str, EpisodeRecord]
+    streams: dict[str, tuple[int, int, int]]     # episode id -> (dataset index, group size n, episode number)
+    open: set[str] = field(default_factory=set)  # episodes whose agent still runs
+
+
+@dataclass
+class Job:
+    """One request waiting for the engine."""
+    episode: str
+    record: EpisodeRecord
+    request: ChatRequest
+    prompt_ids: list[int]
+    turn: int
+    future: asyncio.Future
+    placement: Placement | None = None
+    limit: int = 0
+
+
+class Endpoint:
+    def __init__(self, generate: Generate, tokenizer: Any, *, model_name: str = "policy", tool_parser: str = "hermes",
+                 window_s: float = 0.02, max_calls: int = 4) -> None:
+        """`generate(prompts, params, seed)`: the rollout group's sampling (as the agent loop's); `max_calls`: calls
+        per episode (rollout.max_turns); more are refused (400)."""
+        self.generate, self.tokenizer, self.model_name = generate, tokenizer, model_name
+        self.tool_parser, self.window_s, self.max_calls = tool_parser, window_s, max_calls
+        self.renderer = ChatRenderer(tokenizer)  # checks the template once
+        self._renderers: dict[str, ChatRenderer] = {"null": self.renderer}
+        self._lock = threading.Lock()            # guards the session, shared by the server and the controller
+        self._session: Session | None = None
+        self._sessions = 0
+        self.failure: BaseException | None = None  # the engine's error during the session
+        self._pending: list[Job] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._arrived: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._server: Any = None
+        self.url = ""
+
+    # ------------------------------------------------------------ lifecycle (controller thread)
+
+    def start(self, timeout_s: float = 30.0) -> "Endpoint":
+        """Serve on 127.0.0.1 and a free port; `url` is then the base URL (http://127.0.0.1:PORT/v1)."""
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        config = uvicorn.Config(build_app(self), log_level="warning", access_log=False, lifespan="on",
+                                timeout_keep_alive=30)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
+                                        name="grpoflow-endpoint")
+        self._thread.start()
+        waited = 0.0
+        while not self._server.started:
+            if not self._thread.is_alive() or waited > timeout_s:
+                raise RuntimeError(f"the agent endpoint did not start on 127.0.0.1:{port} within {timeout_s:.0f} s.")
+            threading.Event().wait(0.01)
+            waited += 0.01
+        self.url = f"http://127.0.0.1:{port}/v1"
+        return self
+
+    def close(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+            self._server = None
+
+    def __enter__(self) -> "Endpoint":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def open_session(self, *, seed: int | None, params: SamplingParams,
+                     episodes: list[tuple[int, int, int]]) -> list[str]:
+        """Serve episodes (dataset index i, group size n, episode number j), each sample's response at most
+        `params.max_new_tokens`; returns their ids (unique across sessions)."""
+        with self._lock:
+            if self._session is not None:
+                raise RuntimeError("open_session while another session is open.")
+            self._sessions += 1
+            ids = [f"s{self._sessions}-p{i}-e{j}" for i, _, j in episodes]
+            self._session = Session(seed, params, {e: EpisodeRecord(params.max_new_tokens) for e in ids},
+                                    dict(zip(ids, episodes)), set(ids))
+            self.failure = None
+        return ids
+
+    def close_episode(self, episode: str) -> None:
+        """The agent of `episode` finished: its calls still waiting are refused, later ones too."""
+        with self._lock:
+            if self._session is not None and episode in self._session.episodes:
+                self._session.episodes[episode].closed = True
+                self._session.open.discard(episode)
+        self._wake()
+
+    def close_session(self) -> dict[str, EpisodeRecord]:
+        """End the session; every episode's record."""
+        with self._lock:
+            session, self._session = self._session, None
+        self._wake()
+        if session is None:
+            raise RuntimeError("close_session without an open session.")
+        for record in session.episodes.values():
+            record.closed = True
+        return session.episodes
+
+    def _wake(self) -> None:
+        if self._loop is not None and self._arrived is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop stopped meanwhile
+                self._loop.call_soon_threadsafe(self._arrived.set)
+
+    # ------------------------------------------------------------ requests (server thread)
+
+    def renderer_for(self, tools: list[dict] | None) -> ChatRenderer:
+        key = json.dumps(tools, sort_keys=True)
+        if key not in self._renderers:
+            try:
+                self._renderers[key] = ChatRenderer(self.tokenizer, tools)
+            except TemplateError as e:
+                raise APIError(400, f"the chat template cannot render these tools: {e}", param="tools") from None
+        return self._renderers[key]
+
+    async def chat(self, body: Any, episode: str | None) -> dict[str, Any]:
+        """One chat completion for `episode`."""
+        if not episode:
+            raise APIError(400, "name the episode: send the X-Episode-Id header (the client grpoflow gives the agent "
+                                "does) or the `user` field.", param="user", code="missing_episode_id")
+        with self._lock:
+            session = self._session
+            record = session.episodes.get(episode) if session is not None else None
+            if record is None or record.closed:
+                raise APIError(404, f"episode {episode!r} is not running (it ended, timed out, or belongs to another "
+                                    "step).", param="user", code="episode_not_found")
+            request = parse_request(body, model_name=self.model_name, raw_text=dict(record.raw_text),
+                                    tool_names=dict(record.tool_names))
+        renderer = self.renderer_for(request.tools)
+        try:
+            prompt_ids = renderer.prompt_ids(request.messages)
+        except TemplateError as e:
+            raise APIError(400, str(e), param="messages") from None
+        with self._lock:
+            if record.calls >= self.max_calls:
+                raise APIError(400, f"episode {episode!r} made its {self.max_calls} calls (rollout.max_turns); end "
+                                    "the episode or raise rollout.max_turns.", code="max_turns_exceeded")
+            turn, record.calls = record.calls, record.calls + 1
+        assert self._loop is not None and self._arrived is not None
+        job = Job(episode, record, request, prompt_ids, turn, self._loop.create_future())
+        self._pending.append(job)
+        self._arrived.set()
+        reply: Reply = await job.future
+        return completion_body(reply, model_name=self.model_name, logprobs=request.logprobs)
+
+    def _all_waiting(self) -> bool:
+        with self._lock:
+            live = len(self._session.open) if self._session is not None else 0
+        return len({j.episode for j in self._pending}) >= live
+
+    async def serve_batches(self) -> None:
+        """Dispatch waiting requests, one generate call per batch (runs for the server's lifetime)."""
+        self._loop, self._arrived = asyncio.get_running_loop(), asyncio.Event()
+        while True:
+            await self._arrived.wait()
+            started = self._loop.time()
+            while self._pending and not self._all_waiting():
+                left = started + self.window_s - self._loop.time()
+                if left <= 0:
+                    break
+                self._arrived.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), left)
+            self._arrived.clear()
+            jobs, self._pending = self._pending, []
+            if jobs:
+                await self._dispatch(jobs)
+
+    async def _dispatch(self, jobs: list[Job]) -> None:
+        with self._lock:
+            session = self._session
+            live = []
+            for job in jobs:
+                if job.future.done():
+                    continue
+                if session is None or job.record.closed:
+                    job.future.set_exception(APIError(404, f"episode {job.episode!r} ended before its call ran.",
+                                                      param="user", code="episode_not_found"))
+                    continue
+                job.placement = job.record.place(job.prompt_ids)
+                job.limit = min(job.request.max_tokens or job.placement.left, job.placement.left)
+                live.append(job)
+        if not live or session is None:
+            return
+        prompts = [PromptTokens(j.prompt_ids, stream_index(*session.streams[j.episode], j.turn)) for j in live]
+        params = dataclasses.replace(session.params, n=1, max_new_tokens=max(j.limit for j in live),
+                                     stop_token_ids=(self.renderer.turn.end_token_id,))
+        try:
+            out = await asyncio.to_thread(self.generate, prompts, params, session.seed)
+        except Exception as e:  # the engine's failure: the caller raises it after the session
+            log.exception("the rollout engine failed on a batch of %d agent calls", len(live))
+            self.failure = e
+            with self._lock:
+                for j in live:
+                    assert j.placement is not None
+                    j.record.release(j.placement)
+            for j in live:
+                if not j.future.done():
+                    j.future.set_exception(APIError(500, f"the rollout engine failed: {type(e).__name__}: {e}",
+                                                    type="server_error", code="engine_error"))
+            return
+        for row, job in enumerate(live):
+            self._answer(job, out, row)
+
+    def _answer(self, job: Job, out: Any, row: int) -> None:
+        """Record row `row` of the engine's output for `job` and resolve its future with the reply."""
+        length = int(out.response_mask[row].sum())
+        ids = out.response_ids[row, :length].tolist()
+        log_probs = out.rollout_log_probs[row, :length].tolist() if out.rollout_log_probs is not None else \
+            [0.0] * length
+        cut = len(ids) > job.limit
+        ids, log_probs = ids[:job.limit], log_probs[:job.limit]
+        stopped_on = cut_at_stop(ids, job.request.stop, self.renderer) if job.request.stop else None
+        if stopped_on is not None:
+            ids, log_probs, cut = ids[:stopped_on[0]], log_probs[:stopped_on[0]], False
+        ended = bool(ids) and ids[-1] in (self.renderer.turn.end_token_id, self.tokenizer.eos_token_id)
+        truncated = cut or (stopped_on is None and not ended)
+        text = stopped_on[1] if stopped_on is not None else self.renderer.decode(ids)
+        calls = parse_tool_calls(text, self.tool_parser) if job.request.parse_tools else None
+        version = int(out.policy_version[row]) if out.policy_version is not None else 0
+        assert job.placement is not None
+        with self._lock:
+            record = job.record
+            call_ids = [f"call_{job.episode}_{job.turn}_{k}" for k in range(len(calls.calls) if calls else 0)]
+            if record.closed:  # the agent is gone: nothing to record
+                record.release(job.placement)
+            else:
+                for i, c in zip(call_ids, calls.calls if calls else []):
+                    record.raw_text[i], record.tool_names[i] = text, c.name
+                messages = job.request.messages + [{"role": "assistant", "content": text}]
+                record.record(job.placement, job.prompt_ids, messages, ids, log_probs, version,
+                              out_of_budget=truncated and len(ids) >= job.placement.left,
+                              tool_calls=len(calls.calls) + len(calls.errors) if calls else 0,
+                              tool_errors=len(calls.errors) if calls else 0)
+        finish = "length" if truncated else "tool_calls" if calls is not None and calls.calls else "stop"
+        reply = Reply(text, finish, len(job.prompt_ids),
+                      [self.tokenizer.decode([i], skip_special_tokens=False) for i in ids] if job.request.logprobs
+                      else [], log_probs, calls, call_ids)
+        if not job.future.done():
+            job.future.set_result(reply)
+
+
+def cut_at_stop(ids: list[int], stops: list[str], renderer: ChatRenderer) -> tuple[int, str] | None:
+    """(how many ids to keep, the reply text) when the text of `ids` contains a stop string: the ids up to the one
+    that completes the first stop string found, and the text before it; None when none occurs."""
+    for k in range(1, len(ids) + 1):
+        text = renderer.decode(ids[:k])
+        found = [text.find(s) for s in stops if s in text]
+        if found:
+            return k, text[:min(found)]
+    return None
+
+
+def build_app(endpoint: Endpoint) -> Any:
+    """The FastAPI app: routes, and every error as OpenAI's error JSON."""
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        task = asyncio.create_task(endpoint.serve_batches())
+        yield
+        task.cancel()
+
+    app = FastAPI(title="grpoflow agent endpoint", lifespan=lifespan)
+
+    def error(e: APIError) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status)
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, e: APIError) -> JSONResponse:
+        return error(e)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        kind = "not_found" if e.status_code == 404 else "method_not_allowed" if e.status_code == 405 else None
+        message = f"no route {request.method} {request.url.path}" if kind else str(e.detail)
+        return error(APIError(e.status_code, message, code=kind))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
+        return error(APIError(400, f"invalid request: {e.errors()}"))
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return models_body(endpoint.model_name)
+
+    @app.get("/v1/models/{model}")
+    async def model(model: str) -> dict:
+        if model != endpoint.model_name:
+            raise APIError(404, f"The model `{model}` does not exist; this endpoint serves `{endpoint.model_name}`.",
+                           param="model", code="model_not_found")
+        return model_object(model)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict:
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            raise APIError(400, "the request body is not valid JSON.") from None
+        user = body.get("user") if isinstance(body, dict) else None
+        return await endpoint.chat(body, request.headers.get("x-episode-id") or user)
+
+    return app

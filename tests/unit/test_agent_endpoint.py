@@ -1,0 +1,312 @@
+"""The agent endpoint with a scripted engine, through the official `openai` client: replies, tool calls, OpenAI
+errors and their status codes, batching, calls merged into samples or split, budgets, stop strings; agent episodes
+that raise, hang or never call the model."""
+
+import asyncio
+import json
+
+import httpx
+import openai
+import pytest
+import torch
+
+from grpoflow.data.batch import Batch
+from grpoflow.data.dataset import PromptItem
+from grpoflow.models.tiny import build_char_tokenizer
+from grpoflow.multiturn.agents import AgentEpisodes, reward_parts
+from grpoflow.multiturn.endpoint import Endpoint
+from grpoflow.multiturn.episode import EpisodeRecord
+from grpoflow.rollout.protocol import SamplingParams, left_pad
+
+CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>'
+TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Exact arithmetic.",
+                                           "parameters": {"type": "object",
+                                                          "properties": {"expression": {"type": "string"}},
+                                                          "required": ["expression"]}}}]
+
+
+class ScriptedEngine:
+    """Replies `policy(prompt text)` + the end-of-turn token, cut at max_new_tokens; the log-prob of the t-th token
+    of a reply is -(t + 1) / 100. Records every call."""
+
+    def __init__(self, tok, policy, end_id):
+        self.tok, self.policy, self.end_id, self.calls = tok, policy, end_id, []
+
+    def __call__(self, prompts, params, seed):
+        self.calls.append((prompts, params, seed))
+        rows = [(self.tok.encode(self.policy(self.tok.decode(p.ids)), add_special_tokens=False) + [self.end_id])
+                [:params.max_new_tokens] for p in prompts]
+        width = max(len(r) for r in rows)
+        ids, mask, lp = (torch.zeros(len(rows), width, dtype=torch.long), torch.zeros(len(rows), width,
+                                                                                        dtype=torch.long),
+                         torch.zeros(len(rows), width))
+        for i, r in enumerate(rows):
+            ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
+            lp[i, :len(r)] = -(torch.arange(len(r)) + 1) / 100
+        pid, pmask = left_pad([p.ids for p in prompts], 0)
+        return Batch(prompt_ids=pid, prompt_mask=pmask, response_ids=ids, response_mask=mask,
+                     group_ids=torch.zeros(len(rows), dtype=torch.long), rollout_log_probs=lp,
+                     truncated=torch.tensor([r[-1] != self.end_id for r in rows]),
+                     policy_version=torch.full((len(rows),), 5))
+
+
+def calculator_policy(text):
+    return "42" if "<|im_start|>tool" in text else CALL
+
+
+@pytest.fixture
+def served():
+    """An endpoint over a scripted engine (calculator_policy unless the test swaps `engine.policy`)."""
+    tok = build_char_tokenizer()
+    engine = ScriptedEngine(tok, calculator_policy, None)
+    endpoint = Endpoint(engine, tok, window_s=0.05, max_calls=4)
+    engine.end_id = endpoint.renderer.turn.end_token_id
+    with endpoint:
+        yield endpoint, engine
+
+
+def session(endpoint, episodes=1, budget=500, n=1):
+    return endpoint.open_session(seed=7, params=SamplingParams(n=n, max_new_tokens=budget, temperature=1.0),
+                                 episodes=[(3, n, j) for j in range(episodes)])
+
+
+def client(endpoint, episode=None):
+    headers = {"X-Episode-Id": episode} if episode else {}
+    return openai.OpenAI(base_url=endpoint.url, api_key="x", max_retries=0, default_headers=headers)
+
+
+def test_a_tool_call_and_its_result_merge_into_one_sample_with_exact_ids_and_masks(served):
+    endpoint, engine = served
+    r = endpoint.renderer
+    (episode,) = session(endpoint)
+    c = client(endpoint, episode)
+    assert [m.id for m in c.models.list().data] == ["policy"]
+    messages = [{"role": "user", "content": "6*7"}]
+    first = c.chat.completions.create(model="policy", messages=messages, tools=TOOLS)
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "calculator" and json.loads(call.function.arguments) == {"expression": "6*7"}
+    assert first.usage.prompt_tokens == len(r.prompt_ids(messages)) and first.usage.completion_tokens == len(CALL) + 1
+    # the agent appends the message as the client returned it, and the tool's result
+    messages += [choice.message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+    second = c.chat.completions.create(model="policy", messages=messages, tools=TOOLS, logprobs=True)
+    assert second.choices[0].message.content == "42" and second.choices[0].finish_reason == "stop"
+    assert [t.logprob for t in second.choices[0].logprobs.content] == pytest.approx([-0.01, -0.02, -0.03])
+    (record,) = endpoint.close_session().values()
+    (sample,) = record.samples
+    history = [{"role": "user", "content": "6*7"}, {"role": "assistant", "content": CALL}]
+    env = r.continuation_ids(history, [{"role": "tool", "name": "calculator", "content": "42"}])
+    m1, m2 = r.encode(CALL) + [r.turn.end_token_id], r.encode("42") + [r.turn.end_token_id]
+    assert sample.prompt_ids == r.prompt_ids(history[:1])
+    assert [s.ids for s in sample.segments] == [m1, env, m2]
+    assert [s.trainable for s in sample.segments] == [True, False, True]
+    assert sample.segments[2].log_probs == pytest.approx([-0.01, -0.02, -0.03])
+    assert sample.turns == 2 and sample.tool_calls == 1 and sample.version == 5
+    assert sample.messages[-1] == {"role": "assistant", "content": "42"}
+    # one generate call per request here (one episode), n=1, its own stream per turn, the template's stop token
+    assert [(len(p), sp.n, sp.stop_token_ids, seed) for p, sp, seed in engine.calls] == \
+        [(1, 1, (r.turn.end_token_id,), 7)] * 2
+    assert [p[0].index for p, _, _ in engine.calls] == [3 * 1009, 3 * 1009 + 1]
+
+
+def test_requests_of_concurrent_episodes_are_batched_into_one_generate_call(served):
+    endpoint, engine = served
+    engine.policy = lambda text: "ok"
+    ids = session(endpoint, episodes=6, n=6)
+
+    async def all_episodes():
+        async with openai.AsyncOpenAI(base_url=endpoint.url, api_key="x", max_retries=0) as c:
+            return await asyncio.gather(*(c.chat.completions.create(
+                model="policy", messages=[{"role": "user", "content": f"hi {k}"}], user=e)
+                for k, e in enumerate(ids)))
+
+    replies = asyncio.run(all_episodes())
+    assert [r.choices[0].message.content for r in replies] == ["ok"] * 6
+    assert len(engine.calls) == 1 and len(engine.calls[0][0]) == 6   # all six episodes waited: one batch
+    assert sorted(p.index for p in engine.calls[0][0]) == [(3 * 6 + j) * 1009 for j in range(6)]
+    records = endpoint.close_session()
+    assert all(len(records[e].samples) == 1 for e in ids)
+
+
+def error_of(excinfo):
+    body = excinfo.value.response.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    return excinfo.value.status_code, body["error"]
+
+
+def test_bad_requests_get_openai_errors_with_their_status_codes(served):
+    endpoint, _ = served
+    (episode,) = session(endpoint)
+    c = client(endpoint, episode)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="policy", messages=[])
+    assert error_of(e)[0] == 400 and error_of(e)[1]["param"] == "messages"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.post("/chat/completions", body={"model": "policy"}, cast_to=dict)   # no messages at all
+    assert error_of(e)[1]["code"] == "missing_required_parameter"
+    with pytest.raises(openai.NotFoundError) as e:
+        c.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    assert error_of(e)[0] == 404 and error_of(e)[1]["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], n=2)
+    assert error_of(e)[1]["param"] == "n"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], temperature=3)
+    assert error_of(e)[1]["param"] == "temperature"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="policy", messages=[{"role": "wizard", "content": "hi"}])
+    assert error_of(e)[1]["param"] == "messages[0].role"
+    with pytest.raises(openai.BadRequestError) as e:   # no episode id
+        client(endpoint).chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+    assert error_of(e)[1]["code"] == "missing_episode_id"
+    with pytest.raises(openai.NotFoundError) as e:
+        client(endpoint, "s99-p0-e0").chat.completions.create(model="policy",
+                                                              messages=[{"role": "user", "content": "hi"}])
+    assert error_of(e)[1]["code"] == "episode_not_found"
+    raw = httpx.post(endpoint.url + "/chat/completions", content=b"{not json", headers={"X-Episode-Id": episode})
+    assert raw.status_code == 400 and "not valid JSON" in raw.json()["error"]["message"]
+    missing = httpx.get(endpoint.url + "/nothing")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    assert httpx.get(endpoint.url + "/models/policy").json()["id"] == "policy"
+    (record,) = endpoint.close_session().values()
+    assert record.calls == 0 and record.samples == []   # refused requests are neither counted nor recorded
+
+
+def test_calls_beyond_max_turns_are_refused(served):
+    endpoint, engine = served
+    engine.policy = lambda text: "a"
+    (episode,) = session(endpoint)
+    c = client(endpoint, episode)
+    messages = [{"role": "user", "content": "go"}]
+    for _ in range(4):
+        reply = c.chat.completions.create(model="policy", messages=messages)
+        messages += [reply.choices[0].message.model_dump(exclude_none=True), {"role": "user", "content": "more"}]
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="policy", messages=messages)
+    assert error_of(e)[1]["code"] == "max_turns_exceeded"
+    (record,) = endpoint.close_session().values()
+    assert len(record.samples) == 1 and record.samples[0].turns == 4
+
+
+def test_a_rewritten_history_starts_a_new_sample(served):
+    endpoint, engine = served
+    engine.policy = lambda text: "x" * (text.count("<|im_start|>user"))
+    (episode,) = session(endpoint)
+    c = client(endpoint, episode)
+    a = [{"role": "user", "content": "one"}]
+    a.append(c.chat.completions.create(model="policy", messages=a).choices[0].message.model_dump(exclude_none=True))
+    a.append({"role": "user", "content": "two"})
+    c.chat.completions.create(model="policy", messages=a)
+    # the agent summarises: the first exchange replaced by a note
+    c.chat.completions.create(model="policy", messages=[{"role": "user", "content": "summary; two"}])
+    (record,) = endpoint.close_session().values()
+    assert [s.turns for s in record.samples] == [2, 1] and record.last == 1
+    assert record.samples[1].prompt_ids == endpoint.renderer.prompt_ids([{"role": "user", "content": "summary; two"}])
+
+
+def test_merging_and_splitting_by_hand():
+    rec = EpisodeRecord(budget=10)
+    p = rec.place([1, 2])
+    assert (p.sample, p.left) == (None, 10)
+    rec.record(p, [1, 2], [], [7, 8], [-0.1, -0.2], 3, out_of_budget=False)
+    # extends prompt + completion: the ids between are the masked extension, the budget is what is left
+    p = rec.place([1, 2, 7, 8, 9, 9])
+    assert (p.sample, p.extension, p.left) == (0, [9, 9], 10 - 2 - 2)
+    assert rec.place([1, 2, 7, 8, 9, 9]).sample is None   # sample 0 has a call in flight: a concurrent call splits
+    rec.record(p, [1, 2, 7, 8, 9, 9], [], [5], [-0.5], 2, out_of_budget=False)
+    t = rec.samples[0]
+    assert [(s.ids, s.log_probs) for s in t.segments] == [([7, 8], [-0.1, -0.2]), ([9, 9], None), ([5], [-0.5])]
+    assert t.version == 2 and t.used == 5
+    # differs inside the completion (the agent edited the reply): a new sample
+    assert rec.place([1, 2, 7, 6, 9]).sample is None
+    # the extension and one token no longer fit (5 used + 5 new = 10): sample 0 ends truncated, a new one starts
+    p = rec.place([1, 2, 7, 8, 9, 9, 5, 4, 4, 4, 4, 4])
+    assert (p.sample, p.ended, p.left) == (None, 0, 10)
+    rec.record(p, [1, 2, 7, 8, 9, 9, 5, 4, 4, 4, 4, 4], [], [3], [-0.3], 2, out_of_budget=False)
+    assert rec.samples[0].truncated and rec.samples[0].done and len(rec.samples) == 2 and rec.last == 1
+    # a call cut at its sample's budget ends the sample: the next call cannot continue it
+    rec2 = EpisodeRecord(budget=3)
+    p = rec2.place([1])
+    rec2.record(p, [1], [], [4, 4, 4], [0.0] * 3, 0, out_of_budget=True)
+    assert rec2.samples[0].truncated and rec2.place([1, 4, 4, 4, 9]).sample is None
+
+
+def test_a_reply_cut_at_the_budget_is_length_and_its_sample_ends(served):
+    endpoint, engine = served
+    engine.policy = lambda text: "y" * 50
+    (episode,) = session(endpoint, budget=20)
+    c = client(endpoint, episode)
+    reply = c.chat.completions.create(model="policy", messages=[{"role": "user", "content": "go"}], max_tokens=500)
+    assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 20
+    short = c.chat.completions.create(model="policy", messages=[{"role": "user", "content": "again"}], max_tokens=4)
+    assert short.choices[0].message.content == "yyyy" and short.choices[0].finish_reason == "length"
+    (record,) = endpoint.close_session().values()
+    assert record.samples[0].truncated                 # out of the sample's budget
+    assert not record.samples[1].truncated             # cut by the agent's own max_tokens: the sample goes on
+
+
+def test_stop_strings_cut_the_reply(served):
+    endpoint, engine = served
+    engine.policy = lambda text: "abc STOP def"
+    (episode,) = session(endpoint)
+    reply = client(endpoint, episode).chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "go"}], stop=["STOP", "zzz"])
+    assert reply.choices[0].message.content == "abc " and reply.choices[0].finish_reason == "stop"
+    (record,) = endpoint.close_session().values()
+    assert record.samples[0].segments[0].ids == endpoint.renderer.encode("abc STOP")
+
+
+def items(n_items):
+    return [PromptItem([], "", {"prompt": f"p{i}", "answer": "42"}, "calc", index=i) for i in range(n_items)]
+
+
+def opening(item):
+    return [{"role": "user", "content": item.row["prompt"]}]
+
+
+def test_agent_episodes_form_groups_and_failures_are_scored_and_counted(served):
+    endpoint, engine = served
+
+    async def agent(row, client):
+        k = int(row["prompt"][1:])
+        if k == 1:
+            raise ValueError("the agent's own bug")
+        if k == 2:
+            await asyncio.sleep(60)    # hangs: cancelled at the timeout
+        if k == 3:
+            return 0.5                 # never calls the model
+        messages = [{"role": "user", "content": row["prompt"]}]
+        first = await client.chat.completions.create(model="policy", messages=messages, tools=TOOLS)
+        call = first.choices[0].message.tool_calls[0]
+        messages += [first.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+        final = await client.chat.completions.create(model="policy", messages=messages, tools=TOOLS)
+        if k == 4:   # a second, rewritten conversation: two samples
+            await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "again"}])
+        return {"correct": float(final.choices[0].message.content == row["answer"]), "style": 0.25}
+
+    episodes = AgentEpisodes(agent, endpoint, timeout_s=1.0, error_score=-1.0, opening=opening)
+    batch, metrics = episodes.run(items(5), SamplingParams(n=2, max_new_tokens=300, temperature=1.0), seed=0)
+    # episodes per prompt: 0 -> 1 sample each, 1 -> error (empty), 2 -> timeout (empty), 3 -> no call (empty), 4 -> 2
+    assert batch.group_ids.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 4]
+    assert batch.env_rewards.tolist() == [1.25, 1.25, -1, -1, -1, -1, 0.5, 0.5, 1.25, 1.25, 1.25, 1.25]
+    # the call, its end of turn, "42" and its end of turn; the rewritten conversation: the call alone
+    assert batch.response_mask[2:8].sum() == 0 and batch.response_mask[[0, 1, 8, 10]].sum(-1).tolist() == \
+        [len(CALL) + 4] * 4 and batch.response_mask[9].sum() == len(CALL) + 1
+    assert metrics["agent/errors"] == 2 and metrics["agent/timeouts"] == 2
+    assert metrics["agent/calls/mean"] == (2 * 2 + 2 * 3) / 10 and metrics["agent/samples/mean"] == (2 + 4) / 10
+    assert metrics["reward/agent/correct/mean"] == pytest.approx(6 / 12)
+    assert batch.completions[0] == "42" and batch.conversations[0][0] == {"role": "user", "content": "p0"}
+    # validation: one sample per episode, the last conversation of each
+    final = episodes.final(items(5), SamplingParams(n=2, max_new_tokens=300, temperature=0.0), seed=1)
+    assert len(final) == 10 and final.conversations[8] == [{"role": "user", "content": "again"},
+                                                            {"role": "assistant", "content": CALL}]
+
+
+def test_reward_parts_reject_what_is_not_a_number():
+    assert reward_parts(1) == {"agent": 1.0} and reward_parts({"a": 0.5}) == {"agent/a": 0.5}
+    for bad in (None, "1", float("nan"), {"a": "x"}, True):
+        with pytest.raises(TypeError, match="return a finite number"):
+            reward_parts(bad)

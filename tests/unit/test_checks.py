@@ -65,3 +65,24 @@ def test_multi_turn_settings_are_checked_before_any_model_loads(tmp_path):
         check_config(load_config(None, [f"rollout.tools=[{untyped}:f]"]))
     with pytest.raises(ConfigError, match="max_turns"):
         check_config(load_config(None, ["rollout.max_turns=0", "rollout.env=guess_number"]))
+
+
+@pytest.mark.parametrize("source, overrides, named", [
+    ("def run(row, client):\n    return 1.0\n", [], "is not an async function"),
+    ("async def run(row):\n    return 1.0\n", [], r"must take two arguments, \(row, client\)"),
+    ("async def run(row, client):\n    return 1.0\n", ["algorithm.filter_groups.enable=true"],
+     "filter_groups needs groups of exactly rollout.n"),
+    ("async def run(row, client):\n    return 1.0\n", ["algorithm.adv_estimator=remax"], "greedy baseline"),
+    ("async def run(row, client):\n    return 1.0\n", ["rollout.tools=[calculator]"],
+     "leave rollout.env and rollout.tools empty"),
+])
+def test_rollout_agent_is_checked_at_start(tmp_path, source, overrides, named):
+    (tmp_path / "agent.py").write_text(source)
+    with pytest.raises(ConfigError, match=named):  # plain values fail at load, the rest at the start-up check
+        check_config(load_config(None, [f"rollout.agent={tmp_path}/agent.py:run", "reward.function=null",
+                                        *overrides]))
+
+
+def test_a_good_agent_passes(tmp_path):
+    (tmp_path / "agent.py").write_text("async def run(row, client):\n    return 1.0\n")
+    check_config(load_config(None, [f"rollout.agent={tmp_path}/agent.py:run", "reward.function=null"]))

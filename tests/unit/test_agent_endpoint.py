@@ -310,3 +310,45 @@ def test_reward_parts_reject_what_is_not_a_number():
     for bad in (None, "1", float("nan"), {"a": "x"}, True):
         with pytest.raises(TypeError, match="return a finite number"):
             reward_parts(bad)
+
+
+def test_an_engine_failure_is_raised_as_such_not_scored_as_the_agents(served):
+    endpoint, engine = served
+
+    def broken(text):
+        raise RuntimeError("CUDA out of memory")
+
+    engine.policy = broken
+    seen = []
+
+    async def agent(row, client):
+        try:
+            await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}])
+        except openai.InternalServerError as e:
+            seen.append(e.response.json()["error"]["code"])
+            raise
+        return 1.0
+
+    episodes = AgentEpisodes(agent, endpoint, timeout_s=5.0, error_score=0.0, opening=opening)
+    with pytest.raises(RuntimeError, match="rollout engine failed while serving agent calls: RuntimeError: CUDA"):
+        episodes.run(items(1), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), seed=0)
+    assert seen == ["engine_error", "engine_error"]
+
+
+def test_an_agent_that_blocks_the_event_loop_is_abandoned_after_the_grace_period(served, monkeypatch):
+    import time
+
+    import grpoflow.multiturn.agents as agents
+
+    endpoint, _ = served
+    monkeypatch.setattr(agents, "GRACE_S", 0.5)
+
+    async def agent(row, client):
+        time.sleep(3)   # synchronous: no await, so wait_for cannot cancel it
+        return 1.0
+
+    episodes = AgentEpisodes(agent, endpoint, timeout_s=0.5, error_score=-2.0, opening=opening)
+    start = time.perf_counter()
+    batch, metrics = episodes.run(items(1), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), seed=0)
+    assert time.perf_counter() - start < 2.5
+    assert metrics["agent/timeouts"] == 2 and batch.env_rewards.tolist() == [-2.0, -2.0]

@@ -117,7 +117,8 @@ class RolloutConfig:
                              "(guess_number) or path/to/file.py:Class with reset(**row) and step(text).")
     tools: list = opt([], "Tools the model may call (Hermes <tool_call> JSON): registered names (calculator, "
                       "python) or path/to/file.py:function, typed and with a docstring.")
-    max_turns: int = opt(4, "Multi-turn: most model turns per trajectory.")
+    max_turns: int = opt(4, "Multi-turn: most model turns per trajectory (rollout.agent: model calls per episode; "
+                         "more are refused with an error).")
     tool_parser: str = opt("hermes", "How tool calls are found in the model's text.")
     max_tool_calls_per_turn: int = opt(4, "Tool calls run per model turn; more get an error message.")
     max_tool_output_tokens: int = opt(256, "A tool result longer than this many tokens is replaced by an error "

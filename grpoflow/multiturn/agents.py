@@ -137,11 +137,11 @@ class AgentEpisodes:
         return samples
 
     def to_batch(self, samples: list[Trajectory], rows: list[dict]) -> Batch:
-        version = max((t.version for t in samples), default=0)
-        for t in samples:
-            t.version = version if t.version < 0 else t.version  # an empty sample: the policy of the others
         texts = [self.renderer.tokenizer.decode(t.prompt_ids, skip_special_tokens=False) for t in samples]
-        return to_batch(samples, pad_token_id=self.renderer.tokenizer.pad_token_id, prompt_texts=texts, rows=rows)
+        batch = to_batch(samples, pad_token_id=self.renderer.tokenizer.pad_token_id, prompt_texts=texts, rows=rows)
+        assert batch.policy_version is not None
+        newest = max(int(batch.policy_version.max()), 0)  # an empty sample (no call): the others' policy
+        return batch.replace(policy_version=torch.where(batch.policy_version < 0, newest, batch.policy_version))
 
     def play(self, items: list[PromptItem], params: SamplingParams, seed: int | None
              ) -> list[tuple[PromptItem, EpisodeRecord, Outcome]]:

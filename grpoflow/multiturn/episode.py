@@ -90,12 +90,11 @@ class EpisodeRecord:
             t = self.samples[placement.sample]
             if placement.extension:
                 t.segments.append(Segment(list(placement.extension)))
-        t.segments.append(Segment(list(ids), list(log_probs)))
+        t.segments.append(Segment(list(ids), list(log_probs), version))
         t.messages = list(messages)
         t.turns += 1
         t.tool_calls += tool_calls
         t.tool_errors += tool_errors
-        t.version = version if t.version < 0 else min(t.version, version)
         if out_of_budget:
             t.done, t.truncated = True, True
         return t

@@ -296,6 +296,7 @@ def test_agent_episodes_form_groups_and_failures_are_scored_and_counted(served):
     assert batch.response_mask[2:8].sum() == 0 and batch.response_mask[[0, 1, 8, 10]].sum(-1).tolist() == \
         [len(CALL) + 4] * 4 and batch.response_mask[9].sum() == len(CALL) + 1
     assert metrics["agent/errors"] == 2 and metrics["agent/timeouts"] == 2
+    assert batch.policy_version.tolist() == [5] * 12   # empty samples take the policy of the others
     assert metrics["agent/calls/mean"] == (2 * 2 + 2 * 3) / 10 and metrics["agent/samples/mean"] == (2 + 4) / 10
     assert metrics["reward/agent/correct/mean"] == pytest.approx(6 / 12)
     assert batch.completions[0] == "42" and batch.conversations[0][0] == {"role": "user", "content": "p0"}

@@ -13,6 +13,14 @@ and each conversation is one training sample, token-exact.
     tool_runner.py  ToolResult, ToolRunner: each call under a timeout; sandboxed tools in worker processes
                     with CPU-time, memory and output limits (grpoflow/process_pool.py)
 
+Agent programs through an OpenAI-compatible endpoint (docs/agents.md; extra `agents`: fastapi, uvicorn, openai):
+
+    endpoint.py     Endpoint: /v1/chat/completions and /v1/models on uvicorn in a thread, requests batched into
+                    generate calls (one random stream per call), each call recorded
+    openai_api.py   the wire format: requests checked and rendered as template messages, replies, OpenAI errors
+    episode.py      EpisodeRecord: an episode's calls -> samples (merged token for token, else split; budgets)
+    agents.py       AgentEpisodes: `async def run(row, client)` played n times per row, timeouts, errors -> Batch
+
 A part beside `rollout` (DESIGN.md places multi-turn with the rollout): it drives the engines through a generate
 function it is given and imports no workers, placement or controller. This file imports nothing: tool worker
 processes import the tool modules, and nothing heavier.

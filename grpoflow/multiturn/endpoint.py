@@ -261,7 +261,14 @@ class Endpoint:
                                                     type="server_error", code="engine_error"))
             return
         for row, job in enumerate(live):
-            self._answer(job, out, row)
+            try:
+                self._answer(job, out, row)
+            except Exception as e:  # a reply that cannot be read back: the call fails, the batch goes on
+                log.exception("reading the engine's reply to an agent call failed")
+                self.failure = e
+                if not job.future.done():
+                    job.future.set_exception(APIError(500, f"reading the engine's reply failed: {e}",
+                                                      type="server_error", code="engine_error"))
 
     def _answer(self, job: Job, out: Any, row: int) -> None:
         """Record row `row` of the engine's output for `job` and resolve its future with the reply."""

@@ -136,7 +136,7 @@ def train(cfg: Config) -> dict:
     train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))
     tqdm.write(f"run folder: {run_dir.resolve()}")
     tqdm.write(schedule.describe())
-    if cfg.rollout.multi_turn:  # the chat template must render token-exactly: found out before any stage runs
+    if cfg.rollout.multi_turn or cfg.rollout.agent:  # the chat template must render token-exactly: checked first
         ChatRenderer(load_tokenizer(resolve_model(cfg, run_dir)))
     model_path = sft_stage(cfg, run_dir, train_rows)
     tokenizer = load_tokenizer(model_path)

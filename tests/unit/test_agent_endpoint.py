@@ -353,3 +353,25 @@ def test_an_agent_that_blocks_the_event_loop_is_abandoned_after_the_grace_period
     batch, metrics = episodes.run(items(1), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), seed=0)
     assert time.perf_counter() - start < 2.5
     assert metrics["agent/timeouts"] == 2 and batch.env_rewards.tolist() == [-2.0, -2.0]
+
+
+def test_messages_become_template_messages():
+    from grpoflow.multiturn.openai_api import template_messages
+
+    ours = {"call_1": "raw reply <tool_call>...</tool_call>"}
+    messages = [
+        {"role": "developer", "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "brief"}]},
+        {"role": "user", "content": "6*7"},
+        {"role": "assistant", "content": None, "tool_calls": [   # made by this endpoint: its reply text
+            {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "42"},
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [   # made elsewhere: written as Hermes
+            {"id": "other", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "1"}'}}]},
+    ]
+    assert template_messages(messages, ours, {"call_1": "calculator"}) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "6*7"},
+        {"role": "assistant", "content": "raw reply <tool_call>...</tool_call>"},
+        {"role": "tool", "content": "42", "name": "calculator"},
+        {"role": "assistant", "content": 'Let me check.<tool_call>{"name": "calculator", "arguments": '
+                                         '{"expression": "1"}}</tool_call>'}]

@@ -78,8 +78,6 @@ class AgentLoop:
                 self.model_turn(trajectories, active, params, seed, stream, turn,
                                 grouped=turn == 0 and self.shared_first_turn)
                 self.answer(trajectories, envs, [k for k in active if not trajectories[k].done], turn, budget)
-            for t in trajectories:
-                t.done = True
         finally:
             for t, env in zip(trajectories, envs):
                 if env is not None:

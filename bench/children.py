@@ -18,6 +18,7 @@ from pathlib import Path
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 HELDOUT = 200         # held-out prompts for the greedy accuracy (at most)
+MAX_PROMPT_TOKENS = 64  # the longest prompt of either task (chat_addition through SmolLM2's template: <= 50)
 # Per task: grpoflow's training data, the reward both frameworks use, the greedy budget for held-out answers.
 TASKS = {"addition": {"train_files": "builtin:addition/train", "reward": "exact_match", "eval_new_tokens": 16},
          "chat_addition": {"train_files": "builtin:chat_addition/train", "reward": "gsm8k_flexible",
@@ -178,7 +179,10 @@ def child_grpoflow(spec: dict) -> dict:
         "algorithm.norm_adv_by_std=true", "algorithm.epsilon=1e-4",  # TRL: (r - mean) / (std + 1e-4)
         f"trainer.total_steps={steps}", "trainer.val_every=0", f"trainer.save_every={steps}",
         f"trainer.output_dir={out}", f"trainer.threads={spec['threads']}", f"trainer.seed={spec['seed']}",
-        "trainer.resume=never"]))
+        "trainer.resume=never",
+        # TRL runs a step's prompts x n samples as one forward/backward (per_device_train_batch_size above): so does
+        # grpoflow here, with a token budget that holds them all (the default, 4096 padded tokens, is a memory bound).
+        f"actor.max_tokens_per_microbatch={max(4096, spec['prompts'] * n * (MAX_PROMPT_TOKENS + spec['max_new_tokens']))}"]))
     records = []
     metrics = read_metrics(out)
     for m, timed in zip(metrics, inner + [{}] * (len(metrics) - len(inner))):  # {}: steps the wrappers missed

@@ -230,7 +230,7 @@ class ActorConfig:
                            "data.prompts_per_step (mini-batches hold whole groups).")
     epochs: int = opt(1, "Passes over each RL step's data.")
     max_tokens_per_microbatch: int = opt(4096, "Token budget per micro-batch per rank (padded tokens).")
-    logprob_chunk_size: int = opt(1024, "Tokens per chunk when turning logits into log-probs and entropy.")
+    logprob_chunk_size: int = opt(128, "Tokens per chunk when turning logits into log-probs and entropy.")
 
 
 @dataclass

@@ -55,3 +55,13 @@ def test_given_uniforms_draw_by_inverse_cdf_of_the_nucleus():
     token, lp = sample_tokens(logits, temperature=1.0, top_p=0.8, uniform=torch.tensor([0.0, 0.3, 0.34]))
     assert token.tolist() == [1, 1, 2]
     torch.testing.assert_close(lp, torch.tensor([math.log(0.3), math.log(0.3), math.log(0.6)]))
+
+
+def test_draws_from_the_global_generator_follow_the_distribution():
+    # softmax([ln 1, ln 2, ln 7]) = [0.1, 0.2, 0.7]; 20,000 rows: each frequency within 4 standard errors
+    logits = torch.tensor([[0.0, math.log(2.0), math.log(7.0)]]).repeat(20_000, 1)
+    torch.manual_seed(0)
+    token, _ = sample_tokens(logits, temperature=1.0, top_p=1.0)
+    freq = torch.bincount(token, minlength=3).float() / len(token)
+    for f, p in zip(freq.tolist(), [0.1, 0.2, 0.7]):
+        assert abs(f - p) < 4 * math.sqrt(p * (1 - p) / len(token))

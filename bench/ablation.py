@@ -17,8 +17,10 @@ first), 8 prompts of the built-in task and `--group-size` samples each, and time
 With `--real-model FOLDER` (SmolLM2-135M-Instruct, see .ci/real_model_stage) it times, on 8 chat
 prompts of `builtin:chat_addition` x `--group-size` samples, the update pass with the log-probs taken
 from the full logits or from the fused head (`models/head_logprobs.py`), with torch's sdpa attention
-or grouped attention (`models/attention.py`), in float32 and under bf16 autocast; and sampling from
-the bf16 rollout copy with either attention.
+or grouped attention (`models/attention.py`), in float32 and under bf16 autocast, with head chunks of
+1,024 or 128 rows, in one micro-batch or in those of the default token budget; sampling from the bf16
+rollout copy with either attention and with finished rows dropped at every finish, at a quarter of
+the batch (now) or never; and the optimizer implementations.
 
 Variants alternate within each repeat, so load from other processes hits all of them; the
 table shows each variant's fastest and median time (ms). The fastest is the better estimate of
@@ -131,33 +133,41 @@ def update_variants(path: Path, sample, size_n: int, max_new_tokens: int):
 
 
 def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
-    """name -> a function: the update pass and sampling on SmolLM2 with each of this work's speed-ups on or off."""
+    """name -> a function: the update pass and sampling on SmolLM2 with each real-model speed-up on or off."""
     from grpoflow.data.dataset import prepare_prompts
     from grpoflow.models import attention, logprobs
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
+    from grpoflow.rollout import sampling as sampling_loop
     from grpoflow.rollout.hf import HFRolloutEngine
-    from grpoflow.rollout.protocol import SamplingParams
+    from grpoflow.rollout.protocol import SamplingParams, left_pad
     from grpoflow.tasks.chat_addition import chat_addition_splits
+    from grpoflow.training.microbatch import plan_microbatches
 
     tok = load_tokenizer(path)
     prompts = [item.prompt_ids for item in prepare_prompts(chat_addition_splits()[0][:8], tok)[0]]
     params = SamplingParams(n=size_n, max_new_tokens=max_new_tokens)
     engine = HFRolloutEngine(load_causal_lm(path, dtype=torch.bfloat16), pad_token_id=tok.pad_token_id,
                              eos_token_id=tok.eos_token_id)
-    torch.manual_seed(0)
-    gen = engine.generate(prompts, params)
+    seeds = list(range(len(prompts)))
+    gen = engine.generate(prompts, params, seeds=seeds)
     model = load_causal_lm(path).train()
     grouped = attention.register()
+    # the micro-batches that the default token budget (4,096 padded tokens) makes of this step
+    two = plan_microbatches(gen.prompt_mask.sum(-1).tolist(), gen.response_mask.sum(-1).tolist(), 4096)
 
-    def update(fused: bool, attn: str, dtype: str | None):
+    def update(fused: bool, attn: str, dtype: str | None, chunk: int = 128, plans=None):
         def run():
             model.set_attn_implementation(grouped if attn == "grouped" else "sdpa")
             kept = logprobs.FUSED_HEAD_MODEL_TYPES
             logprobs.FUSED_HEAD_MODEL_TYPES = kept if fused else ()
             try:
-                lp, _ = logprobs.response_log_probs(model, gen.prompt_ids, gen.prompt_mask, gen.response_ids,
-                                                    gen.response_mask, with_entropy=True, compute_dtype=dtype)
-                ((lp * gen.response_mask).sum() / gen.response_mask.sum()).backward()
+                for rows in plans or [list(range(len(gen.response_ids)))]:
+                    idx = torch.tensor(rows)
+                    mask = gen.response_mask[idx]
+                    lp, _ = logprobs.response_log_probs(model, gen.prompt_ids[idx], gen.prompt_mask[idx],
+                                                        gen.response_ids[idx], mask, with_entropy=True,
+                                                        compute_dtype=dtype, chunk_size=chunk)
+                    ((lp * mask).sum() / gen.response_mask.sum()).backward()
             finally:
                 logprobs.FUSED_HEAD_MODEL_TYPES = kept
             model.zero_grad(set_to_none=True)
@@ -166,16 +176,41 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     def sampling(attn: str):
         def run():
             engine.model.set_attn_implementation(grouped if attn == "grouped" else "sdpa")
-            engine.generate(prompts, params)
+            engine.generate(prompts, params, seeds=seeds)
+            engine.model.set_attn_implementation("sdpa")
         return run
 
-    return {"update: logits path, sdpa, fp32": update(False, "sdpa", None),
-            "update: fused head, sdpa, fp32": update(True, "sdpa", None),
-            "update: logits path, sdpa, bf16 autocast": update(False, "sdpa", "bfloat16"),
-            "update: fused head, sdpa, bf16 autocast": update(True, "sdpa", "bfloat16"),
-            "update: fused head, grouped attention, bf16 autocast": update(True, "grouped", "bfloat16"),
-            "sampling: bf16 weights, sdpa": sampling("sdpa"),
-            "sampling: bf16 weights, grouped attention": sampling("grouped")}
+    def sampling_dropping(drop_fraction: int | None):
+        """The loop with finished rows dropped at every finish (1), at a quarter (4, now) or never (None)."""
+        ids, mask = left_pad(prompts, tok.pad_token_id)
+        eos = torch.tensor([tok.eos_token_id])
+
+        def run():
+            kept = sampling_loop.DROP_FRACTION
+            sampling_loop.DROP_FRACTION = drop_fraction or 1
+            try:
+                sampling_loop.sample(engine.model, ids, mask, n=size_n, max_new_tokens=max_new_tokens,
+                                     temperature=1.0, top_p=1.0, eos_token_ids=eos, pad_token_id=tok.pad_token_id,
+                                     seeds=torch.tensor(seeds), drop_finished=drop_fraction is not None)
+            finally:
+                sampling_loop.DROP_FRACTION = kept
+        return run
+
+    return {"update: logits path, sdpa, fp32": update(False, "sdpa", None, chunk=1024),
+            "update: fused head, sdpa, fp32": update(True, "sdpa", None, chunk=1024),
+            "update: logits path, sdpa, bf16 autocast": update(False, "sdpa", "bfloat16", chunk=1024),
+            "update: fused head, sdpa, bf16 autocast": update(True, "sdpa", "bfloat16", chunk=1024),
+            "update: fused head, grouped attention, bf16 autocast, chunk 1024": update(True, "grouped", "bfloat16",
+                                                                                       chunk=1024),
+            "update: fused head, grouped attention, bf16 autocast, chunk 128 (now)": update(True, "grouped",
+                                                                                            "bfloat16"),
+            f"update: as now, in the {len(two)} micro-batches of a 4,096-token budget": update(
+                True, "grouped", "bfloat16", plans=two),
+            "sampling: bf16 weights, sdpa (now)": sampling("sdpa"),
+            "sampling: bf16 weights, grouped attention": sampling("grouped"),
+            "sampling: finished rows dropped at every finish": sampling_dropping(1),
+            "sampling: finished rows kept": sampling_dropping(None),
+            **optimizer_variants(path)}
 
 
 def optimizer_variants(path: Path):

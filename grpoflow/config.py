@@ -82,7 +82,8 @@ class DataConfig:
                                  "`data.overlong`).")
     overlong: str = opt("drop", "What to do with a prompt over `data.max_prompt_length`: drop (counted) or error.")
     apply_chat_template: Optional[bool] = opt(None, "Wrap prompts in the tokenizer's chat template. None: yes "
-                                              "for chat-message prompts, no for plain strings.")
+                                              "for chat-message prompts, no for plain strings (yes in multi-turn "
+                                              "and agent runs, whose openings are chat).")
     system_prompt: Optional[str] = opt(None, "System message prepended when the chat template is applied.")
     val_max_prompts: Optional[int] = opt(None, "Use at most this many validation prompts (None: all).")
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from grpoflow.config import Config
 from grpoflow.data.dataset import PromptItem
 from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import load_env
+from grpoflow.multiturn.env import load_env, with_system_prompt
 from grpoflow.multiturn.loop import AgentLoop, Generate, ToolUse
 from grpoflow.multiturn.tool_runner import ToolRunner
 from grpoflow.multiturn.tools import load_tools, tool_from_function
@@ -47,9 +47,7 @@ def opening_of(cfg: Config) -> Callable[[PromptItem], list[dict]]:
         """The dataset prompt as chat messages (with data.system_prompt), when the environment gives none."""
         prompt = item.row.get(d.prompt_key)
         messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
-        if d.system_prompt and not any(m.get("role") == "system" for m in messages):
-            messages = [{"role": "system", "content": d.system_prompt}] + messages
-        return messages
+        return with_system_prompt(messages, d.system_prompt)
 
     return opening
 
@@ -73,4 +71,5 @@ def build_agent_loop(cfg: Config, tokenizer: Any, generate: Generate) -> AgentLo
                             memory_mb=r.tool_memory_mb, workers=r.tool_workers)
         tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
-    return AgentLoop(renderer, generate, env_cls=env_cls, tools=tools, max_turns=r.max_turns, opening=opening_of(cfg))
+    return AgentLoop(renderer, generate, env_cls=env_cls, tools=tools, max_turns=r.max_turns, opening=opening_of(cfg),
+                     system_prompt=cfg.data.system_prompt)

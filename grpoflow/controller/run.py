@@ -141,8 +141,12 @@ def train(cfg: Config) -> dict:
     model_path = sft_stage(cfg, run_dir, train_rows)
     tokenizer = load_tokenizer(model_path)
     d = cfg.data
+    # A multi-turn run renders every opening as chat (`controller.agent.opening_of`), plain-string prompts included:
+    # tokenize them the same way, so their lengths are checked as rendered and data.system_prompt applies.
+    chat = True if d.apply_chat_template is None and (cfg.rollout.multi_turn or cfg.rollout.agent) \
+        else d.apply_chat_template
     prep: dict[str, Any] = dict(prompt_key=d.prompt_key, max_prompt_length=d.max_prompt_length, overlong=d.overlong,
-                apply_chat_template=d.apply_chat_template, system_prompt=d.system_prompt)
+                apply_chat_template=chat, system_prompt=d.system_prompt)
     train_items, stats = prepare_prompts(train_rows, tokenizer, **prep)
     val_items = prepare_prompts(val_rows, tokenizer, **prep)[0][:d.val_max_prompts] if val_rows else []
     tqdm.write(f"data: {stats.kept} of {stats.total} training prompts kept ({stats.missing_prompt} without a prompt, "

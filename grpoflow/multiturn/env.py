@@ -51,6 +51,13 @@ class StepResult:
     reward: float
 
 
+def with_system_prompt(messages: list[dict], system_prompt: str | None) -> list[dict]:
+    """`messages` with a system message `system_prompt` first, unless it is None or empty or they hold one."""
+    if not system_prompt or any(m.get("role") == "system" for m in messages):
+        return list(messages)
+    return [{"role": "system", "content": system_prompt}] + list(messages)
+
+
 def as_messages(observation: str | list[dict] | None, role: str = "user") -> list[dict]:
     """An observation as chat messages: a string is one `role` message, a list is taken as messages."""
     if observation is None:

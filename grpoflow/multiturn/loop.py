@@ -24,7 +24,7 @@ import torch
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import Environment, final_reward, reset_env, step_env
+from grpoflow.multiturn.env import Environment, final_reward, reset_env, step_env, with_system_prompt
 from grpoflow.multiturn.tool_parser import ToolCall, parse_tool_calls
 from grpoflow.multiturn.tool_runner import ToolRunner
 from grpoflow.multiturn.trajectory import Segment, Trajectory, to_batch
@@ -48,14 +48,16 @@ class AgentLoop:
 
     def __init__(self, renderer: ChatRenderer, generate: Generate, *, env_cls: Callable[[], Environment] | None,
                  tools: ToolUse | None, max_turns: int, opening: Callable[[PromptItem], list[dict]],
-                 shared_first_turn: bool = True) -> None:
+                 shared_first_turn: bool = True, system_prompt: str | None = None) -> None:
         """`generate(prompts, params, seed)`: the rollout group's sampling; `opening(item)`: the conversation's
-        first messages when the environment gives none (the dataset prompt). `shared_first_turn`: a prompt's
+        first messages when the environment gives none (the dataset prompt); `system_prompt` (data.system_prompt)
+        opens every conversation that has no system message of its own. `shared_first_turn`: a prompt's
         `n` trajectories with the same opening prefill it once and draw their first turns from the prompt's
         group stream; False: every turn of every trajectory is its own n=1 call on stream
         `stream_index(i, n, j, t)`, as the agent endpoint's calls are (multiturn/endpoint.py)."""
         self.renderer, self.generate, self.env_cls, self.tools = renderer, generate, env_cls, tools
         self.max_turns, self.opening, self.shared_first_turn = max_turns, opening, shared_first_turn
+        self.system_prompt = system_prompt
         self.pad_token_id = renderer.tokenizer.pad_token_id
 
     def run(self, items: list[PromptItem], params: SamplingParams, seed: int | None) -> tuple[Batch, dict[str, float]]:
@@ -66,7 +68,7 @@ class AgentLoop:
             for _ in range(n):
                 env = self.env_cls() if self.env_cls is not None else None
                 first = reset_env(env, item.row, env_seed) if env is not None else None
-                messages = first if first is not None else self.opening(item)
+                messages = with_system_prompt(first if first is not None else self.opening(item), self.system_prompt)
                 trajectories.append(Trajectory(self.renderer.prompt_ids(messages), list(messages)))
                 envs.append(env)
         stream = [stream_index(it.index, n, j, 0) for it in items for j in range(n)]

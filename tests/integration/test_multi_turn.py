@@ -105,6 +105,15 @@ def test_a_run_logs_turns_and_whole_conversations(tmp_path, warm_model):
     assert all(s["conversation"][1]["role"] == "assistant" for s in samples)
 
 
+def test_a_system_prompt_opens_the_conversations_of_plain_string_prompts(tmp_path, warm_model):
+    # the guess-number rows' prompts are plain strings; data.apply_chat_template is left unset
+    run(tmp_path, warm_model, "trainer.total_steps=1", "data.system_prompt=Answer with one number.",
+        "trainer.val_every=1", "data.val_max_prompts=4", "trainer.log_samples=2")
+    samples = [json.loads(line) for line in open(tmp_path / "samples.jsonl")]
+    assert samples and all(s["conversation"][:2] == [{"role": "system", "content": "Answer with one number."},
+                                                     {"role": "user", "content": "Guess 1-8"}] for s in samples)
+
+
 def test_tools_run_in_a_training_step(tmp_path, warm_model):
     records = run(tmp_path, warm_model, "trainer.total_steps=1", "rollout.env=null", "rollout.tools=[calculator]",
                   "data.train_files=[builtin:calculator/train]", "data.val_files=[]", "reward.function=exact_match")

@@ -241,3 +241,12 @@ def test_tool_calls_on_the_last_turn_are_not_run():
     assert metrics["tools/calls"] == 1 and metrics["multi_turn/turns/max"] == 2
     assert [m["role"] for m in batch.conversations[0]] == ["user", "assistant", "tool", "assistant"]
     assert time.perf_counter() - start < 3.0 * 2   # one call ran, not two
+
+
+def test_the_system_prompt_opens_a_conversation_once():
+    from grpoflow.multiturn.env import with_system_prompt
+    user = [{"role": "user", "content": "Guess 1-8"}]
+    assert with_system_prompt(user, "Be brief.") == [{"role": "system", "content": "Be brief."}] + user
+    own = [{"role": "system", "content": "Mine."}] + user
+    assert with_system_prompt(own, "Be brief.") == own            # the conversation's own system message stays
+    assert with_system_prompt(user, None) == with_system_prompt(user, "") == user

@@ -12,7 +12,6 @@ other layer kinds keep their own cache class.
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer

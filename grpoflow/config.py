@@ -112,6 +112,13 @@ class RolloutConfig:
     val_temperature: float = opt(0.0, "Validation sampling temperature; 0 means greedy.")
     val_n: int = opt(1, "Validation samples per prompt (k of mean@k, pass@k, maj@k; use with val_temperature > 0).")
     val_batch_size: int = opt(256, "Prompts per generate call during validation.")
+    deterministic: bool = opt(True, "Continuous batching admits new requests only once every live trajectory waits "
+                              "for the engine or is done (points set by token counts, in a fixed order), so the "
+                              "same seed gives the same samples however long environments and tools take; decoding "
+                              "pauses while a trajectory runs its tools. false: admit requests as they arrive (no "
+                              "pause; samples may then differ between runs in rare draws).")
+    kv_reuse_mb: int = opt(1024, "hf engine: memory for the KV caches a trajectory keeps between its turns (its next "
+                           "turn prefills only the new tokens); beyond it the oldest are dropped and recomputed.")
     # Multi-turn (docs/multi-turn.md): on when rollout.env or rollout.tools is set. rollout.max_new_tokens is
     # then the budget of each trajectory: every token after the prompt, the model's and the environment's.
     env: Optional[str] = opt(None, "Environment answering the model between turns: a registered name "
@@ -530,6 +537,9 @@ def validate(cfg: Config) -> None:
         (min(cfg.rollout.tool_timeout_s, cfg.rollout.tool_cpu_time_s, cfg.rollout.tool_memory_mb) > 0,
          "rollout.tool_timeout_s, tool_cpu_time_s and tool_memory_mb must be > 0."),
         (cfg.rollout.agent_timeout_s > 0, "rollout.agent_timeout_s must be > 0."),
+        (cfg.rollout.max_turns < 1009, f"rollout.max_turns={cfg.rollout.max_turns}: at most 1008 turns (each turn of "
+                                       "a trajectory draws from its own random stream, 1009 per trajectory)."),
+        (cfg.rollout.kv_reuse_mb >= 0, "rollout.kv_reuse_mb must be >= 0 (0: no KV reuse across turns)."),
         (not (cfg.rollout.agent and cfg.rollout.multi_turn),
          "rollout.agent runs its own conversation and tools; leave rollout.env and rollout.tools empty with it."),
         (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for training rollouts "

@@ -1,8 +1,10 @@
 """The controller's side of generation.
 
-`Rollouts` turns prepared prompts into a sampled `Batch` through the rollout worker group: the
-workers receive only token ids and prompt indices, and return tensors and decoded completions;
-the prompt texts and dataset rows, which the controller already holds, are attached here.
+`Rollouts` has one path for every kind of run (single-turn, environment or tool conversations, agent
+episodes): `submit(items, params, seed)` sends the prompts to the rollout worker group, where each
+worker plays its share of the trajectories over its engine's request batcher (multiturn/rollout.py),
+and `Pending.result()` is the sampled `Batch`: group ids from the items' positions, the prompt texts
+and dataset rows the controller already holds attached by group, and the rollout's metrics.
 
 `RolloutQueue` decides when each step's generation is submitted. Sync mode submits step t's
 when step t asks for it; async mode keeps up to `ahead` later steps in flight, so they generate
@@ -17,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import torch
 
@@ -25,77 +27,69 @@ from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import EpochSampler
 from grpoflow.distributed.worker_group import GroupCall, WorkerGroup
-from grpoflow.rollout.protocol import PromptTokens, SamplingParams
+from grpoflow.multiturn.loop import RolloutItem
+from grpoflow.multiturn.turns import SampleInfo, rollout_metrics
+from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
-
-
-class Agent(Protocol):
-    """A multi-turn rollout: the agent loop (multiturn/loop.py) or agent episodes (multiturn/agents.py)."""
-
-    def run(self, items: list[PromptItem], params: SamplingParams, seed: int | None
-            ) -> tuple[Batch, dict[str, float]]:
-        """Every sample of the items' trajectories or episodes, with group ids set, and their metrics."""
-        ...
-
-    def final(self, items: list[PromptItem], params: SamplingParams, seed: int | None) -> Batch:
-        """One sample per item and `params.n`, prompt-major (validation)."""
-        ...
-
-    def close(self) -> None: ...
 
 
 @dataclass
 class PendingRollout:
-    """A generation call in flight for `items`, or (multi-turn) finished trajectories with their metrics."""
+    """A rollout in flight for `items` (or, restored from a checkpoint, its finished samples)."""
     items: list[PromptItem]
     call: GroupCall[Batch] | None
+    kind: tuple[bool, bool] = (False, False)  # (multi-turn, agent)
+    n: int = 1
     done: tuple[Batch, float] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
 
     def result(self) -> tuple[Batch, float]:
-        """The samples (prompt-major, `n` per item, prompt texts and rows attached) and the longest time an
-        engine spent generating them."""
+        """The samples (prompt-major, prompt texts and rows attached) and the longest time an engine spent
+        generating them; `metrics` is then set."""
         if self.done is not None:
             return self.done
         assert self.call is not None
-        batch = self.call.result()
-        n = len(batch) // max(len(self.items), 1)
-        return batch.replace(prompts=[it.prompt_text for it in self.items for _ in range(n)],
-                             rows=[it.row for it in self.items for _ in range(n)]), self.call.busy_s
+        batch = attach(self.call.result(), self.items)
+        self.metrics = metrics_of(batch, *self.kind, episodes=len(self.items) * self.n)
+        self.done = batch, self.call.busy_s
+        return self.done
+
+
+def attach(batch: Batch, items: list[PromptItem]) -> Batch:
+    """The batch with each sample's dataset row (and, single-turn, prompt text) from its group's item."""
+    groups = batch.group_ids.tolist()
+    prompts = batch.prompts or [items[g].prompt_text for g in groups]
+    return batch.replace(prompts=prompts, rows=[items[g].row for g in groups])
+
+
+def metrics_of(batch: Batch, multi_turn: bool, agent: bool, *, episodes: int) -> dict[str, float]:
+    attention = batch.response_attention_mask
+    return rollout_metrics(batch.infos, multi_turn=multi_turn, agent=agent, episodes=episodes,
+                           env_tokens=int((attention - batch.response_mask).sum()), tokens=int(attention.sum()),
+                           truncated=int(batch.truncated.sum()) if batch.truncated is not None else 0)
 
 
 class Rollouts:
-    """Generation through the rollout worker group: one sample per call, or with an `agent` (multi-turn) whole
-    trajectories, the agent loop calling the group once per turn."""
+    """Generation through the rollout worker group; `multi_turn` runs send each prompt's dataset row (the
+    environment's reset and the agent read it), `agent` runs count episodes."""
 
-    def __init__(self, group: WorkerGroup[RolloutWorker], agent: Agent | None = None) -> None:
-        self.group, self.agent = group, agent
-        self.turn_busy_s = 0.0  # the engines' time on the current multi-turn submit
+    def __init__(self, group: WorkerGroup[RolloutWorker], *, multi_turn: bool = False, agent: bool = False) -> None:
+        self.group, self.kind = group, (multi_turn or agent, agent)
 
     def submit(self, items: list[PromptItem], params: SamplingParams, seed: int | None) -> PendingRollout:
-        """Start generating `params.n` samples for each item (at once with Ray; now with the local backend).
-        Multi-turn trajectories are generated now, turn by turn."""
-        if self.agent is not None:
-            self.turn_busy_s = 0.0
-            batch, metrics = self.agent.run(items, params, seed)
-            return PendingRollout(items, None, done=(batch, self.turn_busy_s), metrics=metrics)
-        prompts = [PromptTokens(it.prompt_ids, it.index) for it in items]
-        return PendingRollout(items, self.group.submit_overlapped(RolloutWorker.generate, prompts, params, seed=seed))
-
-    def generate_turn(self, prompts: list[PromptTokens], params: SamplingParams, seed: int | None) -> Batch:
-        """One generate call over the group (the agent loop's turn)."""
-        call = self.group.submit_overlapped(RolloutWorker.generate, prompts, params, seed=seed)
-        batch = call.result()
-        self.turn_busy_s += call.busy_s
-        return batch
+        """Start the trajectories of `params.n` samples of each item (at once with Ray; now with the local backend)."""
+        multi_turn = self.kind[0]
+        requests = [RolloutItem(it.prompt_ids, it.index, position, it.row if multi_turn else None)
+                    for position, it in enumerate(items)]
+        call = self.group.submit_overlapped(RolloutWorker.rollout, requests, params, seed=seed)
+        return PendingRollout(items, call, self.kind, params.n)
 
     def generate(self, items: list[PromptItem], params: SamplingParams, seed: int | None = None) -> Batch:
-        """`params.n` samples per item, prompt-major (validation, greedy baselines); multi-turn: one per trajectory
-        or agent episode (its last sample)."""
-        if self.agent is not None:
-            self.turn_busy_s = 0.0
-            return self.agent.final(items, params, seed)
-        return self.submit(items, params, seed).result()[0]
+        """`params.n` samples per item, prompt-major, one per trajectory or agent episode (the sample its last call
+        went to): validation and greedy baselines."""
+        batch, _ = self.submit(items, params, seed).result()
+        final = [i for i, info in enumerate(batch.infos) if info.final]
+        return batch if len(final) == len(batch) else batch.select(final)
 
 
 class RolloutQueue:
@@ -130,9 +124,10 @@ class RolloutQueue:
         position = {id(item): i for i, item in enumerate(self.items)}
         saved = []
         for step, pending, _ in self.in_flight:
-            pending.done = batch, busy = pending.result()
+            batch, busy = pending.result()
+            fields = _fields(batch.replace(rows=[], infos=[dataclasses.asdict(i) for i in batch.infos]))
             saved.append({"step": step, "items": [position[id(it)] for it in pending.items], "busy_s": busy,
-                          "metrics": dict(pending.metrics), "batch": _fields(batch.replace(prompts=[], rows=[]))})
+                          "metrics": dict(pending.metrics), "batch": fields})
         return {"sampler": self.sampler.state_dict(), "in_flight": saved}
 
     def load_state_dict(self, sampler: dict[str, Any], step: int, in_flight: list[dict] | None = None) -> None:
@@ -143,9 +138,9 @@ class RolloutQueue:
         self.in_flight.clear()
         for saved in in_flight or []:
             items = [self.items[i] for i in saved["items"]]
-            batch = Batch(**saved["batch"])
-            batch = batch.replace(prompts=[it.prompt_text for it in items for _ in range(len(batch) // len(items))],
-                                  rows=[it.row for it in items for _ in range(len(batch) // len(items))])
+            fields = dict(saved["batch"])
+            fields["infos"] = [SampleInfo(**i) for i in fields.get("infos", [])]
+            batch = attach(Batch(**fields), items)  # rows by group id: an agent episode may give several samples
             pending = PendingRollout(items, None, done=(batch, saved["busy_s"]), metrics=saved["metrics"])
             self.in_flight.append((saved["step"], pending, {}))
         self.next_step = self.in_flight[-1][0] + 1 if self.in_flight else step + 1
@@ -163,5 +158,5 @@ def _fields(batch: Batch) -> dict[str, Any]:
 
 
 def group_ids(prompts: int, n: int) -> torch.Tensor:
-    """[prompts * n] the group id of each sample of a step (prompt-major)."""
+    """[prompts * n] the group id of each sample of a step (prompt-major, n per group)."""
     return torch.arange(prompts).repeat_interleave(n)

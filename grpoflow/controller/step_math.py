@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from grpoflow.data.batch import Batch
+
 from grpoflow.algorithms import kl_in_reward
 
 
@@ -30,11 +32,17 @@ def loss_mask(response_mask: Tensor, truncated: Tensor, *, mask_truncated: bool)
     return response_mask * (~truncated).to(response_mask.dtype)[:, None]
 
 
-def partition_groups(signal: Tensor, n: int) -> tuple[list[int], list[int]]:
-    """Group indices with signal and without, each in order, from `signal` [G * n] bool per sample
-    (`algorithms.groups_with_signal`; the n samples of a group agree)."""
-    per_group = signal.view(-1, n)[:, 0].tolist()
+def partition_groups(signal: Tensor, group_ids: Tensor) -> tuple[list[int], list[int]]:
+    """Group ids with signal and without, each in order, from `signal` [B] bool per sample
+    (`algorithms.groups_with_signal`; the samples of a group agree) and `group_ids` [B] (0 .. G-1)."""
+    groups = int(group_ids.max()) + 1 if len(group_ids) else 0
+    per_group = [bool(signal[group_ids == g].any()) for g in range(groups)]
     return [g for g, s in enumerate(per_group) if s], [g for g, s in enumerate(per_group) if not s]
+
+
+def group_rows(batch: Batch, group: int) -> list[int]:
+    """The rows of `batch` in group `group`."""
+    return (batch.group_ids == group).nonzero().squeeze(-1).tolist()
 
 
 def token_rewards(scores: Tensor, response_mask: Tensor, truncated: Tensor, *, mask_truncated: bool,

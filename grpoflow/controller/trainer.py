@@ -22,7 +22,6 @@ from tqdm import tqdm
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with_available, groups_with_signal,
                                  required_inputs)
 from grpoflow.config import Config
-from grpoflow.controller.agent import build_agent_rollout
 from grpoflow.controller.checkpoint import (CheckpointManager, load_state, rng_state, save_state, set_rng_state,
                                            step_dir_name)
 from grpoflow.controller.checks import check_config
@@ -31,8 +30,8 @@ from grpoflow.controller.placement import build_placement
 from grpoflow.controller.preemption import stop_on_signals
 from grpoflow.controller.restart import record_restart, restartable, with_restart_advice
 from grpoflow.controller.rewarding import RewardAssembly
-from grpoflow.controller.rollouts import RolloutQueue, Rollouts, group_ids
-from grpoflow.controller.step_math import partition_groups, token_rewards
+from grpoflow.controller.rollouts import RolloutQueue, Rollouts
+from grpoflow.controller.step_math import group_rows, partition_groups, token_rewards
 from grpoflow.controller.trackers import build_trackers
 from grpoflow.controller.validation import validate
 from grpoflow.controller.weight_sync import WeightSync
@@ -40,7 +39,6 @@ from grpoflow.data.batch import Batch
 from grpoflow.data.sampler import EpochSampler
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.rewards.scoring import RewardScorer, Scores
-from grpoflow.models.loading import load_tokenizer
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.training.engine import NonFiniteLossError
 from grpoflow.training.forward import UpdateSchedule
@@ -83,15 +81,9 @@ class Controller:
         stale = self.is_async and r.max_staleness > 0
         self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward or stale
         self.sampling = SamplingParams(n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
-        self.rollouts = Rollouts(self.rollout)
-        # Multi-turn: the agent loop (rollout.env / rollout.tools) generates trajectories turn by turn; agent
-        # episodes (rollout.agent) call the engines through the OpenAI-compatible endpoint.
-        if r.multi_turn or r.agent:
-            try:
-                self.rollouts.agent = build_agent_rollout(cfg, load_tokenizer(model_path), self.rollouts.generate_turn)
-            except BaseException:
-                self.placement.close()
-                raise
+        # One path for every kind of run: the rollout workers play the trajectories (single-turn samples,
+        # rollout.env / rollout.tools conversations, rollout.agent episodes) over their engines' batchers.
+        self.rollouts = Rollouts(self.rollout, multi_turn=r.multi_turn, agent=bool(r.agent))
         self.model_path, self.train_items, self.needs = model_path, train_items, needs
         self._start_state(scorer)
         self.restarts, self.current_step = 0, 0  # automatic restarts of this process's run (trainer.max_restarts)
@@ -106,7 +98,7 @@ class Controller:
         cfg, r, kl = self.cfg, self.cfg.rollout, self.cfg.algorithm.kl_ctrl
         self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
                                            target_kl=kl.target_kl, horizon=kl.horizon)
-        self.rollouts.group = self.rollout  # the same Rollouts (the agent loop holds its generate_turn)
+        self.rollouts.group = self.rollout
         self.queue = RolloutQueue(self.rollouts, self.train_items, EpochSampler(len(self.train_items),
                                                                                 seed=cfg.trainer.seed),
                                   prompts_per_step=cfg.data.prompts_per_step, params=self.sampling,
@@ -159,7 +151,7 @@ class Controller:
         sync_timeout = cfg.rollout.sync_timeout_s
         self.rollout = WorkerGroup("rollout", partial(
             RolloutWorker, model_path=model_path, engine=cfg.rollout.engine, cfg=cfg.rollout, seed=seed,
-            dtype="bfloat16" if bf16 else None), pool=self.placement.rollout,
+            dtype="bfloat16" if bf16 else None, run_config=cfg), pool=self.placement.rollout,
             timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
 
     def step(self, step: int) -> dict[str, float]:
@@ -254,21 +246,19 @@ class Controller:
             scores = scored if scores is None else scores.merge(scored)
             if draws == 1:
                 metrics.update({**scores.metrics(), **length_metrics(batch)})
-                # multi-turn rollouts number their groups (agent episodes may give a group more than n samples)
-                groups = batch.group_ids if self.rollouts.agent is not None else group_ids(want, n)
-                return batch.replace(group_ids=groups), pending.items
-            keep, set_aside = partition_groups(groups_with_signal(shaped, group_ids(want, n)), n)
-            kept += [(batch.select(list(range(g * n, (g + 1) * n))), pending.items[g]) for g in keep]
-            spare += [(batch.select(list(range(g * n, (g + 1) * n))), pending.items[g]) for g in set_aside]
+                return batch, pending.items  # group ids come from the batch (an agent episode may give several)
+            keep, set_aside = partition_groups(groups_with_signal(shaped, batch.group_ids), batch.group_ids)
+            kept += [(batch.select(group_rows(batch, g)), pending.items[g]) for g in keep]
+            spare += [(batch.select(group_rows(batch, g)), pending.items[g]) for g in set_aside]
             if len(kept) >= want:
                 break
         assert scores is not None
         metrics.update(scores.metrics())
         metrics.update({"filter_groups/draws": draw + 1, "filter_groups/signal_groups": float(len(kept))})
         chosen = (kept + spare)[:want]
-        batch = Batch.concat([b for b, _ in chosen])
+        batch = Batch.concat([b.replace(group_ids=torch.full_like(b.group_ids, g)) for g, (b, _) in enumerate(chosen)])
         metrics.update(length_metrics(batch))
-        return batch.replace(group_ids=group_ids(want, n)), [it for _, it in chosen]
+        return batch, [it for _, it in chosen]
 
     def compute_advantages(self, batch: Batch, metrics: dict) -> Batch:
         """Token-level rewards (score at the last token, minus the KL penalty if in the reward) -> advantages."""
@@ -300,9 +290,10 @@ class Controller:
 
     def close(self) -> None:
         """Stop the workers (Ray actors, and Ray if this run started it), the tool processes or the agent endpoint."""
-        if self.rollouts.agent is not None:
-            self.rollouts.agent.close()
-        self.placement.close()
+        try:
+            self.rollout.call(RolloutWorker.close)
+        finally:
+            self.placement.close()
 
     def validate(self, step: int) -> dict[str, float]:
         if not self.val_items:

@@ -45,6 +45,7 @@ class Batch:
     completions: list = field(default_factory=list)  # [B] decoded response text
     rows: list = field(default_factory=list)         # [B] dataset row (dict) of the prompt
     conversations: list = field(default_factory=list)  # [B] multi-turn: the whole conversation (chat messages)
+    infos: list = field(default_factory=list)  # [B] multiturn.turns.SampleInfo: turns, tool calls, reward parts
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -75,7 +76,7 @@ class Batch:
     def tensors(self) -> "Batch":
         """The same batch without its texts and dataset rows: what a model worker needs, and all that is
         sent to one."""
-        return dataclasses.replace(self, prompts=[], completions=[], rows=[], conversations=[])
+        return dataclasses.replace(self, prompts=[], completions=[], rows=[], conversations=[], infos=[])
 
     def select(self, index: Tensor | list[int]) -> "Batch":
         """Rows `index` (in that order) of every field."""

@@ -3,9 +3,11 @@
     async def run(row: dict, client: openai.AsyncOpenAI) -> float | dict:
         ...   # any number of client.chat.completions.create(model="policy", messages=..., tools=...)
 
-given as `rollout.agent=path/to/file.py:run`. `AgentEpisodes.run(items, params, seed)` plays `params.n`
-episodes of each prompt at once (one asyncio event loop in a thread of its own), each with a copy of the
-dataset row and a client whose base URL is the endpoint and whose `X-Episode-Id` header names the episode.
+given as `rollout.agent=path/to/file.py:run`. `AgentEpisodes.play(batcher, items, params, seed)` plays
+`params.n` episodes of each prompt at once (one asyncio event loop in a thread of its own), each with a copy
+of the dataset row and a client whose base URL is the endpoint and whose `X-Episode-Id` header names the
+episode. Each episode is a client of the rollout's request batcher: its calls join the running decode
+batch as they arrive, and a call that continues its conversation reuses the KV cache of the one before.
 The endpoint turns each episode's calls into samples (episode.py), and every sample of an episode carries
 the episode's reward: a number (logged as reward/agent/mean) or a dict of parts (summed; each logged as
 reward/agent/<part>/mean), added to the configured reward functions' score, as an environment's is.
@@ -28,7 +30,9 @@ abandoned. A failure of the rollout engine is raised as such.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import dataclasses
 import inspect
 import logging
 import math
@@ -36,16 +40,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-import torch
-
-from grpoflow.data.batch import Batch
-from grpoflow.data.dataset import PromptItem
 from grpoflow.multiturn.endpoint import Endpoint
 from grpoflow.multiturn.episode import EpisodeRecord
-from grpoflow.multiturn.loop import trajectory_metrics
-from grpoflow.multiturn.trajectory import Trajectory, to_batch
+from grpoflow.multiturn.loop import Played, RolloutItem
+from grpoflow.multiturn.trajectory import Trajectory
+from grpoflow.multiturn.turns import info_of
 from grpoflow.plugins import load_from_file
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.rollout.batcher import Client, RequestBatcher
+from grpoflow.rollout.protocol import Request, SamplingParams
 
 log = logging.getLogger("grpoflow.agents")
 
@@ -89,73 +91,44 @@ def reward_parts(value: Any) -> dict[str, float]:
 
 
 class AgentEpisodes:
-    """Agent rollouts: `run(items, params, seed)` -> (every episode's samples as a Batch, their metrics)."""
+    """Agent rollouts: `play(batcher, items, params, seed)` -> every episode's samples with their facts."""
+    multi_turn = True
+    agent = True
 
     def __init__(self, agent: AgentFn, endpoint: Endpoint, *, timeout_s: float, error_score: float,
-                 opening: Callable[[PromptItem], list[dict]]) -> None:
-        """`endpoint`: started; `opening(item)`: the dataset prompt as messages (an empty episode's sample)."""
+                 opening: Callable[[dict], list[dict]]) -> None:
+        """`endpoint`: started; `opening(row)`: the dataset prompt as messages (an empty episode's sample)."""
         self.agent, self.endpoint, self.timeout_s, self.error_score = agent, endpoint, timeout_s, error_score
         self.opening = opening
         self.renderer = endpoint.renderer
 
-    def run(self, items: list[PromptItem], params: SamplingParams, seed: int | None) -> tuple[Batch, dict[str, float]]:
-        episodes = self.play(items, params, seed)
-        samples, groups, rows = [], [], []
-        for g, (item, record, outcome) in enumerate(episodes):
-            for t in self.samples_of(item, record, outcome):
-                samples.append(t)
-                groups.append(g // params.n)
-                rows.append(item.row)
-        batch = self.to_batch(samples, rows).replace(group_ids=torch.tensor(groups, dtype=torch.long))
-        count = len(episodes)
-        metrics = {"agent/calls/mean": sum(sum(t.turns for t in r.samples) for _, r, _ in episodes) / count,
-                   "agent/samples/mean": sum(len(r.samples) for _, r, _ in episodes) / count,
-                   "agent/errors": float(sum(o.status == "error" for _, _, o in episodes)),
-                   "agent/timeouts": float(sum(o.status == "timeout" for _, _, o in episodes)),
-                   **trajectory_metrics(samples)}
-        return batch, metrics
-
-    def final(self, items: list[PromptItem], params: SamplingParams, seed: int | None) -> Batch:
-        """One sample per episode, prompt-major: the one its latest call went to (validation scores episodes)."""
-        samples, rows = [], []
-        for item, record, outcome in self.play(items, params, seed):
-            every = self.samples_of(item, record, outcome)
-            samples.append(every[record.last] if record.last is not None else every[-1])
-            rows.append(item.row)
-        return self.to_batch(samples, rows)
-
-    def close(self) -> None:
-        """Stop the endpoint."""
-        self.endpoint.close()
-
-    def samples_of(self, item: PromptItem, record: EpisodeRecord, outcome: Outcome) -> list[Trajectory]:
-        """The episode's samples with its reward (an empty sample when it made no call)."""
-        rewards = outcome.rewards if outcome.rewards is not None else {"agent": self.error_score}
-        samples = record.samples or [Trajectory(self.renderer.prompt_ids(self.opening(item)), self.opening(item))]
-        for t in samples:
-            t.rewards, t.done = dict(rewards), True
-        return samples
-
-    def to_batch(self, samples: list[Trajectory], rows: list[dict]) -> Batch:
-        texts = [self.renderer.tokenizer.decode(t.prompt_ids, skip_special_tokens=False) for t in samples]
-        batch = to_batch(samples, pad_token_id=self.renderer.tokenizer.pad_token_id, prompt_texts=texts, rows=rows)
-        assert batch.policy_version is not None
-        newest = max(int(batch.policy_version.max()), 0)  # an empty sample (no call): the others' policy
-        return batch.replace(policy_version=torch.where(batch.policy_version < 0, newest, batch.policy_version))
-
-    def play(self, items: list[PromptItem], params: SamplingParams, seed: int | None
-             ) -> list[tuple[PromptItem, EpisodeRecord, Outcome]]:
-        """Run `params.n` episodes of each item; (item, its record, its outcome) per episode, prompt-major."""
+    async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
+                   seed: int | None) -> Played:
+        """Run `params.n` episodes of each item; every sample of every episode, prompt-major."""
         pairs = [(item, j) for item in items for j in range(params.n)]
-        ids = self.endpoint.open_session(seed=seed, params=params,
+        clients = [batcher.client(k) for k in range(len(pairs))]
+        loop = asyncio.get_running_loop()
+        by_id: dict[str, Client] = {}
+
+        def submit(episode: str, request: Request) -> Any:
+            client = by_id[episode]
+            keyed = dataclasses.replace(request, key=client.order)  # the episode's earlier KV is reused
+            return asyncio.run_coroutine_threadsafe(client.generate(keyed), loop)
+
+        def finish(episode: str) -> None:
+            with contextlib.suppress(RuntimeError):  # an abandoned agent thread may end after the rollout
+                loop.call_soon_threadsafe(by_id[episode].done)
+
+        ids = self.endpoint.open_session(seed=seed, params=params, submit=submit, finish=finish,
                                          episodes=[(item.index, params.n, j) for item, j in pairs])
+        by_id.update(zip(ids, clients))
         outcomes: dict[str, Outcome] = {}
-        thread = threading.Thread(target=asyncio.run, args=(self.play_all(ids, [it.row for it, _ in pairs],
+        thread = threading.Thread(target=asyncio.run, args=(self.play_all(ids, [it.row or {} for it, _ in pairs],
                                                                           outcomes),),
                                   daemon=True, name="grpoflow-agents")
         try:
             thread.start()
-            thread.join(self.timeout_s + GRACE_S)
+            await asyncio.to_thread(thread.join, self.timeout_s + GRACE_S)
             if thread.is_alive():
                 log.warning("agent episodes still run %.0f s after rollout.agent_timeout_s=%g: an agent blocks the "
                             "event loop (a synchronous sleep, request or computation), so it cannot be cancelled; its "
@@ -163,12 +136,34 @@ class AgentEpisodes:
                             "asyncio.to_thread.", GRACE_S, self.timeout_s)
         finally:
             records = self.endpoint.close_session()
+            for client in clients:
+                client.done()
         if self.endpoint.failure is not None:
             failure = self.endpoint.failure
             raise EngineError(f"the rollout engine failed while serving agent calls: {type(failure).__name__}: "
                               f"{failure}") from failure
         finished = dict(outcomes)  # a blocked loop may still write to `outcomes`
-        return [(item, records[e], finished.get(e, Outcome(None, "timeout"))) for (item, _), e in zip(pairs, ids)]
+        played: Played = []
+        for k, ((item, _), e) in enumerate(zip(pairs, ids)):
+            outcome, record = finished.get(e, Outcome(None, "timeout")), records[e]
+            samples = self.samples_of(item, record, outcome)
+            for s, t in enumerate(samples):
+                last = record.last if record.last is not None else len(samples) - 1
+                played.append((item.position, t, info_of(t, status=outcome.status, final=s == last, episode=k)))
+        return played
+
+    def close(self) -> None:
+        """Stop the endpoint."""
+        self.endpoint.close()
+
+    def samples_of(self, item: RolloutItem, record: EpisodeRecord, outcome: Outcome) -> list[Trajectory]:
+        """The episode's samples with its reward (an empty sample when it made no call)."""
+        rewards = outcome.rewards if outcome.rewards is not None else {"agent": self.error_score}
+        opening = self.opening(item.row or {})
+        samples = record.samples or [Trajectory(self.renderer.prompt_ids(opening), opening)]
+        for t in samples:
+            t.rewards, t.done = dict(rewards), True
+        return samples
 
     async def play_all(self, ids: list[str], rows: list[dict], outcomes: dict[str, Outcome]) -> None:
         import openai

@@ -8,40 +8,38 @@ episode (header `X-Episode-Id`, or the `user` field) and is
 
 1. checked and rendered: the messages become template messages (openai_api.py) and prompt ids through
    the chat template (`ChatRenderer`, whose prefix-preserving check ran once at start);
-2. queued; requests are dispatched in batches, one generate call per batch (n=1, each prompt its own
-   random stream): a batch goes when every open episode has a request waiting, or `window_s` after its
-   first request arrived;
-3. placed in its episode's samples (episode.py: it continues a sample token for token, or starts one)
-   and sampled with the session's temperature / top-p, the template's end-of-turn token as stop token,
-   and at most the sample's remaining budget;
-4. recorded (prompt ids, sampled ids, their log-probs, the policy version) and answered: the reply text,
+2. placed in its episode's samples (episode.py: it continues a sample token for token, or starts one)
+   and sent to the request batcher as it arrives (rollout/batcher.py: it joins the running decode batch;
+   the episode's earlier KV cache is reused), with the session's temperature / top-p, the template's
+   end-of-turn token as stop token, and at most the sample's remaining budget;
+3. recorded (prompt ids, sampled ids, their log-probs, the policy version) and answered: the reply text,
    tool calls parsed from it (`tool_parser`), finish_reason stop / length / tool_calls, usage.
 
-Call t of episode j of the prompt with dataset index i draws from random stream `stream_index(i, n, j, t)`,
-the stream of turn t of trajectory j in the agent loop with `shared_first_turn=False`, so an agent and
-the same episode written as an environment give the same samples for the same seed, whatever the
-batching. An engine failure answers 500 to the calls of its batch and is kept as `failure`, which the
-caller raises: a broken engine is not an agent's error.
+Call t of episode j of the prompt with dataset index i draws from `turns.stream_seed(seed, i, n, j, t)`, the
+stream of turn t of trajectory j in the environment loop, so an agent and the same episode written as an
+environment give the same samples for the same seed, whatever the batching. An engine failure answers
+500 to the call and is kept as `failure`, which the caller raises: a broken engine is not an agent's error.
 """
 
 
 import asyncio
-import contextlib
-import dataclasses
+import concurrent.futures
 import json
 import logging
 import socket
 import threading
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, Callable
 
 from grpoflow.multiturn.chat import ChatRenderer, TemplateError
 from grpoflow.multiturn.episode import EpisodeRecord, Placement
-from grpoflow.multiturn.loop import Generate, stream_index
 from grpoflow.multiturn.openai_api import (APIError, ChatRequest, Reply, completion_body, model_object, models_body,
                                            parse_request)
 from grpoflow.multiturn.tool_parser import parse_tool_calls
-from grpoflow.rollout.protocol import PromptTokens, SamplingParams
+from grpoflow.multiturn.turns import stream_seed
+from grpoflow.rollout.protocol import Completion, Request, SamplingParams
+
+Submit = Callable[[str, Request], "concurrent.futures.Future[Completion]"]  # (episode, request) -> its completion
 
 log = logging.getLogger("grpoflow.endpoint")
 
@@ -53,38 +51,24 @@ class Session:
     params: SamplingParams                       # temperature, top_p (n and max_new_tokens are per call)
     episodes: dict[str, EpisodeRecord]
     streams: dict[str, tuple[int, int, int]]     # episode id -> (dataset index, group size n, episode number)
+    submit: Submit                               # thread-safe: the request batcher's generate for an episode
+    finish: Callable[[str], None]                # thread-safe: the episode's agent is done
     open: set[str] = field(default_factory=set)  # episodes whose agent still runs
 
 
-@dataclass
-class Job:
-    """One request waiting for the engine."""
-    episode: str
-    record: EpisodeRecord
-    request: ChatRequest
-    prompt_ids: list[int]
-    turn: int
-    future: asyncio.Future
-    placement: Placement | None = None
-    limit: int = 0
-
-
 class Endpoint:
-    def __init__(self, generate: Generate, tokenizer: Any, *, model_name: str = "policy", tool_parser: str = "hermes",
-                 window_s: float = 0.02, max_calls: int = 4) -> None:
-        """`generate(prompts, params, seed)`: the rollout group's sampling (as the agent loop's); `max_calls`: calls
-        per episode (rollout.max_turns); more are refused (400)."""
-        self.generate, self.tokenizer, self.model_name = generate, tokenizer, model_name
-        self.tool_parser, self.window_s, self.max_calls = tool_parser, window_s, max_calls
+    def __init__(self, tokenizer: Any, *, model_name: str = "policy", tool_parser: str = "hermes",
+                 max_calls: int = 4) -> None:
+        """`max_calls`: calls per episode (rollout.max_turns); more are refused (400). Sessions bring the engine
+        (`open_session(submit=...)`)."""
+        self.tokenizer, self.model_name = tokenizer, model_name
+        self.tool_parser, self.max_calls = tool_parser, max_calls
         self.renderer = ChatRenderer(tokenizer)  # checks the template once
         self._renderers: dict[str, ChatRenderer] = {"null": self.renderer}
         self._lock = threading.Lock()            # guards the session, shared by the server and the controller
         self._session: Session | None = None
         self._sessions = 0
         self.failure: BaseException | None = None  # the engine's error during the session
-        self._pending: list[Job] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._arrived: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._server: Any = None
         self.url = ""
@@ -125,43 +109,40 @@ class Endpoint:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def open_session(self, *, seed: int | None, params: SamplingParams,
-                     episodes: list[tuple[int, int, int]]) -> list[str]:
+    def open_session(self, *, seed: int | None, params: SamplingParams, episodes: list[tuple[int, int, int]],
+                     submit: Submit, finish: Callable[[str], None] = lambda episode: None) -> list[str]:
         """Serve episodes (dataset index i, group size n, episode number j), each sample's response at most
-        `params.max_new_tokens`; returns their ids (unique across sessions)."""
+        `params.max_new_tokens`, their calls sampled by `submit(episode, request)`; `finish(episode)` is called
+        when an episode's agent is done. Returns their ids (unique across sessions)."""
         with self._lock:
             if self._session is not None:
                 raise RuntimeError("open_session while another session is open.")
             self._sessions += 1
             ids = [f"s{self._sessions}-p{i}-e{j}" for i, _, j in episodes]
             self._session = Session(seed, params, {e: EpisodeRecord(params.max_new_tokens) for e in ids},
-                                    dict(zip(ids, episodes)), set(ids))
+                                    dict(zip(ids, episodes)), submit, finish, set(ids))
             self.failure = None
         return ids
 
     def close_episode(self, episode: str) -> None:
-        """The agent of `episode` finished: its calls still waiting are refused, later ones too."""
+        """The agent of `episode` finished: its later calls are refused."""
         with self._lock:
-            if self._session is not None and episode in self._session.episodes:
-                self._session.episodes[episode].closed = True
-                self._session.open.discard(episode)
-        self._wake()
+            session = self._session
+            if session is not None and episode in session.episodes:
+                session.episodes[episode].closed = True
+                session.open.discard(episode)
+        if session is not None:
+            session.finish(episode)
 
     def close_session(self) -> dict[str, EpisodeRecord]:
         """End the session; every episode's record."""
         with self._lock:
             session, self._session = self._session, None
-        self._wake()
         if session is None:
             raise RuntimeError("close_session without an open session.")
         for record in session.episodes.values():
             record.closed = True
         return session.episodes
-
-    def _wake(self) -> None:
-        if self._loop is not None and self._arrived is not None and not self._loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop stopped meanwhile
-                self._loop.call_soon_threadsafe(self._arrived.set)
 
     # ------------------------------------------------------------ requests (server thread)
 
@@ -187,6 +168,7 @@ class Endpoint:
                                     "step).", param="user", code="episode_not_found")
             request = parse_request(body, model_name=self.model_name, raw_text=dict(record.raw_text),
                                     tool_names=dict(record.tool_names))
+        assert session is not None
         renderer = self.renderer_for(request.tools)
         try:
             prompt_ids = renderer.prompt_ids(request.messages)
@@ -197,115 +179,59 @@ class Endpoint:
                 raise APIError(400, f"episode {episode!r} made its {self.max_calls} calls (rollout.max_turns); end "
                                     "the episode or raise rollout.max_turns.", code="max_turns_exceeded")
             turn, record.calls = record.calls, record.calls + 1
-        assert self._loop is not None and self._arrived is not None
-        job = Job(episode, record, request, prompt_ids, turn, self._loop.create_future())
-        self._pending.append(job)
-        self._arrived.set()
-        reply: Reply = await job.future
-        return completion_body(reply, model_name=self.model_name, logprobs=request.logprobs)
-
-    def _all_waiting(self) -> bool:
-        with self._lock:
-            live = len(self._session.open) if self._session is not None else 0
-        return len({j.episode for j in self._pending}) >= live
-
-    async def serve_batches(self) -> None:
-        """Dispatch waiting requests, one generate call per batch (runs for the server's lifetime)."""
-        self._loop, self._arrived = asyncio.get_running_loop(), asyncio.Event()
-        while True:
-            await self._arrived.wait()
-            started = self._loop.time()
-            while self._pending and not self._all_waiting():
-                left = started + self.window_s - self._loop.time()
-                if left <= 0:
-                    break
-                self._arrived.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._arrived.wait(), left)
-            self._arrived.clear()
-            jobs, self._pending = self._pending, []
-            if jobs:
-                await self._dispatch(jobs)
-
-    async def _dispatch(self, jobs: list[Job]) -> None:
-        with self._lock:
-            session = self._session
-            live = []
-            for job in jobs:
-                if job.future.done():
-                    continue
-                if session is None or job.record.closed:
-                    job.future.set_exception(APIError(404, f"episode {job.episode!r} ended before its call ran.",
-                                                      param="user", code="episode_not_found"))
-                    continue
-                job.placement = job.record.place(job.prompt_ids)
-                job.limit = min(job.request.max_tokens or job.placement.left, job.placement.left)
-                live.append(job)
-        if not live or session is None:
-            return
-        prompts = [PromptTokens(j.prompt_ids, stream_index(*session.streams[j.episode], j.turn)) for j in live]
-        params = dataclasses.replace(session.params, n=1, max_new_tokens=max(j.limit for j in live),
-                                     stop_token_ids=(self.renderer.turn.end_token_id,))
+            placement = record.place(prompt_ids)
+            index, n, number = session.streams[episode]
+        limit = min(request.max_tokens or placement.left, placement.left)
+        job = Request(tuple(prompt_ids), limit, stream_seed(session.seed, index, n, number, turn),
+                      (self.renderer.turn.end_token_id,), session.params.temperature, session.params.top_p)
         try:
-            out = await asyncio.to_thread(self.generate, prompts, params, session.seed)
+            completion = await asyncio.wrap_future(session.submit(episode, job))
         except Exception as e:  # the engine's failure: the caller raises it after the session
-            log.exception("the rollout engine failed on a batch of %d agent calls", len(live))
+            log.exception("the rollout engine failed on an agent call")
             self.failure = e
             with self._lock:
-                for j in live:
-                    assert j.placement is not None
-                    j.record.release(j.placement)
-            for j in live:
-                if not j.future.done():
-                    j.future.set_exception(APIError(500, f"the rollout engine failed: {type(e).__name__}: {e}",
-                                                    type="server_error", code="engine_error"))
-            return
-        for row, job in enumerate(live):
-            try:
-                self._answer(job, out, row)
-            except Exception as e:  # a reply that cannot be read back: the call fails, the batch goes on
-                log.exception("reading the engine's reply to an agent call failed")
-                self.failure = e
-                if not job.future.done():
-                    job.future.set_exception(APIError(500, f"reading the engine's reply failed: {e}",
-                                                      type="server_error", code="engine_error"))
+                record.release(placement)
+            raise APIError(500, f"the rollout engine failed: {type(e).__name__}: {e}", type="server_error",
+                           code="engine_error") from None
+        try:
+            reply = self._answer(episode, record, request, prompt_ids, turn, placement, limit, completion)
+        except Exception as e:  # a reply that cannot be read back: the call fails
+            log.exception("reading the engine's reply to an agent call failed")
+            self.failure = e
+            raise APIError(500, f"reading the engine's reply failed: {e}", type="server_error",
+                           code="engine_error") from None
+        return completion_body(reply, model_name=self.model_name, logprobs=request.logprobs)
 
-    def _answer(self, job: Job, out: Any, row: int) -> None:
-        """Record row `row` of the engine's output for `job` and resolve its future with the reply."""
-        length = int(out.response_mask[row].sum())
-        ids = out.response_ids[row, :length].tolist()
-        log_probs = out.rollout_log_probs[row, :length].tolist() if out.rollout_log_probs is not None else \
-            [0.0] * length
-        cut = len(ids) > job.limit
-        ids, log_probs = ids[:job.limit], log_probs[:job.limit]
-        stopped_on = cut_at_stop(ids, job.request.stop, self.renderer) if job.request.stop else None
+    def _answer(self, episode: str, record: EpisodeRecord, request: ChatRequest, prompt_ids: list[int], turn: int,
+                placement: Placement, limit: int, out: Completion) -> Reply:
+        """Record the engine's completion of a call and the reply to send."""
+        ids, log_probs = out.ids[:limit], out.log_probs[:limit]
+        cut = out.truncated
+        stopped_on = cut_at_stop(ids, request.stop, self.renderer) if request.stop else None
         if stopped_on is not None:
             ids, log_probs, cut = ids[:stopped_on[0]], log_probs[:stopped_on[0]], False
         ended = bool(ids) and ids[-1] in (self.renderer.turn.end_token_id, self.tokenizer.eos_token_id)
         truncated = cut or (stopped_on is None and not ended)
         text = stopped_on[1] if stopped_on is not None else self.renderer.decode(ids)
-        calls = parse_tool_calls(text, self.tool_parser) if job.request.parse_tools else None
-        version = int(out.policy_version[row]) if out.policy_version is not None else 0
-        assert job.placement is not None
+        calls = parse_tool_calls(text, self.tool_parser) if request.parse_tools else None
+        version = min(out.versions, default=0)
         with self._lock:
-            record = job.record
-            call_ids = [f"call_{job.episode}_{job.turn}_{k}" for k in range(len(calls.calls) if calls else 0)]
+            call_ids = [f"call_{episode}_{turn}_{k}" for k in range(len(calls.calls) if calls else 0)]
             if record.closed:  # the agent is gone: nothing to record
-                record.release(job.placement)
+                record.release(placement)
             else:
                 for i, c in zip(call_ids, calls.calls if calls else []):
                     record.raw_text[i], record.tool_names[i] = text, c.name
-                messages = job.request.messages + [{"role": "assistant", "content": text}]
-                record.record(job.placement, job.prompt_ids, messages, ids, log_probs, version,
-                              out_of_budget=truncated and len(ids) >= job.placement.left,
-                              tool_calls=len(calls.calls) + len(calls.errors) if calls else 0,
-                              tool_errors=len(calls.errors) if calls else 0)
+                messages = request.messages + [{"role": "assistant", "content": text}]
+                t = record.record(placement, prompt_ids, messages, ids, log_probs, version,
+                                  out_of_budget=truncated and len(ids) >= placement.left,
+                                  tool_calls=len(calls.calls) + len(calls.errors) if calls else 0,
+                                  tool_errors=len(calls.errors) if calls else 0)
+                t.prefilled += out.prefilled
         finish = "length" if truncated else "tool_calls" if calls is not None and calls.calls else "stop"
-        reply = Reply(text, finish, len(job.prompt_ids),
-                      [self.tokenizer.decode([i], skip_special_tokens=False) for i in ids] if job.request.logprobs
-                      else [], log_probs, calls, call_ids)
-        if not job.future.done():
-            job.future.set_result(reply)
+        return Reply(text, finish, len(prompt_ids),
+                     [self.tokenizer.decode([i], skip_special_tokens=False) for i in ids] if request.logprobs else [],
+                     log_probs, calls, call_ids)
 
 
 def cut_at_stop(ids: list[int], stops: list[str], renderer: ChatRenderer) -> tuple[int, str] | None:
@@ -326,13 +252,7 @@ def build_app(endpoint: Endpoint) -> Any:
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Any) -> AsyncIterator[None]:
-        task = asyncio.create_task(endpoint.serve_batches())
-        yield
-        task.cancel()
-
-    app = FastAPI(title="grpoflow agent endpoint", lifespan=lifespan)
+    app = FastAPI(title="grpoflow agent endpoint")
 
     def error(e: APIError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status)

@@ -40,6 +40,7 @@ class Trajectory:
     rewards: dict[str, float] = field(default_factory=dict)  # the environment's reward parts, when it is over
     truncated: bool = False                # the token budget ran out before the conversation ended
     done: bool = False
+    prefilled: int = 0                     # prompt tokens the engine computed for its turns (the rest reused)
 
     @property
     def version(self) -> int:
@@ -63,12 +64,13 @@ class Trajectory:
         return next((m["content"] for m in reversed(self.messages) if m["role"] == "assistant"), "")
 
 
-def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts: list[str], rows: list[dict]
-             ) -> Batch:
+def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts: list[str], rows: list[dict],
+             multi_turn: bool = True) -> Batch:
     """The trajectories as training samples (in order): response = the segments, response_mask 1 on the model's
     tokens, response_attention 1 on all, rollout log-probs on the model's tokens (0 elsewhere), env rewards
     (the sum of each trajectory's parts), completions = the last assistant message (what reward functions
-    score), conversations = the messages."""
+    score), conversations = the messages. `multi_turn=False` (one model segment each): no response_attention,
+    conversations or env rewards, as a plain sample has none."""
     prompt_ids, prompt_mask = left_pad([t.prompt_ids for t in trajectories], pad_token_id)
     width = max([t.used for t in trajectories] + [1])
     b = len(trajectories)
@@ -86,6 +88,13 @@ def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts:
                 response_mask[i, at:end] = 1
                 log_probs[i, at:end] = torch.tensor(s.log_probs, dtype=torch.float32)
             at = end
+    if not multi_turn:
+        return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
+                     response_mask=response_mask, group_ids=torch.zeros(b, dtype=torch.long),
+                     rollout_log_probs=log_probs, truncated=torch.tensor([t.truncated for t in trajectories]),
+                     policy_version=torch.tensor([t.version for t in trajectories], dtype=torch.long),
+                     prompts=list(prompt_texts), completions=[t.last_assistant_text() for t in trajectories],
+                     rows=list(rows))
     return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                  response_mask=response_mask, response_attention=attention,
                  group_ids=torch.zeros(b, dtype=torch.long), rollout_log_probs=log_probs,

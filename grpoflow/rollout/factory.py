@@ -27,7 +27,7 @@ def register_rollout_engine(name: str, *, override: bool = False) -> Callable[[C
 
 @register_rollout_engine("hf")
 def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
-              **gpu_options: Any) -> RolloutEngine:
+              kv_reuse_mb: int = 1024, **gpu_options: Any) -> RolloutEngine:
     """The transformers engine on the loaded model, on this process's CUDA device when there is one (Ray gives
     each rank one); the vllm/sglang options do not apply."""
     from grpoflow.rollout.hf import HFRolloutEngine
@@ -35,18 +35,18 @@ def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[in
     model = load_causal_lm(model_path, dtype=getattr(torch, dtype))  # sdpa: grouped attention does not pay when decoding
     if torch.cuda.is_available():
         model = model.to(torch.device("cuda", torch.cuda.current_device()))
-    return HFRolloutEngine(model, pad_token_id=pad_token_id, eos_token_id=eos_token_id)
+    return HFRolloutEngine(model, pad_token_id=pad_token_id, eos_token_id=eos_token_id, kv_reuse_mb=kv_reuse_mb)
 
 
 @register_rollout_engine("vllm")
-def vllm_engine(model_path: str, **options: Any) -> RolloutEngine:
+def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, **options: Any) -> RolloutEngine:
     from grpoflow.rollout.vllm import VLLMRolloutEngine  # imports vllm: only when chosen
 
     return VLLMRolloutEngine(model_path, **options)
 
 
 @register_rollout_engine("sglang")
-def sglang_engine(model_path: str, **options: Any) -> RolloutEngine:
+def sglang_engine(model_path: str, *, kv_reuse_mb: int = 0, **options: Any) -> RolloutEngine:
     from grpoflow.rollout.sglang import SGLangRolloutEngine  # imports sglang: only when chosen
 
     return SGLangRolloutEngine(model_path, **options)
@@ -54,7 +54,8 @@ def sglang_engine(model_path: str, **options: Any) -> RolloutEngine:
 
 def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "float32", seed: int = 0,
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, enforce_eager: bool = True,
-                 free_cache_engine: bool = True, sync_timeout_s: float = 120.0) -> RolloutEngine:
+                 free_cache_engine: bool = True, sync_timeout_s: float = 120.0, kv_reuse_mb: int = 1024
+                 ) -> RolloutEngine:
     """The rollout engine `name` (hf | vllm | sglang | a registered or `file.py:fn` builder) for the model
     saved in `model_path`.
 
@@ -68,4 +69,5 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
         raise ValueError(f"rollout.engine={name!r}: {e}") from None
     return builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, dtype=dtype,
                    seed=seed, gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
-                   enforce_eager=enforce_eager, free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s)
+                   enforce_eager=enforce_eager, free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s,
+                   kv_reuse_mb=kv_reuse_mb)

@@ -1,14 +1,22 @@
-"""The transformers rollout engine: KV-cached sampling with an HF causal LM (see `rollout.sampling`)."""
+"""The transformers rollout engine: continuous batching over an HF causal LM (`rollout.continuous`).
+
+It is a `StepEngine` for the request batcher (`admit` / `step`: requests join and leave the running
+decode batch, a trajectory's next turn reuses its KV cache) and keeps the batch `generate` of the
+engine protocol, served by the same sampler (every request admitted at once, stepped to the end).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterable
 
 import torch
 from torch import Tensor
 
-from grpoflow.rollout.protocol import Generation, SamplingParams, eos_response_mask, left_pad, stop_ids
-from grpoflow.rollout.sampling import sample
+from grpoflow.rollout.continuous import ContinuousSampler
+from grpoflow.rollout.protocol import (Completion, Generation, Request, SamplingParams, eos_response_mask, left_pad,
+                                       stop_ids)
+from grpoflow.rollout.random_streams import row_seeds
 
 
 class HFRolloutEngine:
@@ -18,7 +26,8 @@ class HFRolloutEngine:
     decodes in bfloat16 and receives the trainer's float32 weights cast on copy.
     """
 
-    def __init__(self, model: torch.nn.Module, *, pad_token_id: int, eos_token_id: int | list[int]) -> None:
+    def __init__(self, model: torch.nn.Module, *, pad_token_id: int, eos_token_id: int | list[int],
+                 kv_reuse_mb: int = 1024) -> None:
         self.model = model.eval()
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
@@ -26,21 +35,51 @@ class HFRolloutEngine:
         self._device = next(model.parameters()).device
         for p in self.model.parameters():
             p.requires_grad_(False)
+        self.sampler = ContinuousSampler(self.model, pad_token_id=pad_token_id, kv_reuse_bytes=kv_reuse_mb << 20)
+
+    # ------------------------------------------------------------ the batcher's StepEngine
+
+    @property
+    def busy(self) -> bool:
+        return self.sampler.busy
+
+    def admit(self, requests: list[tuple[int, Request]]) -> None:
+        """Requests join the decode batch (the tokenizer's EOS ends each, besides its own stop ids)."""
+        eos = stop_ids(self.eos_token_id, SamplingParams())
+        self.sampler.admit([(rid, dataclasses.replace(q, stop_token_ids=tuple(eos + [t for t in q.stop_token_ids
+                                                                                      if t not in eos])))
+                            for rid, q in requests])
+
+    def step(self, version: int) -> list[tuple[int, Completion]]:
+        return self.sampler.step(version)
+
+    def end_rollout(self) -> None:
+        """Forget the KV caches parked for trajectories' next turns."""
+        self.sampler.clear()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
                  ) -> Generation:
-        """n samples per prompt; with `seeds` (one per prompt) each sample has its own random stream."""
+        """n samples per prompt; with `seeds` (one per prompt) each sample has its own random stream (else
+        streams drawn from torch's global generator)."""
         prompt_ids, prompt_mask = left_pad(prompts, self.pad_token_id)
         stops = stop_ids(self.eos_token_id, params)
-        eos = torch.as_tensor(stops)
-        response_ids, log_probs = sample(
-            self.model, prompt_ids.to(self._device), prompt_mask.to(self._device), n=params.n,
-            max_new_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-            eos_token_ids=eos.to(self._device), pad_token_id=self.pad_token_id,
-            seeds=None if seeds is None else torch.tensor(seeds, dtype=torch.long))
-        response_ids, log_probs = response_ids.cpu(), log_probs.cpu()
+        if seeds is None:
+            seeds = torch.randint(0, 1 << 32, (len(prompts),), dtype=torch.long).tolist()
+        streams = row_seeds(torch.tensor(seeds, dtype=torch.long), params.n).tolist()
+        requests = [(r, Request(tuple(prompts[r // params.n]), params.max_new_tokens, streams[r], tuple(stops),
+                                params.temperature, params.top_p)) for r in range(len(streams))]
+        done: dict[int, Completion] = {}
+        self.sampler.admit(requests)
+        while self.sampler.busy:
+            done.update(self.sampler.step(self.version))
+        width = max([len(c.ids) for c in done.values()] + [1])
+        response_ids = torch.full((len(streams), width), self.pad_token_id, dtype=torch.long)
+        log_probs = torch.zeros((len(streams), width))
+        for r, c in done.items():
+            response_ids[r, :len(c.ids)] = torch.tensor(c.ids, dtype=torch.long)
+            log_probs[r, :len(c.ids)] = torch.tensor(c.log_probs)
         response_mask = eos_response_mask(response_ids, stops)
-        truncated = ~torch.isin(response_ids, eos).any(-1)  # the loop ran to max_new_tokens for these
+        truncated = torch.tensor([done[r].truncated for r in range(len(streams))], dtype=torch.bool)
         return Generation(prompt_ids.repeat_interleave(params.n, 0), prompt_mask.repeat_interleave(params.n, 0),
                           response_ids, response_mask, log_probs, truncated)
 

@@ -45,6 +45,38 @@ class Generation:
     truncated: Tensor         # [B*n] bool, stopped by max_new_tokens before any EOS
 
 
+@dataclass(frozen=True)
+class Request:
+    """One sample of one prompt: what a trajectory asks of the request batcher (`rollout.batcher`).
+
+    `stream` seeds this request's random stream (`random_streams.uniforms_at`), so its tokens do not depend
+    on the requests it shares a decode batch with. `key` names the trajectory it belongs to: a later request
+    with the same key whose prompt starts with this one's ids reuses their KV cache (engines that keep one).
+    """
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int
+    stream: int
+    stop_token_ids: tuple[int, ...] = ()
+    temperature: float = 1.0
+    top_p: float = 1.0
+    key: int | None = None
+
+
+@dataclass
+class Completion:
+    """What a `Request` sampled: the ids (up to and including a stop id), their log-probs under the sampling
+    distribution, the weight version that sampled each, and why it ended ("stop" or "length")."""
+    ids: list[int]
+    log_probs: list[float]
+    versions: list[int]
+    finish: str
+    prefilled: int = 0  # prompt tokens this request computed (the rest came from a reused or shared KV cache)
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish == "length"
+
+
 class RolloutEngine(Protocol):
     version: int
 

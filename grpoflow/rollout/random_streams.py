@@ -40,9 +40,11 @@ def row_seeds(seeds: Tensor, n: int) -> Tensor:
     return hash32(seeds.long()[:, None] ^ hash32(sample + 0x9E3779B9 & MASK32)[None, :]).reshape(-1)
 
 
-def uniforms(seeds: Tensor, position: int) -> Tensor:
-    """[A] float32 in [0, 1): the uniform of each row's stream at decode position `position`."""
-    counter = hash32(torch.tensor((position * 0x85EBCA6B + 0x632BE59B) & MASK32, dtype=torch.int64))
+def uniforms(seeds: Tensor, position: int | Tensor) -> Tensor:
+    """[A] float32 in [0, 1): the uniform of each row's stream at decode position `position` (an int, or [A]
+    one per row: rows of a continuous batch are at different positions of their own samples)."""
+    position = torch.as_tensor(position, dtype=torch.int64, device=seeds.device)
+    counter = hash32((position * 0x85EBCA6B + 0x632BE59B) & MASK32)
     bits = hash32(seeds ^ counter) >> 8  # 24 bits: exact in float32
     return bits.to(torch.float32) / float(1 << 24)
 

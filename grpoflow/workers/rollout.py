@@ -1,5 +1,7 @@
-"""The rollout role: prompt token ids -> a `Batch` of n samples each, through a rollout engine; receives weights
-(a stream when colocated with the actor, buckets through the controller when split)."""
+"""The rollout role: a share of a step's prompts -> a `Batch` of their trajectories, played over the engine's
+request batcher (multiturn/rollout.py: single-turn samples, environment or tool conversations, agent
+episodes); receives weights (a stream when colocated with the actor, buckets through the controller when
+split)."""
 
 from __future__ import annotations
 
@@ -8,49 +10,54 @@ from typing import Iterable, Optional
 import torch
 from torch import Tensor
 
-from grpoflow.config import RolloutConfig
+from grpoflow.config import Config, RolloutConfig
 from grpoflow.data.batch import Batch
-from grpoflow.rollout.random_streams import prompt_seeds
+from grpoflow.multiturn.loop import RolloutItem
+from grpoflow.multiturn.rollout import Kind, build_rollout, run_rollout
 from grpoflow.rollout.factory import build_engine
-from grpoflow.rollout.protocol import PromptTokens, RolloutEngine, SamplingParams
+from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
 from grpoflow.rollout.pushed_weights import PushedWeights
 from grpoflow.models.loading import load_tokenizer
 
 
 class RolloutWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, engine: str = "hf",
-                 cfg: Optional[RolloutConfig] = None, dtype: Optional[str] = None, seed: int = 0) -> None:
+                 cfg: Optional[RolloutConfig] = None, dtype: Optional[str] = None, seed: int = 0,
+                 run_config: Optional[Config] = None) -> None:
         """`engine` names the engine, `dtype` its precision (None: float32); `cfg` (default:
-        RolloutConfig()) supplies the vllm/sglang options."""
+        RolloutConfig()) supplies the vllm/sglang options; `run_config` (default: a single-turn run) says what
+        kind of trajectories `rollout` plays (environment, tools, agent)."""
         cfg = cfg or RolloutConfig()
+        self.run_config = run_config
         self.tokenizer = load_tokenizer(model_path)
         self.engine: RolloutEngine = build_engine(
             engine, model_path, self.tokenizer, dtype=dtype or "float32", seed=seed,
             gpu_memory_utilization=cfg.gpu_memory_utilization, tensor_parallel_size=cfg.tensor_parallel_size,
             enforce_eager=cfg.enforce_eager, free_cache_engine=cfg.free_cache_engine,
-            sync_timeout_s=cfg.sync_timeout_s)
+            sync_timeout_s=cfg.sync_timeout_s, kv_reuse_mb=cfg.kv_reuse_mb)
         self.sync_timeout_s = cfg.sync_timeout_s
+        self.deterministic = cfg.deterministic
         self._pushed: PushedWeights | None = None  # an update fed bucket by bucket (split placement)
+        self._kind: Kind | None = None  # built at the first rollout (tool processes, the agent endpoint)
 
-    def generate(self, prompts: list[PromptTokens], params: SamplingParams, seed: int | None = None) -> Batch:
-        """n samples for each prompt, prompt-major: the token tensors, sampling log-probs, weight version and
-        decoded completions (the controller adds the prompt texts and dataset rows it already holds).
-        Samples of prompt i share group id i (local to this call). `seed` seeds the sampling: with it,
-        each prompt's samples have their own random stream (from the seed and the prompt's index), so they
-        do not depend on batching or placement."""
-        seeds = None
+    def rollout(self, items: list[RolloutItem], params: SamplingParams, seed: int | None = None) -> Batch:
+        """`params.n` trajectories of each item over this worker's engine, as samples whose group ids are the
+        items' positions (prompt-major; an agent episode may give several samples). With `seed`, turn t of
+        sample j of an item draws from its own stream (multiturn/turns.py), so the samples do not depend on
+        batching, placement or the other trajectories."""
+        if self._kind is None:
+            self._kind = build_rollout(self.run_config or Config(), self.tokenizer)
         if seed is not None:
             torch.manual_seed(seed)
-            seeds = prompt_seeds(seed, torch.tensor([p.index for p in prompts], dtype=torch.long)).tolist()
-        gen = self.engine.generate([p.ids for p in prompts], params, seeds=seeds)
-        completions = self.tokenizer.batch_decode(
-            [ids[:int(m.sum())] for ids, m in zip(gen.response_ids, gen.response_mask)], skip_special_tokens=True)
-        return Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
-                     response_mask=gen.response_mask,
-                     group_ids=torch.arange(len(prompts)).repeat_interleave(params.n),
-                     rollout_log_probs=gen.log_probs, truncated=gen.truncated,
-                     policy_version=torch.full((len(gen.response_ids),), self.engine.version, dtype=torch.long),
-                     completions=completions)
+        return run_rollout(self._kind, self.engine, items, params, seed, deterministic=self.deterministic,
+                           pad_token_id=self.tokenizer.pad_token_id,
+                           decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False))
+
+    def close(self) -> None:
+        """Stop what the rollouts started (tool processes, the agent endpoint)."""
+        if self._kind is not None:
+            self._kind.close()
+            self._kind = None
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None:
         """Load a stream of (name, tensor) (colocated: straight from the actor in this process)."""

@@ -7,46 +7,57 @@ import time
 import pytest
 import torch
 
-from grpoflow.data.batch import Batch
+from grpoflow.controller.rollouts import metrics_of
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import GuessNumber
-from grpoflow.multiturn.loop import AgentLoop, ToolUse
+from grpoflow.multiturn.loop import EnvLoop, RolloutItem
+from grpoflow.multiturn.rollout import run_rollout
 from grpoflow.multiturn.tool_runner import ToolRunner
 from grpoflow.multiturn.tools import tool_from_function
-from grpoflow.rollout.protocol import SamplingParams, left_pad
+from grpoflow.multiturn.turns import ToolUse
+from grpoflow.rollout.protocol import Completion, SamplingParams
 from grpoflow.rollout.random_streams import prompt_seeds
 from sandbox_tools import hog, spin
 
 
 class ScriptedEngine:
-    """Replies `policy(conversation text)` + the end-of-turn token, cut at max_new_tokens; log-prob of the
-    t-th sampled token is -(t + 1) / 100. Records every call."""
+    """A StepEngine whose model replies `policy(conversation text)` + the end-of-turn token, cut at the request's
+    max_new_tokens; the log-prob of the t-th sampled token is -(t + 1) / 100. Every request is served in the tick
+    it is admitted; `calls` holds the requests admitted at each tick."""
+    version = 3
 
     def __init__(self, tok, policy, end_id):
-        self.tok, self.policy, self.end_id, self.calls = tok, policy, end_id, []
+        self.tok, self.policy, self.end_id, self.calls, self.admitted = tok, policy, end_id, [], []
 
-    def __call__(self, prompts, params, seed):
-        self.calls.append((prompts, params))
-        rows = []
-        for p in prompts:
-            text = self.tok.decode(p.ids)
-            for _ in range(params.n):
-                reply = self.tok.encode(self.policy(text), add_special_tokens=False) + [self.end_id]
-                rows.append(reply[:params.max_new_tokens])
-        width = max(len(r) for r in rows)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        mask = torch.zeros(len(rows), width, dtype=torch.long)
-        lp = torch.zeros(len(rows), width)
-        for i, r in enumerate(rows):
-            ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
-            lp[i, :len(r)] = -(torch.arange(len(r)) + 1) / 100
-        pid, pmask = left_pad([p.ids for p in prompts for _ in range(params.n)], 0)
-        return Batch(prompt_ids=pid, prompt_mask=pmask, response_ids=ids, response_mask=mask,
-                     group_ids=torch.zeros(len(rows), dtype=torch.long), rollout_log_probs=lp,
-                     truncated=torch.tensor([r[-1] != self.end_id for r in rows]),
-                     policy_version=torch.full((len(rows),), 3))
+    @property
+    def busy(self):
+        return bool(self.admitted)
+
+    def admit(self, requests):
+        self.admitted += requests
+        if requests:
+            self.calls.append([q for _, q in requests])
+
+    def step(self, version):
+        out = []
+        for rid, q in self.admitted:
+            reply = self.tok.encode(self.policy(self.tok.decode(list(q.prompt_ids))), add_special_tokens=False)
+            ids = (reply + [self.end_id])[:q.max_new_tokens]
+            finish = "stop" if ids[-1] in q.stop_token_ids + (self.tok.eos_token_id,) else "length"
+            out.append((rid, Completion(ids, [-(t + 1) / 100 for t in range(len(ids))], [version] * len(ids), finish,
+                                        len(q.prompt_ids))))
+        self.admitted = []
+        return out
+
+
+def run(loop, engine, prompts, params, seed):
+    """The loop's trajectories over `engine` as the rollout worker plays them: (batch, metrics)."""
+    requests = [RolloutItem(it.prompt_ids, it.index, position, it.row) for position, it in enumerate(prompts)]
+    batch = run_rollout(loop, engine, requests, params, seed, decode=lambda ids: engine.tok.decode(ids))
+    batch = batch.replace(rows=[prompts[g].row for g in batch.group_ids.tolist()])
+    return batch, metrics_of(batch, True, False, episodes=len(prompts) * params.n)
 
 
 def binary_search(text):
@@ -67,14 +78,14 @@ def make_loop(policy, *, env=GuessNumber, tools=None, max_turns=4, tok=None):
     tok = tok or build_char_tokenizer()
     renderer = ChatRenderer(tok, tools.runner.schemas if tools else None)
     engine = ScriptedEngine(tok, policy, renderer.turn.end_token_id)
-    loop = AgentLoop(renderer, engine, env_cls=env, tools=tools, max_turns=max_turns,
-                     opening=lambda it: [{"role": "user", "content": it.row["prompt"]}])
+    loop = EnvLoop(renderer, env_cls=env, tools=tools, max_turns=max_turns,
+                   opening=lambda row: [{"role": "user", "content": row["prompt"]}])
     return loop, engine, renderer
 
 
 def test_a_found_number_gives_model_and_env_segments_with_exact_masks():
     loop, engine, r = make_loop(binary_search)
-    batch, metrics = loop.run(items([6]), SamplingParams(n=2, max_new_tokens=200, temperature=1.0), seed=5)
+    batch, metrics = run(loop, engine, items([6]), SamplingParams(n=2, max_new_tokens=200, temperature=1.0), seed=5)
     # 4 -> "higher", 6 -> found: two model turns, one environment reply between them
     m1, m2 = [r.encode("4") + [r.turn.end_token_id], r.encode("6") + [r.turn.end_token_id]]
     env = r.continuation_ids([{"role": "user", "content": "Guess 1-8"}, {"role": "assistant", "content": "4"}],
@@ -93,31 +104,52 @@ def test_a_found_number_gives_model_and_env_segments_with_exact_masks():
     assert batch.prompts[0] == r.render(batch.conversations[0][:1], add_generation_prompt=True)
     assert metrics["multi_turn/turns/mean"] == 2 and metrics["multi_turn/budget_truncated"] == 0
     assert metrics["multi_turn/env_token_share"] == pytest.approx(len(env) / len(expected))
-    # the first turn prefilled the shared opening once, with n samples; the second turn one row per trajectory
-    assert [len(p) for p, _ in engine.calls] == [1, 2] and [sp.n for _, sp in engine.calls] == [2, 1]
+    # one request per trajectory and turn; the second turns name their trajectory, whose KV the engine keeps
+    first, second = engine.calls
+    assert len(first) == 2 and first[0].prompt_ids == first[1].prompt_ids and first[0].stream != first[1].stream
+    assert [q.key for q in second] == [0, 1]
+    assert second[0].prompt_ids[:len(first[0].prompt_ids) + 2] == first[0].prompt_ids + tuple(m1)
 
 
 def test_each_turn_asks_for_the_most_budget_left_and_a_trajectory_is_cut_at_its_own():
     loop, engine, r = make_loop(lambda text: "7" * 10)   # never finds it, long guesses
-    batch, metrics = loop.run(items([3]), SamplingParams(n=1, max_new_tokens=30, temperature=1.0), seed=0)
+    batch, metrics = run(loop, engine, items([3]), SamplingParams(n=1, max_new_tokens=30, temperature=1.0), seed=0)
     # turn 1: 11 tokens (10 + end); the reply "lower" costs 25 ids; 11 + 25 = 36 > 30: it does not fit
-    assert engine.calls[0][1].max_new_tokens == 30
+    assert engine.calls[0][0].max_new_tokens == 30
     assert batch.truncated.tolist() == [True] and metrics["multi_turn/budget_truncated"] == 1.0
     assert int(batch.response_attention.sum()) == 11
     loop, engine, r = make_loop(lambda text: "7" * 40)
-    batch, _ = loop.run(items([3]), SamplingParams(n=1, max_new_tokens=30, temperature=1.0), seed=0)
+    batch, _ = run(loop, engine, items([3]), SamplingParams(n=1, max_new_tokens=30, temperature=1.0), seed=0)
     assert batch.response_mask.sum().item() == 30 and batch.truncated.tolist() == [True]
 
 
 def test_max_turns_ends_the_conversation_after_the_models_turn():
     loop, engine, r = make_loop(lambda text: "1", max_turns=3)
-    batch, metrics = loop.run(items([8]), SamplingParams(n=1, max_new_tokens=500, temperature=1.0), seed=0)
+    batch, metrics = run(loop, engine, items([8]), SamplingParams(n=1, max_new_tokens=500, temperature=1.0), seed=0)
     assert metrics["multi_turn/turns/max"] == 3 and batch.env_rewards.tolist() == [0.0]
     assert batch.truncated.tolist() == [False]
     assert [m["role"] for m in batch.conversations[0]] == ["user", "assistant", "user", "assistant", "user",
                                                            "assistant"]
     # the last token trained is the model's end of turn: nothing after it
     assert batch.response_ids[0, int(batch.response_attention[0].sum()) - 1].item() == r.turn.end_token_id
+
+
+class DigitReward:
+    """One step: reward 1 when the answer holds a digit."""
+
+    def reset(self, **_):
+        return "Say a number"
+
+    def step(self, text):
+        return None, True, float(any(c.isdigit() for c in text))
+
+
+def test_the_environment_scores_a_turn_that_ends_with_eos():
+    loop, engine, r = make_loop(lambda text: "42", env=DigitReward)
+    engine.end_id = engine.tok.eos_token_id  # the model ends its answer with EOS, not with the end-of-turn token
+    batch, metrics = run(loop, engine, items([1]), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), seed=0)
+    assert batch.env_rewards.tolist() == [1.0, 1.0] and metrics["reward/env/mean"] == 1.0
+    assert metrics["multi_turn/turns/max"] == 1 and batch.truncated.tolist() == [False, False]
 
 
 class SeededSecret(GuessNumber):
@@ -132,9 +164,9 @@ class SeededSecret(GuessNumber):
 
 def test_a_groups_trajectories_start_from_the_same_environment_seed():
     SeededSecret.seen = []
-    loop, _, _ = make_loop(binary_search, env=SeededSecret)
+    loop, engine, _ = make_loop(binary_search, env=SeededSecret)
     its = [PromptItem([], "", {"prompt": "Guess 1-8"}, "g", index=i) for i in (0, 7, 11)]
-    loop.run(its, SamplingParams(n=3, max_new_tokens=200, temperature=1.0), seed=42)
+    run(loop, engine, its, SamplingParams(n=3, max_new_tokens=200, temperature=1.0), seed=42)
     seeds = [s for s, _ in SeededSecret.seen]
     expected = prompt_seeds(42, torch.tensor([0, 7, 11])).tolist()
     assert seeds == [e for e in expected for _ in range(3)]
@@ -183,10 +215,10 @@ def test_tool_failures_reach_the_model_as_messages_and_are_counted_exactly():
     runner = ToolRunner([tool_from_function(f, sandboxed=False) for f in (divide, wait, shout)], timeout_s=1.0)
     tools = ToolUse(runner, max_calls_per_turn=5, max_output_tokens=80)
     policy = lambda text: "done" if "<|im_start|>tool" in text else CALLS  # noqa: E731
-    loop, _, _ = make_loop(policy, env=None, tools=tools)
+    loop, engine, _ = make_loop(policy, env=None, tools=tools)
     start = time.perf_counter()
     with runner:
-        batch, metrics = loop.run(items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = run(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
     assert time.perf_counter() - start < 1.0 + 5.0   # the hung call cost its timeout, not 30 s
     tool_messages = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     # the malformed call first (parse errors), then the 5 parsed calls in order
@@ -205,9 +237,9 @@ def test_calls_beyond_the_per_turn_limit_are_not_run():
     runner = ToolRunner([tool_from_function(divide, sandboxed=False)])
     tools = ToolUse(runner, max_calls_per_turn=1)
     call = '<tool_call>{"name": "divide", "arguments": {"a": 4, "b": 2}}</tool_call>'
-    loop, _, _ = make_loop(lambda text: "ok" if "tool" in text else call * 3, env=None, tools=tools)
+    loop, engine, _ = make_loop(lambda text: "ok" if "tool" in text else call * 3, env=None, tools=tools)
     with runner:
-        batch, metrics = loop.run(items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = run(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
     tool_messages = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     assert tool_messages[0] == "2.0" and all("more than 1 tool calls" in m for m in tool_messages[1:])
     assert metrics["tools/calls"] == 3 and metrics["tools/errors"] == 2
@@ -221,10 +253,10 @@ def test_sandboxed_tools_that_spin_or_hog_memory_are_killed_and_the_step_goes_on
     calls = ('<tool_call>{"name": "spin", "arguments": {"n": 0}}</tool_call>'
              '<tool_call>{"name": "hog", "arguments": {"mb": 2000}}</tool_call>'
              '<tool_call>{"name": "hog", "arguments": {"mb": 1}}</tool_call>')
-    loop, _, _ = make_loop(lambda text: "done" if "<|im_start|>tool" in text else calls, env=None, tools=tools)
+    loop, engine, _ = make_loop(lambda text: "done" if "<|im_start|>tool" in text else calls, env=None, tools=tools)
     start = time.perf_counter()
     with runner:
-        batch, metrics = loop.run(items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = run(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
     assert time.perf_counter() - start < 5.0 + 10.0   # the spinning call ends at its CPU limit, not at timeout
     spun, hogged, fine = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     assert spun.startswith("error") and hogged.startswith("error") and fine == str(2**20)
@@ -234,10 +266,10 @@ def test_sandboxed_tools_that_spin_or_hog_memory_are_killed_and_the_step_goes_on
 def test_tool_calls_on_the_last_turn_are_not_run():
     runner = ToolRunner([tool_from_function(wait, sandboxed=False)], timeout_s=5.0)
     call = '<tool_call>{"name": "wait", "arguments": {"seconds": 3}}</tool_call>'
-    loop, _, _ = make_loop(lambda text: call, env=None, tools=ToolUse(runner), max_turns=2)
+    loop, engine, _ = make_loop(lambda text: call, env=None, tools=ToolUse(runner), max_turns=2)
     start = time.perf_counter()
     with runner:
-        batch, metrics = loop.run(items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = run(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
     assert metrics["tools/calls"] == 1 and metrics["multi_turn/turns/max"] == 2
     assert [m["role"] for m in batch.conversations[0]] == ["user", "assistant", "tool", "assistant"]
     assert time.perf_counter() - start < 3.0 * 2   # one call ran, not two

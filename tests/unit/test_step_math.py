@@ -74,5 +74,7 @@ def test_overlong_penalty_on_the_scores():
 def test_dynamic_sampling_keeps_groups_with_signal_and_sets_the_rest_aside():
     # 3 groups of 2: group 0 and 2 have different rewards (signal), group 1 does not
     signal = torch.tensor([True, True, False, False, True, True])
-    assert partition_groups(signal, 2) == ([0, 2], [1])
-    assert partition_groups(torch.zeros(4, dtype=torch.bool), 4) == ([], [0])
+    assert partition_groups(signal, torch.tensor([0, 0, 1, 1, 2, 2])) == ([0, 2], [1])
+    assert partition_groups(torch.zeros(4, dtype=torch.bool), torch.zeros(4, dtype=torch.long)) == ([], [0])
+    # groups of unequal size (an agent episode split into several samples)
+    assert partition_groups(torch.tensor([False, True, True, True]), torch.tensor([0, 1, 1, 1])) == ([1], [0])

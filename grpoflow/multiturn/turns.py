@@ -1,0 +1,145 @@
+"""What every kind of trajectory shares: random streams, reading a sampled turn, the budget and end-of-turn
+rules, running a turn's tool calls, and the per-sample facts a rollout returns.
+
+The rules, once for the environment loop (loop.py) and the agent endpoint (endpoint.py):
+
+- **Streams.** Turn t of sample j of the prompt with dataset index i draws from `stream_seed(seed, i, n, j, t)`.
+  Turn 0 is the stream a single-turn sample j of that prompt draws from; so an agent call, an environment
+  turn and a plain sample with the same (i, j, t) sample the same tokens.
+- **Budget.** `rollout.max_new_tokens` counts every token after the prompt, the environment's included. A
+  turn may sample what is left; a turn cut there (finish "length") ends the trajectory, truncated; a reply
+  that leaves no room for one more token ends it too, truncated.
+- **End of turn.** A turn that ends with the template's end-of-turn token may be answered; one that ends
+  with EOS, or is cut, ends the conversation after the environment has seen it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from grpoflow.multiturn.tool_parser import ToolCall, parse_tool_calls
+from grpoflow.multiturn.tool_runner import ToolRunner
+from grpoflow.multiturn.trajectory import Segment, Trajectory
+from grpoflow.rollout.protocol import Completion
+from grpoflow.rollout.random_streams import prompt_seeds, row_seeds
+
+TURN_STRIDE = 1009  # turn t of sample j of prompt i: stream index (i * n + j) * TURN_STRIDE + t, for t >= 1
+
+
+def stream_index(item_index: int, n: int, sample: int, turn: int) -> int:
+    """The stream index of turn `turn` (>= 1) of sample `sample` of the prompt with dataset index `item_index`."""
+    return (item_index * n + sample) * TURN_STRIDE + turn
+
+
+def stream_seed(seed: int | None, item_index: int, n: int, sample: int, turn: int) -> int:
+    """The 32-bit seed of the random stream of that turn (see the module docstring)."""
+    if turn == 0:
+        return int(row_seeds(prompt_seeds(seed or 0, torch.tensor([item_index])), n)[sample])
+    return int(row_seeds(prompt_seeds(seed or 0, torch.tensor([stream_index(item_index, n, sample, turn)])), 1)[0])
+
+
+@dataclass
+class SampleInfo:
+    """Per-sample facts a rollout returns with its samples (Batch.infos), for the step's metrics."""
+    turns: int = 1
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_timeouts: int = 0
+    rewards: dict[str, float] = field(default_factory=dict)  # the environment's or agent's reward parts
+    status: str = ""        # agent episodes: ok | error | timeout
+    final: bool = True      # the sample of its episode that validation scores (an episode's latest call)
+    episode: int = 0        # the episode (or trajectory) it came from, numbered within the rollout
+    prefilled: int = 0      # prompt tokens the engine computed for its turns (not reused, not shared)
+
+
+def info_of(t: Trajectory, **extra: Any) -> SampleInfo:
+    return SampleInfo(turns=t.turns, tool_calls=t.tool_calls, tool_errors=t.tool_errors,
+                      tool_timeouts=t.tool_timeouts, rewards=dict(t.rewards), prefilled=t.prefilled, **extra)
+
+
+def add_model_turn(t: Trajectory, c: Completion, text: str) -> None:
+    """Append a sampled turn: its exact ids and log-probs, its text as the assistant message."""
+    t.segments.append(Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0)))
+    t.turns += 1
+    t.prefilled += c.prefilled
+    t.messages.append({"role": "assistant", "content": text})
+
+
+def tool_message(name: str | None, content: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "tool", "content": content}
+    if name is not None:
+        message["name"] = name
+    return message
+
+
+@dataclass
+class ToolUse:
+    runner: ToolRunner
+    parser: str = "hermes"
+    max_calls_per_turn: int = 4
+    max_output_tokens: int = 256
+
+    def calls_in(self, text: str) -> tuple[list[ToolCall], list[str]] | None:
+        """The tool calls of a turn's text and the malformed ones' errors; None when it has none."""
+        parsed = parse_tool_calls(text, self.parser)
+        if parsed is None or not (parsed.calls or parsed.errors):
+            return None
+        return parsed.calls, parsed.errors
+
+    def run(self, t: Trajectory, calls: list[ToolCall], errors: list[str], encode: Any) -> list[dict]:
+        """Run a turn's calls (at most `max_calls_per_turn`; each result within `max_output_tokens`) and count
+        them on `t`; the tool messages in order (blocking: the caller runs it in a thread)."""
+        limit = self.max_calls_per_turn
+        replies = [tool_message(None, f"error: {e}") for e in errors]
+        t.tool_calls += len(calls) + len(errors)
+        t.tool_errors += len(errors)
+        runnable = calls[:limit]
+        results = self.runner.run(runnable) if runnable else []
+        for call, result in zip(runnable, results):
+            content = result.content
+            t.tool_errors += result.status == "error"
+            t.tool_timeouts += result.status in ("timeout", "killed")
+            size = len(encode(content))
+            if size > self.max_output_tokens:
+                content = (f"error: the output of {call.name} was {size} tokens, over the limit of "
+                           f"{self.max_output_tokens} (rollout.max_tool_output_tokens)")
+                t.tool_errors += result.status != "error"
+            replies.append(tool_message(call.name, content))
+        for call in calls[limit:]:
+            replies.append(tool_message(call.name, f"error: more than {limit} tool calls in one turn "
+                                                   "(rollout.max_tool_calls_per_turn); not run"))
+            t.tool_errors += 1
+        return replies
+
+
+def opening_messages(messages: list[dict]) -> list[dict]:
+    """The messages before the first assistant turn."""
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    return messages[:first]
+
+
+def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, episodes: int,
+                    env_tokens: int, tokens: int, truncated: int) -> dict[str, float]:
+    """multi_turn/*, tools/*, agent/* and reward parts of a step's samples (tools/* and errors are totals)."""
+    if not multi_turn or not infos:
+        return {}
+    turns = torch.tensor([i.turns for i in infos], dtype=torch.float32)
+    out = {"multi_turn/turns/mean": turns.mean().item(), "multi_turn/turns/max": turns.max().item(),
+           "multi_turn/env_token_share": env_tokens / max(tokens, 1),
+           "multi_turn/budget_truncated": truncated / len(infos),
+           "multi_turn/prefilled_tokens": float(sum(i.prefilled for i in infos)),
+           "tools/calls": float(sum(i.tool_calls for i in infos)),
+           "tools/errors": float(sum(i.tool_errors for i in infos)),
+           "tools/timeouts": float(sum(i.tool_timeouts for i in infos))}
+    if agent:
+        status = {i.episode: i.status for i in infos}
+        out.update({"agent/calls/mean": turns.sum().item() / max(episodes, 1),
+                    "agent/samples/mean": len(infos) / max(episodes, 1),
+                    "agent/errors": float(sum(s == "error" for s in status.values())),
+                    "agent/timeouts": float(sum(s == "timeout" for s in status.values()))})
+    for part in sorted({k for i in infos for k in i.rewards}):
+        out[f"reward/{part}/mean"] = sum(i.rewards.get(part, 0.0) for i in infos) / len(infos)
+    return out

@@ -1,0 +1,197 @@
+"""The request batcher: every trajectory of a rollout awaits `generate(request)`; one engine serves them all.
+
+A trajectory (single-turn sample, environment or tool loop, agent episode) is a coroutine with a
+`Client` of the batcher: it awaits `client.generate(request)` for each model turn and calls
+`client.done()` when it is over. `RequestBatcher.serve()` runs the engine in ticks on the same event
+loop: admit the requests waiting (they join the running decode batch, `continuous.ContinuousSampler`),
+run one decode step, hand back the requests that finished. No request waits for an unrelated long one.
+
+Determinism (`deterministic=True`, the default). Which requests share a decode batch changes a row's
+logits in the last bits, so a schedule that followed the clock (tool and environment replies take
+varying wall time) would make runs differ. Here a tick admits requests only once every live
+trajectory is either waiting for the engine or done: admission happens at points defined by token
+counts, in the fixed order of the clients, never by the clock. The cost: while a trajectory runs its
+environment or tools between two turns, decoding pauses (the other trajectories' replies still run
+concurrently). `deterministic=False` admits whatever has arrived at each tick and never pauses.
+
+Engines that decode one whole batch per call (vLLM's and SGLang's offline `generate`) are served by
+`BatchCalls`: the requests admitted at a tick form one call, so a call never waits for a trajectory
+that is still in its environment, but each call waits for its own longest sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from grpoflow.rollout.protocol import Completion, Request, RolloutEngine, SamplingParams
+
+
+class StepEngine(Protocol):
+    """What the batcher drives: `admit` new requests, `step` once (returns those that finished)."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def admit(self, requests: list[tuple[int, Request]]) -> None: ...
+
+    def step(self, version: int) -> list[tuple[int, Completion]]: ...
+
+
+class EngineFailure(RuntimeError):
+    """The rollout engine raised while serving requests (raised to every trajectory waiting on it)."""
+
+
+@dataclass
+class _Waiting:
+    order: int
+    seq: int
+    request: Request
+    future: asyncio.Future
+
+
+class RequestBatcher:
+    """Serves the `Client`s of one rollout from one `StepEngine` (see the module docstring)."""
+
+    def __init__(self, engine: StepEngine, *, version: Callable[[], int], deterministic: bool = True) -> None:
+        self.engine, self.version, self.deterministic = engine, version, deterministic
+        self.thinking: set[int] = set()          # open clients with no request waiting or running
+        self.open: set[int] = set()
+        self.waiting: list[_Waiting] = []
+        self.running: dict[int, tuple[int, asyncio.Future]] = {}  # request id -> (client, future)
+        self._seq = 0
+        self._closed = False
+        self._event = asyncio.Event()
+        self.busy_s = 0.0                        # seconds in the engine's admit and step
+        self.ticks = 0
+
+    def client(self, order: int) -> "Client":
+        """A client for the trajectory with position `order` (its requests are admitted in this order)."""
+        if order in self.open:
+            raise ValueError(f"client {order} is already open")
+        self.open.add(order)
+        self.thinking.add(order)
+        return Client(self, order)
+
+    def close(self) -> None:
+        """No more clients: `serve` returns once the requests still running have finished."""
+        self._closed = True
+        self._event.set()
+
+    def _submit(self, order: int, request: Request) -> asyncio.Future:
+        if order not in self.open:
+            raise RuntimeError(f"client {order} called generate after done()")
+        future = asyncio.get_running_loop().create_future()
+        self._seq += 1
+        self.waiting.append(_Waiting(order, self._seq, request, future))
+        self.thinking.discard(order)
+        self._event.set()
+        return future
+
+    def _done(self, order: int) -> None:
+        self.open.discard(order)
+        self.thinking.discard(order)
+        self._event.set()
+
+    def _ready(self) -> bool:
+        if self.deterministic and self.thinking:
+            return False
+        return bool(self.waiting) or self.engine.busy
+
+    async def serve(self) -> None:
+        """Run ticks until closed with nothing left; an engine error fails every request waiting or running."""
+        try:
+            while True:
+                while not self._ready():
+                    if self._closed and not self.open and not self.waiting and not self.engine.busy:
+                        return
+                    self._event.clear()
+                    await self._event.wait()
+                self._tick()
+                await asyncio.sleep(0)  # let the trajectories whose requests finished take their next step
+        except Exception as e:
+            failure = EngineFailure(f"the rollout engine failed: {type(e).__name__}: {e}")
+            failure.__cause__ = e
+            for w in self.waiting:
+                if not w.future.done():
+                    w.future.set_exception(failure)
+            for _, future in self.running.values():
+                if not future.done():
+                    future.set_exception(failure)
+            self.waiting.clear()
+            self.running.clear()
+            raise failure from e
+
+    def _tick(self) -> None:
+        started = time.perf_counter()
+        admitted, self.waiting = sorted(self.waiting, key=lambda w: (w.order, w.seq)), []
+        for w in admitted:
+            self.running[w.seq] = (w.order, w.future)
+        self.engine.admit([(w.seq, w.request) for w in admitted])
+        finished = self.engine.step(self.version())
+        self.busy_s += time.perf_counter() - started
+        self.ticks += 1
+        for rid, completion in finished:
+            order, future = self.running.pop(rid)
+            if order in self.open:
+                self.thinking.add(order)
+            if not future.done():
+                future.set_result(completion)
+
+
+class Client:
+    """One trajectory's handle on the batcher."""
+
+    def __init__(self, batcher: RequestBatcher, order: int) -> None:
+        self.batcher, self.order = batcher, order
+
+    async def generate(self, request: Request) -> Completion:
+        return await self.batcher._submit(self.order, request)
+
+    def done(self) -> None:
+        """The trajectory is over (no more requests): call it always, also when the trajectory failed."""
+        self.batcher._done(self.order)
+
+
+class BatchCalls:
+    """A `StepEngine` over an engine whose `generate` decodes a whole batch per call (vLLM, SGLang): the requests
+    admitted at one tick are one call, n=1 each, with their own seeds."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self.engine = engine
+        self.admitted: list[tuple[int, Request]] = []
+        self.prefilled_tokens = 0
+        self.reused_tokens = 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.admitted)
+
+    def admit(self, requests: list[tuple[int, Request]]) -> None:
+        self.admitted += requests
+
+    def step(self, version: int) -> list[tuple[int, Completion]]:
+        admitted, self.admitted = self.admitted, []
+        out: list[tuple[int, Completion]] = []
+        kinds = sorted({(q.temperature, q.top_p, q.stop_token_ids) for _, q in admitted})
+        for temperature, top_p, stops in kinds:
+            group = [(rid, q) for rid, q in admitted if (q.temperature, q.top_p, q.stop_token_ids)
+                     == (temperature, top_p, stops)]
+            params = SamplingParams(n=1, max_new_tokens=max(q.max_new_tokens for _, q in group),
+                                    temperature=temperature, top_p=top_p, stop_token_ids=stops)
+            gen = self.engine.generate([list(q.prompt_ids) for _, q in group], params, seeds=[q.stream for _, q in group])
+            for row, (rid, q) in enumerate(group):
+                length = min(int(gen.response_mask[row].sum()), q.max_new_tokens)
+                ids = gen.response_ids[row, :length].tolist()
+                stopped = bool(ids) and ids[-1] in set(stops) | set(_eos(self.engine))
+                self.prefilled_tokens += len(q.prompt_ids)
+                out.append((rid, Completion(ids, gen.log_probs[row, :length].tolist(), [self.engine.version] * length,
+                                            "stop" if stopped else "length", len(q.prompt_ids))))
+        return out
+
+
+def _eos(engine: RolloutEngine) -> list[int]:
+    eos = getattr(engine, "eos_token_id", None)
+    return [] if eos is None else list(eos) if isinstance(eos, (list, tuple)) else [eos]

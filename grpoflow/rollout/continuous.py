@@ -1,0 +1,291 @@
+"""Continuous batching for a Hugging Face causal LM: requests join and leave a running decode batch.
+
+`ContinuousSampler` holds a `SlotCache` (slots.py) and the requests in its slots. The request batcher
+(batcher.py) drives it in ticks:
+
+    admit(requests)   each new request takes a free slot; the requests admitted together are prefilled in
+                      one forward (identical prompts once, their KV copied to the other slots: a prompt's n
+                      samples), a request whose trajectory left KV behind prefills only the new tokens
+    step()            every request in a slot draws its next token from the logits it holds; the finished
+                      ones leave (their KV is parked for their trajectory's next turn), the others are fed
+                      their token in one decode forward over the slots
+
+A decode step reads every weight once whatever the row count, so free slots cost little; they are
+compacted away once they are a quarter of the slots (copying the cache), as the old sampler dropped
+finished rows. Draws use each request's own counter-based stream at its own position
+(`random_streams`), so a request's tokens do not depend on when it was admitted or what it shares a
+batch with (up to the last bits of the batched arithmetic, which the batcher's admission order fixes).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from grpoflow.models.loading import cache_keyword
+from grpoflow.rollout.protocol import Completion, Request
+from grpoflow.rollout.random_streams import uniforms
+from grpoflow.rollout.sampling import sample_tokens
+from grpoflow.rollout.slots import SlotCache, attention_mask, supports
+
+# Free slots are compacted away once they are at least 1 / COMPACT_FRACTION of the slots: a decode step's
+# matrix products read every weight once whatever the row count, so a few idle rows cost little, while
+# compacting copies every layer's cache (the old sampler's DROP_FRACTION, measured in bench/ablation.py).
+COMPACT_FRACTION = 4
+
+
+@dataclass
+class Row:
+    """A request in a slot: the ids whose KV the slot holds, and what it sampled so far."""
+    rid: int
+    request: Request
+    fed: list[int]
+    prefilled: int
+    ids: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+
+class ParkedKV:
+    """The KV caches that finished requests left for their trajectories' next turns, within `max_bytes`
+    (least recently parked evicted first; an evicted trajectory's next turn prefills from scratch)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes, self.used = max_bytes, 0
+        self.entries: OrderedDict[int, tuple[list[int], list[tuple[Tensor, Tensor]], int]] = OrderedDict()
+        self.evicted = 0
+
+    def put(self, key: int, ids: list[int], kv: list[tuple[Tensor, Tensor]]) -> None:
+        self.drop(key)
+        size = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
+        if size > self.max_bytes:
+            return
+        self.entries[key] = (ids, kv, size)
+        self.used += size
+        while self.used > self.max_bytes:
+            _, (_, _, freed) = self.entries.popitem(last=False)
+            self.used -= freed
+            self.evicted += 1
+
+    def take(self, key: int | None, prompt: tuple[int, ...]) -> tuple[int, list[tuple[Tensor, Tensor]] | None]:
+        """(columns reused, their KV) for a request of trajectory `key` with `prompt`: the parked ids' longest
+        common prefix with the prompt, less one token when it is the whole prompt (its logits are needed)."""
+        if key is None or key not in self.entries:
+            return 0, None
+        ids, kv, size = self.entries.pop(key)
+        self.used -= size
+        common = 0
+        for a, b in zip(ids, prompt):
+            if a != b:
+                break
+            common += 1
+        reuse = min(common, len(prompt) - 1)
+        if reuse <= 0:
+            return 0, None
+        return reuse, [(k[:, :reuse], v[:, :reuse]) for k, v in kv]
+
+    def drop(self, key: int) -> None:
+        if key in self.entries:
+            self.used -= self.entries.pop(key)[2]
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.used = 0
+
+
+class ContinuousSampler:
+    """Slots of a `SlotCache` over `model`; `admit` and `step` as the module docstring says."""
+
+    def __init__(self, model: torch.nn.Module, *, pad_token_id: int, kv_reuse_bytes: int = 1 << 30) -> None:
+        if not supports(model.config):
+            raise ValueError(f"the HF rollout engine's continuous batching serves full-attention models only; "
+                             f"{type(model).__name__} has sliding-window or other attention layers. Use "
+                             "rollout.engine=vllm or sglang for it.")
+        self.model, self.pad_token_id = model, pad_token_id
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.cache_kw = cache_keyword(model)
+        self.cache = SlotCache(model.config.num_hidden_layers, 0, 64)
+        self.rows: list[Row | None] = []
+        self.logits: Tensor | None = None  # [slots, V] each live row's next-token logits
+        self.parked = ParkedKV(kv_reuse_bytes)
+        self.prefilled_tokens = 0          # prompt tokens computed (not reused, not shared)
+        self.reused_tokens = 0             # prompt tokens whose KV came from a trajectory's earlier turn
+
+    @property
+    def busy(self) -> bool:
+        return any(r is not None for r in self.rows)
+
+    # ------------------------------------------------------------ admit
+
+    @torch.no_grad()
+    def admit(self, requests: list[tuple[int, Request]]) -> None:
+        """Put each (request id, request) in a free slot and compute its first logits."""
+        if not requests:
+            return
+        free = [s for s, r in enumerate(self.rows) if r is None]
+        need = len(requests) - len(free)
+        longest = max(len(q.prompt_ids) + q.max_new_tokens for _, q in requests)
+        longest = max([longest] + [len(r.fed) + r.request.max_new_tokens - len(r.ids) for r in self.rows if r])
+        self._grow(len(self.rows) + max(need, 0), longest + 2)
+        free = [s for s, r in enumerate(self.rows) if r is None]
+        first: dict[tuple[int, ...], int] = {}  # prompt -> the slot that prefills it (requests with no reused KV)
+        prefill: list[tuple[int, int, list[int]]] = []  # (slot, reused columns, suffix)
+        copies: list[tuple[int, int]] = []             # (source slot, destination slot)
+        for (rid, q), slot in zip(requests, free):
+            reuse, kv = self.parked.take(q.key, q.prompt_ids)
+            shared = first.get(q.prompt_ids) if kv is None else None
+            if shared is not None:
+                copies.append((shared, slot))
+                self.rows[slot] = Row(rid, q, list(q.prompt_ids), prefilled=0)
+                continue
+            if kv is None:
+                first[q.prompt_ids] = slot
+            else:
+                self.cache.load(slot, kv)
+                self.reused_tokens += reuse
+            prefill.append((slot, reuse, list(q.prompt_ids[reuse:])))
+            self.rows[slot] = Row(rid, q, list(q.prompt_ids), prefilled=len(q.prompt_ids) - reuse)
+        self._prefill(prefill)
+        if copies:
+            src = torch.tensor([s for s, _ in copies], device=self.device)
+            dst = torch.tensor([d for _, d in copies], device=self.device)
+            self.cache.copy(src, dst)
+            assert self.logits is not None
+            self.logits[dst] = self.logits[src]
+
+    def _prefill(self, prefill: list[tuple[int, int, list[int]]]) -> None:
+        """One forward over the suffixes, left-padded so every row's last token is the last query."""
+        if not prefill:
+            return
+        queries = max(len(suffix) for _, _, suffix in prefill)
+        tokens = torch.full((len(prefill), queries), self.pad_token_id, dtype=torch.long)
+        pad = torch.ones((len(prefill), queries), dtype=torch.bool)
+        for a, (_, _, suffix) in enumerate(prefill):
+            tokens[a, queries - len(suffix):] = torch.tensor(suffix, dtype=torch.long)
+            pad[a, queries - len(suffix):] = False
+            self.prefilled_tokens += len(suffix)
+        rows = torch.tensor([slot for slot, _, _ in prefill])
+        starts = torch.tensor([reuse - (queries - len(suffix)) for _, reuse, suffix in prefill])
+        logits = self._forward(rows, starts, tokens, pad, last_only=True)
+        assert self.logits is not None
+        self.logits[rows.to(self.device)] = logits
+
+    # ------------------------------------------------------------ step
+
+    @torch.no_grad()
+    def step(self, version: int) -> list[tuple[int, Completion]]:
+        """Every live request draws a token; returns the (request id, completion) of those that finished."""
+        live = [s for s, r in enumerate(self.rows) if r is not None]
+        if not live:
+            return []
+        assert self.logits is not None
+        tokens, log_probs = self._draw(live)
+        finished: list[tuple[int, Completion]] = []
+        going: list[int] = []
+        for slot, token, log_prob in zip(live, tokens, log_probs):
+            row = self.rows[slot]
+            assert row is not None
+            row.ids.append(token)
+            row.log_probs.append(log_prob)
+            row.versions.append(version)
+            q = row.request
+            if token in q.stop_token_ids or len(row.ids) >= q.max_new_tokens:
+                finish = "stop" if token in q.stop_token_ids else "length"
+                finished.append((row.rid, Completion(row.ids, row.log_probs, row.versions, finish, row.prefilled)))
+                if q.key is not None:
+                    self.parked.put(q.key, row.fed + row.ids[:-1], self.cache.save(slot, len(row.fed)))
+                self.rows[slot] = None
+            else:
+                going.append(slot)
+        if going:
+            self._decode(going)
+        return finished
+
+    def _draw(self, live: list[int]) -> tuple[list[int], list[float]]:
+        """The next token of each live slot and its log-prob, from the slot's logits and its stream."""
+        assert self.logits is not None
+        rows = [self.rows[s] for s in live]
+        logits = self.logits[torch.tensor(live, device=self.device)]
+        streams = torch.tensor([r.request.stream for r in rows if r], dtype=torch.long, device=self.device)
+        positions = torch.tensor([len(r.ids) for r in rows if r], dtype=torch.long, device=self.device)
+        token = torch.empty(len(live), dtype=torch.long, device=self.device)
+        log_prob = torch.empty(len(live), device=self.device)
+        kinds = sorted({(r.request.temperature, r.request.top_p) for r in rows if r})
+        for temperature, top_p in kinds:
+            pick = torch.tensor([i for i, r in enumerate(rows) if r and (r.request.temperature, r.request.top_p)
+                                 == (temperature, top_p)], device=self.device)
+            t, lp = sample_tokens(logits[pick], temperature=temperature, top_p=top_p,
+                                  uniform=uniforms(streams[pick], positions[pick]))
+            token[pick], log_prob[pick] = t, lp
+        return token.tolist(), log_prob.tolist()
+
+    def _decode(self, going: list[int]) -> None:
+        """Feed each continuing row its last token (one forward over every slot; free slots write the dump)."""
+        free = len(self.rows) - len(going)
+        if free and free * COMPACT_FRACTION >= len(self.rows):
+            self._compact(going)
+            going = list(range(len(going)))
+        slots = len(self.rows)
+        tokens = torch.full((slots, 1), self.pad_token_id, dtype=torch.long)
+        starts = torch.full((slots,), self.cache.dump, dtype=torch.long)
+        for slot in going:
+            row = self.rows[slot]
+            assert row is not None
+            tokens[slot, 0] = row.ids[-1]
+            starts[slot] = len(row.fed)
+        logits = self._forward(None, starts, tokens, None, last_only=False)
+        assert self.logits is not None
+        self.logits[:] = logits
+        for slot in going:
+            row = self.rows[slot]
+            assert row is not None
+            row.fed.append(row.ids[-1])
+
+    # ------------------------------------------------------------ the model and the cache
+
+    def _forward(self, rows: Tensor | None, starts: Tensor, tokens: Tensor, pad: Tensor | None, *,
+                 last_only: bool) -> Tensor:
+        """[A, V] float32 logits of each row's last query; `rows` None: every slot (free slots have start = dump)."""
+        queries = tokens.shape[1]
+        real = starts != self.cache.dump
+        width = int((starts[real] + queries).max()) if bool(real.any()) else 1
+        starts_for_mask = torch.where(real, starts, torch.zeros_like(starts) - queries + 1)
+        visible = attention_mask(starts_for_mask, queries, width, pad)  # free slots: column 0 only
+        mask = torch.zeros(visible.shape, dtype=self.dtype).masked_fill(~visible, torch.finfo(self.dtype).min)
+        positions = (starts_for_mask[:, None] + torch.arange(queries)[None, :]).clamp(min=0)
+        self.cache.prepare(None if rows is None else rows.to(self.device), starts.to(self.device), queries,
+                           None if pad is None else pad.to(self.device), width)
+        keep = {"logits_to_keep": torch.tensor([queries - 1], device=self.device)} if last_only else {}
+        out = self.model(input_ids=tokens.to(self.device), attention_mask=mask.to(self.device),
+                         position_ids=positions.to(self.device), use_cache=True,
+                         **{self.cache_kw: self.cache}, **keep)
+        return out.logits[:, -1].float()
+
+    def _grow(self, slots: int, capacity: int) -> None:
+        """Room for `slots` requests of up to `capacity - 1` columns (plus the dump)."""
+        if capacity > self.cache.capacity:
+            capacity = max(capacity, 2 * self.cache.capacity)
+        self.cache.grow(slots, capacity)
+        if len(self.rows) < slots:
+            self.rows += [None] * (slots - len(self.rows))
+        vocab = self.model.config.vocab_size
+        if self.logits is None or self.logits.shape[0] < slots:
+            grown = torch.zeros(slots, vocab, device=self.device)
+            if self.logits is not None:
+                grown[:self.logits.shape[0]] = self.logits
+            self.logits = grown
+
+    def _compact(self, going: list[int]) -> None:
+        keep = torch.tensor(going, device=self.device)
+        self.cache.keep(keep)
+        assert self.logits is not None
+        self.logits = self.logits[keep]
+        self.rows = [self.rows[s] for s in going]
+
+    def clear(self) -> None:
+        """Forget the parked KV (a rollout is over, or the weights changed)."""
+        self.parked.clear()

@@ -94,6 +94,9 @@ class AgentEpisodes:
     """Agent rollouts: `play(batcher, items, params, seed)` -> every episode's samples with their facts."""
     multi_turn = True
     agent = True
+    # A tick waits at most this long for episodes still between calls (an agent's time between calls is its own:
+    # a slow or sleeping agent must not stall the others); agents that call back within it sample deterministically.
+    admission_wait_s = 0.05
 
     def __init__(self, agent: AgentFn, endpoint: Endpoint, *, timeout_s: float, error_score: float,
                  opening: Callable[[dict], list[dict]]) -> None:

@@ -37,6 +37,7 @@ from grpoflow.multiturn.openai_api import (APIError, ChatRequest, Reply, complet
                                            parse_request)
 from grpoflow.multiturn.tool_parser import parse_tool_calls
 from grpoflow.multiturn.turns import stream_seed
+from grpoflow.rollout.batcher import EngineFailure
 from grpoflow.rollout.protocol import Completion, Request, SamplingParams
 
 Submit = Callable[[str, Request], "concurrent.futures.Future[Completion]"]  # (episode, request) -> its completion
@@ -187,11 +188,12 @@ class Endpoint:
         try:
             completion = await asyncio.wrap_future(session.submit(episode, job))
         except Exception as e:  # the engine's failure: the caller raises it after the session
-            log.exception("the rollout engine failed on an agent call")
-            self.failure = e
+            cause = e.__cause__ if isinstance(e, EngineFailure) and isinstance(e.__cause__, Exception) else e
+            log.warning("the rollout engine failed on an agent call: %s: %s", type(cause).__name__, cause)
+            self.failure = cause
             with self._lock:
                 record.release(placement)
-            raise APIError(500, f"the rollout engine failed: {type(e).__name__}: {e}", type="server_error",
+            raise APIError(500, f"the rollout engine failed: {type(cause).__name__}: {cause}", type="server_error",
                            code="engine_error") from None
         try:
             reply = self._answer(episode, record, request, prompt_ids, turn, placement, limit, completion)

@@ -50,7 +50,8 @@ def run_rollout(kind: Kind, engine: RolloutEngine, items: list[RolloutItem], par
     step_engine: StepEngine = engine if hasattr(engine, "admit") else BatchCalls(engine)  # type: ignore[assignment]
 
     async def main() -> Played:
-        batcher = RequestBatcher(step_engine, version=lambda: engine.version, deterministic=deterministic)
+        batcher = RequestBatcher(step_engine, version=lambda: engine.version, deterministic=deterministic,
+                                 max_wait_s=getattr(kind, "admission_wait_s", None))
         server = asyncio.ensure_future(batcher.serve())
         try:
             played = await kind.play(batcher, items, params, seed)

@@ -137,7 +137,7 @@ def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, e
     if agent:
         status = {i.episode: i.status for i in infos}
         out.update({"agent/calls/mean": turns.sum().item() / max(episodes, 1),
-                    "agent/samples/mean": len(infos) / max(episodes, 1),
+                    "agent/samples/mean": sum(i.turns > 0 for i in infos) / max(episodes, 1),  # the empty ones not
                     "agent/errors": float(sum(s == "error" for s in status.values())),
                     "agent/timeouts": float(sum(s == "timeout" for s in status.values()))})
     for part in sorted({k for i in infos for k in i.rewards}):

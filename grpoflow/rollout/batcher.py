@@ -22,6 +22,7 @@ that is still in its environment, but each call waits for its own longest sample
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -55,8 +56,11 @@ class _Waiting:
 class RequestBatcher:
     """Serves the `Client`s of one rollout from one `StepEngine` (see the module docstring)."""
 
-    def __init__(self, engine: StepEngine, *, version: Callable[[], int], deterministic: bool = True) -> None:
-        self.engine, self.version, self.deterministic = engine, version, deterministic
+    def __init__(self, engine: StepEngine, *, version: Callable[[], int], deterministic: bool = True,
+                 max_wait_s: float | None = None) -> None:
+        """`max_wait_s` (deterministic mode): the longest a tick with work waits for trajectories still between turns
+        (None: as long as they take; agent programs, whose time between calls is their own, get a short one)."""
+        self.engine, self.version, self.deterministic, self.max_wait_s = engine, version, deterministic, max_wait_s
         self.thinking: set[int] = set()          # open clients with no request waiting or running
         self.open: set[int] = set()
         self.waiting: list[_Waiting] = []
@@ -66,6 +70,7 @@ class RequestBatcher:
         self._event = asyncio.Event()
         self.busy_s = 0.0                        # seconds in the engine's admit and step
         self.ticks = 0
+        self.failure: EngineFailure | None = None
 
     def client(self, order: int) -> "Client":
         """A client for the trajectory with position `order` (its requests are admitted in this order)."""
@@ -81,6 +86,8 @@ class RequestBatcher:
         self._event.set()
 
     def _submit(self, order: int, request: Request) -> asyncio.Future:
+        if self.failure is not None:
+            raise self.failure
         if order not in self.open:
             raise RuntimeError(f"client {order} called generate after done()")
         future = asyncio.get_running_loop().create_future()
@@ -95,24 +102,30 @@ class RequestBatcher:
         self.thinking.discard(order)
         self._event.set()
 
-    def _ready(self) -> bool:
-        if self.deterministic and self.thinking:
-            return False
+    def _work(self) -> bool:
         return bool(self.waiting) or self.engine.busy
 
     async def serve(self) -> None:
         """Run ticks until closed with nothing left; an engine error fails every request waiting or running."""
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                while not self._ready():
-                    if self._closed and not self.open and not self.waiting and not self.engine.busy:
+                deadline = None
+                while not self._work() or (self.deterministic and self.thinking):
+                    if self._closed and not self.open and not self._work():
                         return
+                    if self._work() and self.max_wait_s is not None:
+                        deadline = deadline or loop.time() + self.max_wait_s
+                        if loop.time() >= deadline:
+                            break  # the trajectories still between turns join a later tick
                     self._event.clear()
-                    await self._event.wait()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._event.wait(), None if deadline is None else
+                                               max(deadline - loop.time(), 0.0))
                 self._tick()
                 await asyncio.sleep(0)  # let the trajectories whose requests finished take their next step
         except Exception as e:
-            failure = EngineFailure(f"the rollout engine failed: {type(e).__name__}: {e}")
+            failure = self.failure = EngineFailure(f"the rollout engine failed: {type(e).__name__}: {e}")
             failure.__cause__ = e
             for w in self.waiting:
                 if not w.future.done():

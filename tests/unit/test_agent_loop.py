@@ -7,57 +7,18 @@ import time
 import pytest
 import torch
 
-from grpoflow.controller.rollouts import metrics_of
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import GuessNumber
-from grpoflow.multiturn.loop import EnvLoop, RolloutItem
-from grpoflow.multiturn.rollout import run_rollout
+from grpoflow.multiturn.loop import EnvLoop
 from grpoflow.multiturn.tool_runner import ToolRunner
 from grpoflow.multiturn.tools import tool_from_function
 from grpoflow.multiturn.turns import ToolUse
-from grpoflow.rollout.protocol import Completion, SamplingParams
+from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.rollout.random_streams import prompt_seeds
 from sandbox_tools import hog, spin
-
-
-class ScriptedEngine:
-    """A StepEngine whose model replies `policy(conversation text)` + the end-of-turn token, cut at the request's
-    max_new_tokens; the log-prob of the t-th sampled token is -(t + 1) / 100. Every request is served in the tick
-    it is admitted; `calls` holds the requests admitted at each tick."""
-    version = 3
-
-    def __init__(self, tok, policy, end_id):
-        self.tok, self.policy, self.end_id, self.calls, self.admitted = tok, policy, end_id, [], []
-
-    @property
-    def busy(self):
-        return bool(self.admitted)
-
-    def admit(self, requests):
-        self.admitted += requests
-        if requests:
-            self.calls.append([q for _, q in requests])
-
-    def step(self, version):
-        out = []
-        for rid, q in self.admitted:
-            reply = self.tok.encode(self.policy(self.tok.decode(list(q.prompt_ids))), add_special_tokens=False)
-            ids = (reply + [self.end_id])[:q.max_new_tokens]
-            finish = "stop" if ids[-1] in q.stop_token_ids + (self.tok.eos_token_id,) else "length"
-            out.append((rid, Completion(ids, [-(t + 1) / 100 for t in range(len(ids))], [version] * len(ids), finish,
-                                        len(q.prompt_ids))))
-        self.admitted = []
-        return out
-
-
-def run(loop, engine, prompts, params, seed):
-    """The loop's trajectories over `engine` as the rollout worker plays them: (batch, metrics)."""
-    requests = [RolloutItem(it.prompt_ids, it.index, position, it.row) for position, it in enumerate(prompts)]
-    batch = run_rollout(loop, engine, requests, params, seed, decode=lambda ids: engine.tok.decode(ids))
-    batch = batch.replace(rows=[prompts[g].row for g in batch.group_ids.tolist()])
-    return batch, metrics_of(batch, True, False, episodes=len(prompts) * params.n)
+from scripted import ScriptedEngine, play
 
 
 def binary_search(text):
@@ -85,7 +46,7 @@ def make_loop(policy, *, env=GuessNumber, tools=None, max_turns=4, tok=None):
 
 def test_a_found_number_gives_model_and_env_segments_with_exact_masks():
     loop, engine, r = make_loop(binary_search)
-    batch, metrics = run(loop, engine, items([6]), SamplingParams(n=2, max_new_tokens=200, temperature=1.0), seed=5)
+    batch, metrics = play(loop, engine, items([6]), SamplingParams(n=2, max_new_tokens=200, temperature=1.0), seed=5)
     # 4 -> "higher", 6 -> found: two model turns, one environment reply between them
     m1, m2 = [r.encode("4") + [r.turn.end_token_id], r.encode("6") + [r.turn.end_token_id]]
     env = r.continuation_ids([{"role": "user", "content": "Guess 1-8"}, {"role": "assistant", "content": "4"}],
@@ -113,19 +74,19 @@ def test_a_found_number_gives_model_and_env_segments_with_exact_masks():
 
 def test_each_turn_asks_for_the_most_budget_left_and_a_trajectory_is_cut_at_its_own():
     loop, engine, r = make_loop(lambda text: "7" * 10)   # never finds it, long guesses
-    batch, metrics = run(loop, engine, items([3]), SamplingParams(n=1, max_new_tokens=30, temperature=1.0), seed=0)
+    batch, metrics = play(loop, engine, items([3]), SamplingParams(n=1, max_new_tokens=30, temperature=1.0), seed=0)
     # turn 1: 11 tokens (10 + end); the reply "lower" costs 25 ids; 11 + 25 = 36 > 30: it does not fit
     assert engine.calls[0][0].max_new_tokens == 30
     assert batch.truncated.tolist() == [True] and metrics["multi_turn/budget_truncated"] == 1.0
     assert int(batch.response_attention.sum()) == 11
     loop, engine, r = make_loop(lambda text: "7" * 40)
-    batch, _ = run(loop, engine, items([3]), SamplingParams(n=1, max_new_tokens=30, temperature=1.0), seed=0)
+    batch, _ = play(loop, engine, items([3]), SamplingParams(n=1, max_new_tokens=30, temperature=1.0), seed=0)
     assert batch.response_mask.sum().item() == 30 and batch.truncated.tolist() == [True]
 
 
 def test_max_turns_ends_the_conversation_after_the_models_turn():
     loop, engine, r = make_loop(lambda text: "1", max_turns=3)
-    batch, metrics = run(loop, engine, items([8]), SamplingParams(n=1, max_new_tokens=500, temperature=1.0), seed=0)
+    batch, metrics = play(loop, engine, items([8]), SamplingParams(n=1, max_new_tokens=500, temperature=1.0), seed=0)
     assert metrics["multi_turn/turns/max"] == 3 and batch.env_rewards.tolist() == [0.0]
     assert batch.truncated.tolist() == [False]
     assert [m["role"] for m in batch.conversations[0]] == ["user", "assistant", "user", "assistant", "user",
@@ -147,7 +108,7 @@ class DigitReward:
 def test_the_environment_scores_a_turn_that_ends_with_eos():
     loop, engine, r = make_loop(lambda text: "42", env=DigitReward)
     engine.end_id = engine.tok.eos_token_id  # the model ends its answer with EOS, not with the end-of-turn token
-    batch, metrics = run(loop, engine, items([1]), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), seed=0)
+    batch, metrics = play(loop, engine, items([1]), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), seed=0)
     assert batch.env_rewards.tolist() == [1.0, 1.0] and metrics["reward/env/mean"] == 1.0
     assert metrics["multi_turn/turns/max"] == 1 and batch.truncated.tolist() == [False, False]
 
@@ -166,7 +127,7 @@ def test_a_groups_trajectories_start_from_the_same_environment_seed():
     SeededSecret.seen = []
     loop, engine, _ = make_loop(binary_search, env=SeededSecret)
     its = [PromptItem([], "", {"prompt": "Guess 1-8"}, "g", index=i) for i in (0, 7, 11)]
-    run(loop, engine, its, SamplingParams(n=3, max_new_tokens=200, temperature=1.0), seed=42)
+    play(loop, engine, its, SamplingParams(n=3, max_new_tokens=200, temperature=1.0), seed=42)
     seeds = [s for s, _ in SeededSecret.seen]
     expected = prompt_seeds(42, torch.tensor([0, 7, 11])).tolist()
     assert seeds == [e for e in expected for _ in range(3)]
@@ -218,7 +179,7 @@ def test_tool_failures_reach_the_model_as_messages_and_are_counted_exactly():
     loop, engine, _ = make_loop(policy, env=None, tools=tools)
     start = time.perf_counter()
     with runner:
-        batch, metrics = run(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
     assert time.perf_counter() - start < 1.0 + 5.0   # the hung call cost its timeout, not 30 s
     tool_messages = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     # the malformed call first (parse errors), then the 5 parsed calls in order
@@ -239,7 +200,7 @@ def test_calls_beyond_the_per_turn_limit_are_not_run():
     call = '<tool_call>{"name": "divide", "arguments": {"a": 4, "b": 2}}</tool_call>'
     loop, engine, _ = make_loop(lambda text: "ok" if "tool" in text else call * 3, env=None, tools=tools)
     with runner:
-        batch, metrics = run(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
     tool_messages = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     assert tool_messages[0] == "2.0" and all("more than 1 tool calls" in m for m in tool_messages[1:])
     assert metrics["tools/calls"] == 3 and metrics["tools/errors"] == 2
@@ -256,7 +217,7 @@ def test_sandboxed_tools_that_spin_or_hog_memory_are_killed_and_the_step_goes_on
     loop, engine, _ = make_loop(lambda text: "done" if "<|im_start|>tool" in text else calls, env=None, tools=tools)
     start = time.perf_counter()
     with runner:
-        batch, metrics = run(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
     assert time.perf_counter() - start < 5.0 + 10.0   # the spinning call ends at its CPU limit, not at timeout
     spun, hogged, fine = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     assert spun.startswith("error") and hogged.startswith("error") and fine == str(2**20)
@@ -269,7 +230,7 @@ def test_tool_calls_on_the_last_turn_are_not_run():
     loop, engine, _ = make_loop(lambda text: call, env=None, tools=ToolUse(runner), max_turns=2)
     start = time.perf_counter()
     with runner:
-        batch, metrics = run(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
     assert metrics["tools/calls"] == 1 and metrics["multi_turn/turns/max"] == 2
     assert [m["role"] for m in batch.conversations[0]] == ["user", "assistant", "tool", "assistant"]
     assert time.perf_counter() - start < 3.0 * 2   # one call ran, not two

@@ -10,44 +10,20 @@ import openai
 import pytest
 import torch
 
-from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
 from grpoflow.multiturn.agents import AgentEpisodes, reward_parts
 from grpoflow.multiturn.endpoint import Endpoint
 from grpoflow.multiturn.episode import EpisodeRecord
-from grpoflow.rollout.protocol import SamplingParams, left_pad
+from grpoflow.multiturn.turns import stream_seed
+from grpoflow.rollout.protocol import SamplingParams
+from scripted import ScriptedEngine, Sessions, final, play
 
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>'
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Exact arithmetic.",
                                            "parameters": {"type": "object",
                                                           "properties": {"expression": {"type": "string"}},
                                                           "required": ["expression"]}}}]
-
-
-class ScriptedEngine:
-    """Replies `policy(prompt text)` + the end-of-turn token, cut at max_new_tokens; the log-prob of the t-th token
-    of a reply is -(t + 1) / 100. Records every call."""
-
-    def __init__(self, tok, policy, end_id):
-        self.tok, self.policy, self.end_id, self.calls = tok, policy, end_id, []
-
-    def __call__(self, prompts, params, seed):
-        self.calls.append((prompts, params, seed))
-        rows = [(self.tok.encode(self.policy(self.tok.decode(p.ids)), add_special_tokens=False) + [self.end_id])
-                [:params.max_new_tokens] for p in prompts]
-        width = max(len(r) for r in rows)
-        ids, mask, lp = (torch.zeros(len(rows), width, dtype=torch.long), torch.zeros(len(rows), width,
-                                                                                        dtype=torch.long),
-                         torch.zeros(len(rows), width))
-        for i, r in enumerate(rows):
-            ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
-            lp[i, :len(r)] = -(torch.arange(len(r)) + 1) / 100
-        pid, pmask = left_pad([p.ids for p in prompts], 0)
-        return Batch(prompt_ids=pid, prompt_mask=pmask, response_ids=ids, response_mask=mask,
-                     group_ids=torch.zeros(len(rows), dtype=torch.long), rollout_log_probs=lp,
-                     truncated=torch.tensor([r[-1] != self.end_id for r in rows]),
-                     policy_version=torch.full((len(rows),), 5))
 
 
 def calculator_policy(text):
@@ -58,16 +34,18 @@ def calculator_policy(text):
 def served():
     """An endpoint over a scripted engine (calculator_policy unless the test swaps `engine.policy`)."""
     tok = build_char_tokenizer()
-    engine = ScriptedEngine(tok, calculator_policy, None)
-    endpoint = Endpoint(engine, tok, window_s=0.05, max_calls=4)
+    engine = ScriptedEngine(tok, calculator_policy, None, version=5)
+    endpoint = Endpoint(tok, max_calls=4)
     engine.end_id = endpoint.renderer.turn.end_token_id
+    sessions = Sessions(engine)
+    endpoint.sessions = sessions
     with endpoint:
         yield endpoint, engine
+    sessions.close()
 
 
 def session(endpoint, episodes=1, budget=500, n=1):
-    return endpoint.open_session(seed=7, params=SamplingParams(n=n, max_new_tokens=budget, temperature=1.0),
-                                 episodes=[(3, n, j) for j in range(episodes)])
+    return endpoint.sessions.open(endpoint, episodes=episodes, budget=budget, n=n)
 
 
 def client(endpoint, episode=None):
@@ -105,10 +83,10 @@ def test_a_tool_call_and_its_result_merge_into_one_sample_with_exact_ids_and_mas
     assert sample.segments[2].log_probs == pytest.approx([-0.01, -0.02, -0.03])
     assert sample.turns == 2 and sample.tool_calls == 1 and sample.version == 5
     assert sample.messages[-1] == {"role": "assistant", "content": "42"}
-    # one generate call per request here (one episode), n=1, its own stream per turn, the template's stop token
-    assert [(len(p), sp.n, sp.stop_token_ids, seed) for p, sp, seed in engine.calls] == \
-        [(1, 1, (r.turn.end_token_id,), 7)] * 2
-    assert [p[0].index for p, _, _ in engine.calls] == [3 * 1009, 3 * 1009 + 1]
+    # one request per call, its own stream per turn (as turn t of trajectory 0 of prompt 3), the template's stop
+    # token; the second names the episode, whose KV cache the engine kept
+    assert [[(q.stop_token_ids, q.stream, q.key) for q in tick] for tick in engine.calls] == \
+        [[((r.turn.end_token_id,), stream_seed(7, 3, 1, 0, t), 0)] for t in (0, 1)]
 
 
 def test_requests_of_concurrent_episodes_are_batched_into_one_generate_call(served):
@@ -124,8 +102,8 @@ def test_requests_of_concurrent_episodes_are_batched_into_one_generate_call(serv
 
     replies = asyncio.run(all_episodes())
     assert [r.choices[0].message.content for r in replies] == ["ok"] * 6
-    assert len(engine.calls) == 1 and len(engine.calls[0][0]) == 6   # all six episodes waited: one batch
-    assert sorted(p.index for p in engine.calls[0][0]) == [(3 * 6 + j) * 1009 for j in range(6)]
+    assert len(engine.calls) == 1 and len(engine.calls[0]) == 6   # all six episodes waited: admitted at one tick
+    assert [q.stream for q in engine.calls[0]] == [stream_seed(7, 3, 6, j, 0) for j in range(6)]
     records = endpoint.close_session()
     assert all(len(records[e].samples) == 1 for e in ids)
 
@@ -262,8 +240,8 @@ def items(n_items):
     return [PromptItem([], "", {"prompt": f"p{i}", "answer": "42"}, "calc", index=i) for i in range(n_items)]
 
 
-def opening(item):
-    return [{"role": "user", "content": item.row["prompt"]}]
+def opening(row):
+    return [{"role": "user", "content": row["prompt"]}]
 
 
 def test_agent_episodes_form_groups_and_failures_are_scored_and_counted(served):
@@ -288,7 +266,8 @@ def test_agent_episodes_form_groups_and_failures_are_scored_and_counted(served):
         return {"correct": float(final.choices[0].message.content == row["answer"]), "style": 0.25}
 
     episodes = AgentEpisodes(agent, endpoint, timeout_s=1.0, error_score=-1.0, opening=opening)
-    batch, metrics = episodes.run(items(5), SamplingParams(n=2, max_new_tokens=300, temperature=1.0), seed=0)
+    batch, metrics = play(episodes, engine, items(5), SamplingParams(n=2, max_new_tokens=300, temperature=1.0), 0,
+                          agent=True)
     # episodes per prompt: 0 -> 1 sample each, 1 -> error (empty), 2 -> timeout (empty), 3 -> no call (empty), 4 -> 2
     assert batch.group_ids.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4, 4]
     assert batch.env_rewards.tolist() == [1.25, 1.25, -1, -1, -1, -1, 0.5, 0.5, 1.25, 1.25, 1.25, 1.25]
@@ -301,9 +280,10 @@ def test_agent_episodes_form_groups_and_failures_are_scored_and_counted(served):
     assert metrics["reward/agent/correct/mean"] == pytest.approx(6 / 12)
     assert batch.completions[0] == "42" and batch.conversations[0][0] == {"role": "user", "content": "p0"}
     # validation: one sample per episode, the last conversation of each
-    final = episodes.final(items(5), SamplingParams(n=2, max_new_tokens=300, temperature=0.0), seed=1)
-    assert len(final) == 10 and final.conversations[8] == [{"role": "user", "content": "again"},
-                                                            {"role": "assistant", "content": CALL}]
+    last = final(play(episodes, engine, items(5), SamplingParams(n=2, max_new_tokens=300, temperature=0.0), 1)[0])
+    assert len(last) == 10 and last.conversations[8] == [{"role": "user", "content": "again"},
+                                                          {"role": "assistant", "content": CALL}]
+    assert last.conversations[0][0] == {"role": "user", "content": "p0"}
 
 
 def test_reward_parts_reject_what_is_not_a_number():
@@ -332,7 +312,7 @@ def test_an_engine_failure_is_raised_as_such_not_scored_as_the_agents(served):
 
     episodes = AgentEpisodes(agent, endpoint, timeout_s=5.0, error_score=0.0, opening=opening)
     with pytest.raises(RuntimeError, match="rollout engine failed while serving agent calls: RuntimeError: CUDA"):
-        episodes.run(items(1), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), seed=0)
+        play(episodes, engine, items(1), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), 0, agent=True)
     assert seen == ["engine_error", "engine_error"]
 
 
@@ -341,7 +321,7 @@ def test_an_agent_that_blocks_the_event_loop_is_abandoned_after_the_grace_period
 
     import grpoflow.multiturn.agents as agents
 
-    endpoint, _ = served
+    endpoint, engine = served
     monkeypatch.setattr(agents, "GRACE_S", 0.5)
 
     async def agent(row, client):
@@ -350,7 +330,8 @@ def test_an_agent_that_blocks_the_event_loop_is_abandoned_after_the_grace_period
 
     episodes = AgentEpisodes(agent, endpoint, timeout_s=0.5, error_score=-2.0, opening=opening)
     start = time.perf_counter()
-    batch, metrics = episodes.run(items(1), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), seed=0)
+    batch, metrics = play(episodes, engine, items(1), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), 0,
+                          agent=True)
     assert time.perf_counter() - start < 2.5
     assert metrics["agent/timeouts"] == 2 and batch.env_rewards.tolist() == [-2.0, -2.0]
 

@@ -27,6 +27,7 @@ from grpoflow.rollout.protocol import Completion
 from grpoflow.rollout.random_streams import prompt_seeds, row_seeds
 
 TURN_STRIDE = 1009  # turn t of sample j of prompt i: stream index (i * n + j) * TURN_STRIDE + t, for t >= 1
+TURN_SALT = 0x5BD1E995  # later turns draw from seeds of their own (a turn-t index never meets a dataset index)
 
 
 def stream_index(item_index: int, n: int, sample: int, turn: int) -> int:
@@ -38,7 +39,8 @@ def stream_seed(seed: int | None, item_index: int, n: int, sample: int, turn: in
     """The 32-bit seed of the random stream of that turn (see the module docstring)."""
     if turn == 0:
         return int(row_seeds(prompt_seeds(seed or 0, torch.tensor([item_index])), n)[sample])
-    return int(row_seeds(prompt_seeds(seed or 0, torch.tensor([stream_index(item_index, n, sample, turn)])), 1)[0])
+    index = torch.tensor([stream_index(item_index, n, sample, turn)])
+    return int(row_seeds(prompt_seeds((seed or 0) ^ TURN_SALT, index), 1)[0])
 
 
 @dataclass

@@ -9,15 +9,19 @@ import torch
 
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
+from grpoflow.controller.rollouts import metrics_of
 from grpoflow.controller.run import sft_stage, train
 from grpoflow.data.dataset import PromptItem
 from grpoflow.multiturn.agents import AgentEpisodes
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.endpoint import Endpoint
 from grpoflow.multiturn.env import GuessNumber
-from grpoflow.multiturn.loop import AgentLoop, stream_index
+from grpoflow.multiturn.loop import EnvLoop, RolloutItem
+from grpoflow.multiturn.rollout import run_rollout
+from grpoflow.multiturn.turns import stream_seed
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
+from recording import Recording
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agents"
 BASE = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
@@ -43,11 +47,9 @@ async def guess_agent(row, client):
         reply = await client.chat.completions.create(model="policy", messages=messages)
         text = reply.choices[0].message.content
         messages.append({"role": "assistant", "content": text})
-        if reply.choices[0].finish_reason == "length":
-            break
-        observation, done, reward = env.step(text)
+        observation, done, reward = env.step(text)  # the environment scores every turn, a cut one too
         total += reward
-        if done or observation is None:
+        if done or observation is None or reply.choices[0].finish_reason == "length":
             break
         messages.append({"role": "user", "content": observation})
     return total
@@ -61,26 +63,20 @@ def rows_of(batch, row):
 
 def test_an_agent_and_the_same_episodes_as_an_environment_give_the_same_trajectories(warm_model):
     worker = RolloutWorker(0, 1, model_path=warm_model)
-    sampled = {}  # (prompt ids, stream) -> what the engine returned, for each call of the agent run
-
-    def generate(prompts, params, seed):
-        out = worker.generate(prompts, params, seed=seed)
-        for row, p in enumerate(prompts):
-            length = int(out.response_mask[row].sum())
-            sampled[tuple(p.ids), p.index] = (out.response_ids[row, :length].tolist(),
-                                              out.rollout_log_probs[row, :length])
-        return out
-
     items = [PromptItem([], "", {"prompt": "Guess 1-8", "secret": s}, "g", index=i) for i, s in enumerate((2, 5, 8))]
     params = SamplingParams(n=4, max_new_tokens=BUDGET, temperature=1.0)
-    loop = AgentLoop(ChatRenderer(worker.tokenizer), worker.generate, env_cls=GuessNumber, tools=None,
-                     max_turns=MAX_TURNS, opening=lambda it: [{"role": "user", "content": "Guess 1-8"}],
-                     shared_first_turn=False)
-    expected, loop_metrics = loop.run(items, params, seed=11)
-    with Endpoint(generate, worker.tokenizer, max_calls=MAX_TURNS) as endpoint:
+    requests = [RolloutItem(it.prompt_ids, it.index, k, it.row) for k, it in enumerate(items)]
+    loop = EnvLoop(ChatRenderer(worker.tokenizer), env_cls=GuessNumber, tools=None, max_turns=MAX_TURNS,
+                   opening=lambda row: [{"role": "user", "content": "Guess 1-8"}])
+    expected = run_rollout(loop, worker.engine, requests, params, 11, decode=worker.tokenizer.decode)
+    loop_metrics = metrics_of(expected, True, False, episodes=12)
+    engine = Recording(worker.engine)
+    with Endpoint(worker.tokenizer, max_calls=MAX_TURNS) as endpoint:
         episodes = AgentEpisodes(guess_agent, endpoint, timeout_s=60, error_score=0.0,
-                                 opening=lambda it: [{"role": "user", "content": "Guess 1-8"}])
-        batch, metrics = episodes.run(items, params, seed=11)
+                                 opening=lambda row: [{"role": "user", "content": "Guess 1-8"}])
+        batch = run_rollout(episodes, engine, requests, params, 11, decode=worker.tokenizer.decode)
+        metrics = metrics_of(batch, True, True, episodes=12)
+    sampled = {(tuple(p), stream): (ids, torch.tensor(lps)) for stream, (p, ids, lps) in engine.sampled.items()}
     assert loop_metrics["multi_turn/turns/max"] >= 2, "the warm-started model should play several turns"
     assert metrics["agent/samples/mean"] == 1 and metrics["agent/errors"] == 0
     assert metrics["agent/calls/mean"] == pytest.approx(loop_metrics["multi_turn/turns/mean"])
@@ -103,7 +99,7 @@ def test_an_agent_and_the_same_episodes_as_an_environment_give_the_same_trajecto
         at, prefix, turn = 0, list(prompt), 0
         while at < len(ids):
             if mask[at]:  # a model segment: the engine's reply to the trajectory so far, on the call's stream
-                got, lps = sampled[tuple(prefix), stream_index(row // 4, 4, row % 4, turn)]
+                got, lps = sampled[tuple(prefix), stream_seed(11, row // 4, 4, row % 4, turn)]
                 assert ids[at:at + len(got)] == got
                 assert torch.equal(log_probs[at:at + len(got)], lps)
                 prefix, at, turn = prefix + got, at + len(got), turn + 1

@@ -23,9 +23,13 @@ from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.multiturn.chat import ChatRenderer, TemplateError
 from grpoflow.multiturn.env import GuessNumber
-from grpoflow.multiturn.loop import TURN_STRIDE, AgentLoop
+from grpoflow.controller.rollouts import metrics_of
+from grpoflow.multiturn.loop import EnvLoop, RolloutItem
+from grpoflow.multiturn.rollout import run_rollout
+from grpoflow.multiturn.turns import stream_seed
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
+from recording import Recording
 
 BASE = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
         "rollout.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
@@ -46,23 +50,24 @@ def run(out, warm_model, *overrides):
     return [r for r in read_metrics(out) if "timing_s/step" in r]
 
 
+def play_env(worker, engine, items, params, seed, max_turns=4):
+    loop = EnvLoop(ChatRenderer(worker.tokenizer), env_cls=GuessNumber, tools=None, max_turns=max_turns,
+                   opening=lambda row: [{"role": "user", "content": "Guess 1-8"}])
+    requests = [RolloutItem(it.prompt_ids, it.index, k, it.row) for k, it in enumerate(items)]
+    batch = run_rollout(loop, engine, requests, params, seed, decode=worker.tokenizer.decode)
+    return batch, metrics_of(batch, True, False, episodes=len(items) * params.n)
+
+
 def test_trained_ids_are_the_sampled_ids_and_the_rendered_environment_ids(warm_model):
     worker = RolloutWorker(0, 1, model_path=warm_model)
     renderer = ChatRenderer(worker.tokenizer)
-    sampled = {}  # (trajectory, turn) -> (prefix the engine was given, the ids it sampled)
-
-    def generate(prompts, params, seed):
-        out = worker.generate(prompts, params, seed=seed)
-        for row in range(len(out)):
-            p, j = prompts[row // params.n], row % params.n   # stream index = trajectory * TURN_STRIDE + turn
-            trajectory, turn = p.index // TURN_STRIDE + j, p.index % TURN_STRIDE
-            sampled[trajectory, turn] = (p.ids, out.response_ids[row, :int(out.response_mask[row].sum())].tolist())
-        return out
-
-    loop = AgentLoop(renderer, generate, env_cls=GuessNumber, tools=None, max_turns=4,
-                     opening=lambda it: [{"role": "user", "content": "Guess 1-8"}])
+    engine = Recording(worker.engine)
     items = [PromptItem([], "", {"secret": s}, "g", index=i) for i, s in enumerate((2, 5, 8))]  # trajectory = i*n+j
-    batch, metrics = loop.run(items, SamplingParams(n=4, max_new_tokens=96, temperature=1.0), seed=3)
+    batch, metrics = play_env(worker, engine, items, SamplingParams(n=4, max_new_tokens=96, temperature=1.0), 3)
+    sampled = {(i * 4 + j, t): engine.sampled[stream_seed(3, i, 4, j, t)][:2]
+               for i in range(3) for j in range(4) for t in range(4) if stream_seed(3, i, 4, j, t) in engine.sampled}
+    assert metrics["multi_turn/prefilled_tokens"] < sum(len(p) for p, _, _ in engine.sampled.values()), \
+        "later turns should reuse their trajectory's KV cache"
     assert metrics["multi_turn/turns/max"] >= 2, "the warm-started model should play several turns"
     for row in range(len(batch)):
         prompt = batch.prompt_ids[row][batch.prompt_mask[row].bool()].tolist()

@@ -52,3 +52,10 @@ def test_inverse_cdf_draws_follow_the_probabilities_and_skip_zeros():
     assert sample_from(torch.tensor([[0.0, 0.2, 0.0, 0.2]]), torch.tensor([0.0])).item() == 1
     assert sample_from(torch.tensor([[0.0, 0.2, 0.0, 0.2]]), torch.tensor([0.5])).item() == 3
     assert sample_from(torch.tensor([[0.5, 0.5]]), torch.tensor([0.999999])).item() == 1
+
+
+def test_every_turn_of_every_trajectory_has_its_own_stream():
+    from grpoflow.multiturn.turns import stream_seed
+    # turn 0 is the single-turn sample's stream; later turns must not meet another trajectory's turn 0
+    seeds = [stream_seed(11, i, 4, j, t) for i in range(6) for j in range(4) for t in range(5)]
+    assert len(set(seeds)) == len(seeds)

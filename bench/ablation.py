@@ -44,7 +44,6 @@ def generation_variants(path: Path, size_n: int, max_new_tokens: int):
     """name -> a function that samples one step's rollouts (8 prompts x n) with a fresh seed."""
     from grpoflow.rollout.hf import HFRolloutEngine
     from grpoflow.rollout.protocol import Generation, SamplingParams, eos_response_mask, left_pad
-    from grpoflow.rollout.sampling import sample
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.tasks.addition import addition_splits
 
@@ -69,16 +68,16 @@ def generation_variants(path: Path, size_n: int, max_new_tokens: int):
 
     fp32 = HFRolloutEngine(load_causal_lm(path), **kw)
     bf16 = HFRolloutEngine(load_causal_lm(path, dtype=torch.bfloat16), **kw)
+    kept = HFRolloutEngine(load_causal_lm(path), **kw)
+    kept.sampler.compact_fraction = 10**6  # finished rows' slots are never compacted away
+
     def keep_finished_rows(prompts):
-        ids, mask = left_pad(prompts, tok.pad_token_id)
-        return sample(fp32.model, ids, mask, n=size_n, max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0,
-                      eos_token_ids=torch.tensor([tok.eos_token_id]), pad_token_id=tok.pad_token_id,
-                      drop_finished=False)
+        return kept.generate(prompts, params)
 
     samplers = {"sampling: HF generate, fp32": hf_generate(load_causal_lm(path).eval()),
-                "sampling: KV-cached loop, fp32, finished rows kept": keep_finished_rows,
-                "sampling: KV-cached loop, fp32": lambda prompts: fp32.generate(prompts, params),
-                "sampling: KV-cached loop, bf16 weights": lambda prompts: bf16.generate(prompts, params)}
+                "sampling: continuous batching, fp32, finished rows kept": keep_finished_rows,
+                "sampling: continuous batching, fp32": lambda prompts: fp32.generate(prompts, params),
+                "sampling: continuous batching, bf16 weights": lambda prompts: bf16.generate(prompts, params)}
     counter = iter(range(10**9))
 
     def with_fresh_prompts(sampler):
@@ -137,7 +136,6 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     from grpoflow.data.dataset import prepare_prompts
     from grpoflow.models import attention, logprobs
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
-    from grpoflow.rollout import sampling as sampling_loop
     from grpoflow.rollout.hf import HFRolloutEngine
     from grpoflow.rollout.protocol import SamplingParams, left_pad
     from grpoflow.tasks.chat_addition import chat_addition_splits
@@ -180,20 +178,15 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
             engine.model.set_attn_implementation("sdpa")
         return run
 
-    def sampling_dropping(drop_fraction: int | None):
-        """The loop with finished rows dropped at every finish (1), at a quarter (4, now) or never (None)."""
-        ids, mask = left_pad(prompts, tok.pad_token_id)
-        eos = torch.tensor([tok.eos_token_id])
-
+    def sampling_compacting(fraction: int):
+        """Continuous batching with finished rows' slots compacted away at every finish (1), at a quarter (4, now)
+        or never (10**6)."""
         def run():
-            kept = sampling_loop.DROP_FRACTION
-            sampling_loop.DROP_FRACTION = drop_fraction or 1
+            kept, engine.sampler.compact_fraction = engine.sampler.compact_fraction, fraction
             try:
-                sampling_loop.sample(engine.model, ids, mask, n=size_n, max_new_tokens=max_new_tokens,
-                                     temperature=1.0, top_p=1.0, eos_token_ids=eos, pad_token_id=tok.pad_token_id,
-                                     seeds=torch.tensor(seeds), drop_finished=drop_fraction is not None)
+                engine.generate(prompts, params, seeds=seeds)
             finally:
-                sampling_loop.DROP_FRACTION = kept
+                engine.sampler.compact_fraction = kept
         return run
 
     return {"update: logits path, sdpa, fp32": update(False, "sdpa", None, chunk=1024),
@@ -208,8 +201,8 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
                 True, "grouped", "bfloat16", plans=two),
             "sampling: bf16 weights, sdpa (now)": sampling("sdpa"),
             "sampling: bf16 weights, grouped attention": sampling("grouped"),
-            "sampling: finished rows dropped at every finish": sampling_dropping(1),
-            "sampling: finished rows kept": sampling_dropping(None),
+            "sampling: finished rows compacted at every finish": sampling_compacting(1),
+            "sampling: finished rows kept": sampling_compacting(10**6),
             **optimizer_variants(path)}
 
 

@@ -155,7 +155,7 @@ def instrument_grpoflow() -> list[dict]:
     forward_module.response_log_probs = timed(forward_module.response_log_probs, "nograd_forward")
     TrainEngine.forward_backward = timed(TrainEngine.forward_backward, "forward_backward")
     TrainEngine.optimizer_step = timed(TrainEngine.optimizer_step, "optimizer")
-    RolloutWorker.generate = timed(RolloutWorker.generate, "generate")
+    RolloutWorker.rollout = timed(RolloutWorker.rollout, "generate")
     return records
 
 

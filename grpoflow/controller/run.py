@@ -141,7 +141,7 @@ def train(cfg: Config) -> dict:
     model_path = sft_stage(cfg, run_dir, train_rows)
     tokenizer = load_tokenizer(model_path)
     d = cfg.data
-    # A multi-turn run renders every opening as chat (`multiturn.rollout.opening_of`), plain-string prompts included:
+    # A multi-turn run renders every opening as chat (`workers.rollout_kinds.opening_of`), plain-string prompts included:
     # tokenize them the same way, so their lengths are checked as rendered and data.system_prompt applies.
     chat = True if d.apply_chat_template is None and (cfg.rollout.multi_turn or cfg.rollout.agent) \
         else d.apply_chat_template

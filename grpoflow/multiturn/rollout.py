@@ -1,5 +1,5 @@
-"""One rollout for every kind of run: build what `cfg.rollout` asks for, run its trajectories over a request
-batcher, return the samples as one Batch.
+"""One rollout for every kind of run: run its trajectories over a request batcher, return the samples as one
+Batch (workers/rollout_kinds.py builds the kind a config asks for).
 
 The kinds (each a `play(batcher, items, params, seed)` coroutine, loop.py and agents.py):
 
@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, Callable, Protocol, Union
+from typing import Callable, Protocol
 
 import torch
 
-from grpoflow.config import Config
 from grpoflow.data.batch import Batch
 from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import load_env, with_system_prompt
-from grpoflow.multiturn.loop import EnvLoop, Played, RolloutItem, SingleTurn
-from grpoflow.multiturn.tool_runner import ToolRunner
-from grpoflow.multiturn.tools import load_tools, tool_from_function
+from grpoflow.multiturn.loop import Played, RolloutItem
 from grpoflow.multiturn.trajectory import to_batch
-from grpoflow.multiturn.turns import ToolUse, opening_messages
+from grpoflow.multiturn.turns import opening_messages
 from grpoflow.rollout.batcher import BatchCalls, RequestBatcher, StepEngine
 from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
 
@@ -85,62 +81,6 @@ def played_batch(played: Played, multi_turn: bool, *, pad_token_id: int,
     return batch.replace(group_ids=torch.tensor([g for g, _, _ in played], dtype=torch.long),
                          policy_version=torch.where(batch.policy_version < 0, newest, batch.policy_version),
                          infos=[info for _, _, info in played])
-
-
-def build_rollout(cfg: Config, tokenizer: Any) -> Union[SingleTurn, EnvLoop, Any]:
-    """The kind of rollout `cfg.rollout` asks for (close it with `.close()`)."""
-    if cfg.rollout.agent:
-        return build_agent_episodes(cfg, tokenizer)
-    if cfg.rollout.multi_turn:
-        return build_env_loop(cfg, tokenizer)
-    return SingleTurn(tokenizer)
-
-
-def opening_of(cfg: Config) -> Callable[[dict], list[dict]]:
-    d = cfg.data
-
-    def opening(row: dict) -> list[dict]:
-        """The dataset prompt as chat messages (with data.system_prompt), when the environment gives none."""
-        prompt = row.get(d.prompt_key)
-        messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
-        return with_system_prompt(messages, d.system_prompt)
-
-    return opening
-
-
-def build_agent_episodes(cfg: Config, tokenizer: Any) -> Any:
-    """The agent of `rollout.agent` and a started endpoint (imports fastapi: the `agents` extra)."""
-    from grpoflow.multiturn.agents import AgentEpisodes, load_agent
-    from grpoflow.multiturn.endpoint import Endpoint
-
-    r = cfg.rollout
-    assert r.agent
-    agent = load_agent(r.agent)
-    endpoint = Endpoint(tokenizer, model_name=r.agent_model, tool_parser=r.tool_parser, max_calls=r.max_turns).start()
-    return AgentEpisodes(agent, endpoint, timeout_s=r.agent_timeout_s, error_score=cfg.reward.error_score,
-                         opening=opening_of(cfg))
-
-
-def build_env_loop(cfg: Config, tokenizer: Any) -> EnvLoop:
-    """The loop for `cfg.rollout`: its environment class, its tools (the configured ones and those the environment
-    declares, run by a ToolRunner: `EnvLoop.close` stops it), and a renderer whose template was checked."""
-    r = cfg.rollout
-    env_cls = load_env(r.env) if r.env else None
-    tools = None
-    declared = list(getattr(env_cls, "tools", []) or [])
-    found = load_tools(list(r.tools)) + [tool_from_function(fn) for fn in declared]
-    names = [t.name for t in found]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError(f"rollout.tools and the environment's tools name {duplicates} twice; rename one.")
-    renderer = ChatRenderer(tokenizer, [t.schema for t in found] or None)  # checks the template first
-    if found:
-        runner = ToolRunner(found, timeout_s=r.tool_timeout_s, cpu_time_s=r.tool_cpu_time_s,
-                            memory_mb=r.tool_memory_mb, workers=r.tool_workers)
-        tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
-                        max_output_tokens=r.max_tool_output_tokens)
-    return EnvLoop(renderer, env_cls=env_cls, tools=tools, max_turns=r.max_turns, opening=opening_of(cfg),
-                   system_prompt=cfg.data.system_prompt)
 
 
 def prompt_text(renderer: ChatRenderer, messages: list[dict]) -> str:

@@ -99,12 +99,14 @@ class ParkedKV:
 class ContinuousSampler:
     """Slots of a `SlotCache` over `model`; `admit` and `step` as the module docstring says."""
 
-    def __init__(self, model: torch.nn.Module, *, pad_token_id: int, kv_reuse_bytes: int = 1 << 30) -> None:
+    def __init__(self, model: torch.nn.Module, *, pad_token_id: int, kv_reuse_bytes: int = 1 << 30,
+                 compact_fraction: int = COMPACT_FRACTION) -> None:
+        """`compact_fraction`: free slots are compacted away once they are 1 / compact_fraction of the slots."""
         if not supports(model.config):
             raise ValueError(f"the HF rollout engine's continuous batching serves full-attention models only; "
                              f"{type(model).__name__} has sliding-window or other attention layers. Use "
                              "rollout.engine=vllm or sglang for it.")
-        self.model, self.pad_token_id = model, pad_token_id
+        self.model, self.pad_token_id, self.compact_fraction = model, pad_token_id, compact_fraction
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache_kw = cache_keyword(model)
@@ -226,7 +228,7 @@ class ContinuousSampler:
     def _decode(self, going: list[int]) -> None:
         """Feed each continuing row its last token (one forward over every slot; free slots write the dump)."""
         free = len(self.rows) - len(going)
-        if free and free * COMPACT_FRACTION >= len(self.rows):
+        if free and free * self.compact_fraction >= len(self.rows):
             self._compact(going)
             going = list(range(len(going)))
         slots = len(self.rows)

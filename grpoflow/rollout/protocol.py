@@ -15,14 +15,6 @@ from torch import Tensor
 
 
 
-@dataclass(frozen=True)
-class PromptTokens:
-    """What generation needs of one prompt: its token ids, and its index among the run's prompts (with the
-    step's seed it seeds this prompt's samples)."""
-    ids: list[int]
-    index: int = 0
-
-
 @dataclass
 class SamplingParams:
     n: int = 1

@@ -13,10 +13,11 @@ from torch import Tensor
 from grpoflow.config import Config, RolloutConfig
 from grpoflow.data.batch import Batch
 from grpoflow.multiturn.loop import RolloutItem
-from grpoflow.multiturn.rollout import Kind, build_rollout, run_rollout
+from grpoflow.multiturn.rollout import Kind, run_rollout
 from grpoflow.rollout.factory import build_engine
 from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
 from grpoflow.rollout.pushed_weights import PushedWeights
+from grpoflow.workers.rollout_kinds import build_rollout
 from grpoflow.models.loading import load_tokenizer
 
 

@@ -6,7 +6,6 @@ import torch
 from grpoflow.data.batch import Batch
 from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.rollout.protocol import SamplingParams, eos_response_mask, left_pad
-from grpoflow.rollout.sampling import sample
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.training.forward import batch_log_probs
 
@@ -131,15 +130,18 @@ def test_bf16_engine_samples_and_receives_fp32_weights(tiny_model_path):
     assert (trainer_lp[m] - gen.log_probs[m]).abs().mean() < 0.05
 
 
-def test_dropping_finished_rows_does_not_change_greedy_samples(tiny_model_path):
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_compacting_finished_rows_does_not_change_the_samples(tiny_model_path, temperature):
     tok = load_tokenizer(tiny_model_path)
-    model = load_causal_lm(tiny_model_path)
-    ids, mask = left_pad(_prompts(tok), tok.pad_token_id)
-    kw = dict(n=2, max_new_tokens=10, temperature=0.0, top_p=1.0, eos_token_ids=torch.tensor(MANY_EOS),
-              pad_token_id=tok.pad_token_id)
-    dropped, kept = sample(model, ids, mask, **kw), sample(model, ids, mask, drop_finished=False, **kw)
-    assert torch.equal(dropped[0], kept[0])
-    torch.testing.assert_close(dropped[1], kept[1], atol=1e-5, rtol=1e-5)
+    out = []
+    for fraction in (1, 10**6):  # compact at every finish, never
+        eng = HFRolloutEngine(load_causal_lm(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
+        eng.sampler.compact_fraction = fraction
+        out.append(eng.generate(_prompts(tok), SamplingParams(n=2, max_new_tokens=10, temperature=temperature),
+                                seeds=[1, 2, 3, 4]))
+    assert torch.equal(out[0].response_ids, out[1].response_ids)
+    torch.testing.assert_close(out[0].log_probs, out[1].log_probs, atol=1e-5, rtol=1e-5)
+    assert len({int(m.sum()) for m in out[0].response_mask}) > 1  # rows did finish at different steps
 
 
 def test_per_prompt_seeds_make_samples_independent_of_the_batch(tiny_model_path):

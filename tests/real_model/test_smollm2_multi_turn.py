@@ -15,8 +15,8 @@ from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import GuessNumber
-from grpoflow.multiturn.loop import AgentLoop
-from grpoflow.data.dataset import PromptItem
+from grpoflow.multiturn.loop import EnvLoop, RolloutItem
+from grpoflow.multiturn.rollout import run_rollout
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
@@ -37,11 +37,12 @@ def test_the_real_template_renders_token_exactly(smollm2_path):
 
 def test_sampled_log_probs_are_the_teacher_forced_ones_over_whole_conversations(smollm2_path):
     worker = RolloutWorker(0, 1, model_path=smollm2_path)
-    loop = AgentLoop(ChatRenderer(worker.tokenizer), lambda p, s, seed: worker.generate(p, s, seed=seed),
-                     env_cls=GuessNumber, tools=None, max_turns=3,
-                     opening=lambda it: [{"role": "user", "content": "Guess 1-8"}])
-    items = [PromptItem([], "", {"secret": 5}, "g", index=0)]
-    batch, metrics = loop.run(items, SamplingParams(n=4, max_new_tokens=64, temperature=1.0), seed=0)
+    loop = EnvLoop(ChatRenderer(worker.tokenizer), env_cls=GuessNumber, tools=None, max_turns=3,
+                   opening=lambda row: [{"role": "user", "content": "Guess 1-8"}])
+    items = [RolloutItem([], 0, 0, {"secret": 5})]
+    # later turns reuse their trajectory's KV cache: the log-probs must still be the teacher-forced ones
+    batch = run_rollout(loop, worker.engine, items, SamplingParams(n=4, max_new_tokens=64, temperature=1.0), 0,
+                        decode=worker.tokenizer.decode)
     model = load_causal_lm(smollm2_path)
     with torch.no_grad():
         forced, _ = response_log_probs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,

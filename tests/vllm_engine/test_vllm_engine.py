@@ -16,7 +16,8 @@ pytest.importorskip("vllm", reason="vllm is not installed (.ci/vllm_stage runs t
 
 from grpoflow.config import RolloutConfig  # noqa: E402
 from grpoflow.rollout.external import WeightSyncTimeout  # noqa: E402
-from grpoflow.rollout.protocol import PromptTokens, SamplingParams  # noqa: E402
+from grpoflow.multiturn.loop import RolloutItem  # noqa: E402
+from grpoflow.rollout.protocol import SamplingParams  # noqa: E402
 from grpoflow.models.loading import load_causal_lm  # noqa: E402
 from grpoflow.workers.rollout import RolloutWorker  # noqa: E402
 
@@ -89,7 +90,7 @@ def test_weight_sync_parity(worker, new_policy):
 def test_generation_is_well_formed(worker):
     params = SamplingParams(n=3, max_new_tokens=10, temperature=1.0)
     torch.manual_seed(1)
-    batch = worker.generate([PromptTokens(p, i) for i, p in enumerate(PROMPTS)], params)
+    batch = worker.rollout([RolloutItem(p, i, i) for i, p in enumerate(PROMPTS)], params)
     gen = worker.engine.generate(PROMPTS, params)
     eos, pad = worker.tokenizer.eos_token_id, worker.tokenizer.pad_token_id
     rows = len(PROMPTS) * 3

@@ -1,0 +1,71 @@
+"""The kind of rollout a run's config asks for (multiturn/rollout.py plays it): single-turn samples, conversations
+with `rollout.env` / `rollout.tools`, or `rollout.agent` episodes through the OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from grpoflow.config import Config
+from grpoflow.multiturn.chat import ChatRenderer
+from grpoflow.multiturn.env import load_env, with_system_prompt
+from grpoflow.multiturn.loop import EnvLoop, SingleTurn
+from grpoflow.multiturn.rollout import Kind
+from grpoflow.multiturn.tool_runner import ToolRunner
+from grpoflow.multiturn.tools import load_tools, tool_from_function
+from grpoflow.multiturn.turns import ToolUse
+
+
+def build_rollout(cfg: Config, tokenizer: Any) -> Kind:
+    """The kind of rollout `cfg.rollout` asks for (close it with `.close()`)."""
+    if cfg.rollout.agent:
+        return build_agent_episodes(cfg, tokenizer)
+    if cfg.rollout.multi_turn:
+        return build_env_loop(cfg, tokenizer)
+    return SingleTurn(tokenizer)
+
+
+def opening_of(cfg: Config) -> Callable[[dict], list[dict]]:
+    d = cfg.data
+
+    def opening(row: dict) -> list[dict]:
+        """The dataset prompt as chat messages (with data.system_prompt), when the environment gives none."""
+        prompt = row.get(d.prompt_key)
+        messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+        return with_system_prompt(messages, d.system_prompt)
+
+    return opening
+
+
+def build_agent_episodes(cfg: Config, tokenizer: Any) -> Any:
+    """The agent of `rollout.agent` and a started endpoint (imports fastapi: the `agents` extra)."""
+    from grpoflow.multiturn.agents import AgentEpisodes, load_agent
+    from grpoflow.multiturn.endpoint import Endpoint
+
+    r = cfg.rollout
+    assert r.agent
+    agent = load_agent(r.agent)
+    endpoint = Endpoint(tokenizer, model_name=r.agent_model, tool_parser=r.tool_parser, max_calls=r.max_turns).start()
+    return AgentEpisodes(agent, endpoint, timeout_s=r.agent_timeout_s, error_score=cfg.reward.error_score,
+                         opening=opening_of(cfg))
+
+
+def build_env_loop(cfg: Config, tokenizer: Any) -> EnvLoop:
+    """The loop for `cfg.rollout`: its environment class, its tools (the configured ones and those the environment
+    declares, run by a ToolRunner: `EnvLoop.close` stops it), and a renderer whose template was checked."""
+    r = cfg.rollout
+    env_cls = load_env(r.env) if r.env else None
+    tools = None
+    declared = list(getattr(env_cls, "tools", []) or [])
+    found = load_tools(list(r.tools)) + [tool_from_function(fn) for fn in declared]
+    names = [t.name for t in found]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"rollout.tools and the environment's tools name {duplicates} twice; rename one.")
+    renderer = ChatRenderer(tokenizer, [t.schema for t in found] or None)  # checks the template first
+    if found:
+        runner = ToolRunner(found, timeout_s=r.tool_timeout_s, cpu_time_s=r.tool_cpu_time_s,
+                            memory_mb=r.tool_memory_mb, workers=r.tool_workers)
+        tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
+                        max_output_tokens=r.max_tool_output_tokens)
+    return EnvLoop(renderer, env_cls=env_cls, tools=tools, max_turns=r.max_turns, opening=opening_of(cfg),
+                   system_prompt=cfg.data.system_prompt)

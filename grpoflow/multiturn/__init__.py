@@ -5,7 +5,9 @@ and each conversation is one training sample, token-exact.
                     separator restored), the prefix-preserving template check
     env.py          the environment contract (reset / step / get_reward / close), registry, guess_number
     trajectory.py   Trajectory: prompt ids + segments (sampled ids with log-probs and version | rendered ids) -> Batch
-    loop.py         AgentLoop: every trajectory of a step turn by turn, one generate call per turn, tools, budgets
+    loop.py         trajectories as coroutines over the request batcher: SingleTurn, EnvLoop (environment, tools)
+    turns.py        what every trajectory shares: random streams, budget and end-of-turn rules, tool calls, SampleInfo
+    rollout.py      run_rollout: a kind's trajectories over a RequestBatcher (rollout/batcher.py) -> one Batch
     tools.py        Tool, tool_from_function (typed function + docstring -> chat-template schema), the
                     tool registry, load_tools(specs); the built-ins are registered from builtin_tools.py
     builtin_tools.py  calculator (safe arithmetic via `ast`) and python (runs code; sandboxed)
@@ -15,13 +17,13 @@ and each conversation is one training sample, token-exact.
 
 Agent programs through an OpenAI-compatible endpoint (docs/agents.md; extra `agents`: fastapi, uvicorn, openai):
 
-    endpoint.py     Endpoint: /v1/chat/completions and /v1/models on uvicorn in a thread, requests batched into
-                    generate calls (one random stream per call), each call recorded
+    endpoint.py     Endpoint: /v1/chat/completions and /v1/models on uvicorn in a thread, each call sent to the
+                    request batcher as it arrives (one random stream per call), each call recorded
     openai_api.py   the wire format: requests checked and rendered as template messages, replies, OpenAI errors
     episode.py      EpisodeRecord: an episode's calls -> samples (merged token for token, else split; budgets)
-    agents.py       AgentEpisodes: `async def run(row, client)` played n times per row, timeouts, errors -> Batch
+    agents.py       AgentEpisodes: `async def run(row, client)` played n times per row, timeouts, errors
 
-A part beside `rollout` (DESIGN.md places multi-turn with the rollout): it drives the engines through a generate
-function it is given and imports no workers, placement or controller. This file imports nothing: tool worker
+A part beside `rollout` (DESIGN.md places multi-turn with the rollout): it drives the engines through the request
+batcher it is given and imports no workers, placement, controller or config. This file imports nothing: tool worker
 processes import the tool modules, and nothing heavier.
 """

@@ -230,6 +230,7 @@ class Endpoint:
                                   tool_calls=len(calls.calls) + len(calls.errors) if calls else 0,
                                   tool_errors=len(calls.errors) if calls else 0)
                 t.prefilled += out.prefilled
+                t.context += len(prompt_ids)
         finish = "length" if truncated else "tool_calls" if calls is not None and calls.calls else "stop"
         return Reply(text, finish, len(prompt_ids),
                      [self.tokenizer.decode([i], skip_special_tokens=False) for i in ids] if request.logprobs else [],

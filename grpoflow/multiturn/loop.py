@@ -70,7 +70,7 @@ class SingleTurn:
             finally:
                 client.done()
             t = Trajectory(list(item.ids), [])
-            add_model_turn(t, c, self.tokenizer.decode(c.ids, skip_special_tokens=True))
+            add_model_turn(t, c, self.tokenizer.decode(c.ids, skip_special_tokens=True), len(item.ids))
             t.truncated = c.truncated
             return t
 
@@ -122,11 +122,11 @@ class EnvLoop:
                        params: SamplingParams, seed: int | None) -> None:
         budget, end = params.max_new_tokens, self.renderer.turn.end_token_id
         for turn in range(self.max_turns):
-            c = await client.generate(Request(tuple(t.prompt_ids + t.response_ids), budget - t.used,
-                                              stream_seed(seed, item.index, params.n, j, turn), (end,),
-                                              params.temperature, params.top_p, key=client.order))
+            prompt = tuple(t.prompt_ids + t.response_ids)
+            c = await client.generate(Request(prompt, budget - t.used, stream_seed(seed, item.index, params.n, j, turn),
+                                              (end,), params.temperature, params.top_p, key=client.order))
             text = self.renderer.decode(c.ids)
-            add_model_turn(t, c, text)
+            add_model_turn(t, c, text, len(prompt))
             t.truncated = c.truncated  # cut at the budget left
             last = c.truncated or not c.ids or c.ids[-1] != end or turn + 1 >= self.max_turns
             replies, over = await self.answer(t, env, text, last)

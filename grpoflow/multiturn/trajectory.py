@@ -41,6 +41,7 @@ class Trajectory:
     truncated: bool = False                # the token budget ran out before the conversation ended
     done: bool = False
     prefilled: int = 0                     # prompt tokens the engine computed for its turns (the rest reused)
+    context: int = 0                       # prompt tokens of its turns: what re-prefilling every turn would compute
 
     @property
     def version(self) -> int:

@@ -55,18 +55,22 @@ class SampleInfo:
     final: bool = True      # the sample of its episode that validation scores (an episode's latest call)
     episode: int = 0        # the episode (or trajectory) it came from, numbered within the rollout
     prefilled: int = 0      # prompt tokens the engine computed for its turns (not reused, not shared)
+    context: int = 0        # prompt tokens of its turns (what prefilling each turn from scratch would compute)
 
 
 def info_of(t: Trajectory, **extra: Any) -> SampleInfo:
     return SampleInfo(turns=t.turns, tool_calls=t.tool_calls, tool_errors=t.tool_errors,
-                      tool_timeouts=t.tool_timeouts, rewards=dict(t.rewards), prefilled=t.prefilled, **extra)
+                      tool_timeouts=t.tool_timeouts, rewards=dict(t.rewards), prefilled=t.prefilled,
+                      context=t.context, **extra)
 
 
-def add_model_turn(t: Trajectory, c: Completion, text: str) -> None:
-    """Append a sampled turn: its exact ids and log-probs, its text as the assistant message."""
+def add_model_turn(t: Trajectory, c: Completion, text: str, prompt_tokens: int) -> None:
+    """Append a sampled turn (asked with `prompt_tokens` of context): its exact ids and log-probs, its text as the
+    assistant message."""
     t.segments.append(Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0)))
     t.turns += 1
     t.prefilled += c.prefilled
+    t.context += prompt_tokens
     t.messages.append({"role": "assistant", "content": text})
 
 
@@ -133,6 +137,7 @@ def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, e
            "multi_turn/env_token_share": env_tokens / max(tokens, 1),
            "multi_turn/budget_truncated": truncated / len(infos),
            "multi_turn/prefilled_tokens": float(sum(i.prefilled for i in infos)),
+           "multi_turn/context_tokens": float(sum(i.context for i in infos)),
            "tools/calls": float(sum(i.tool_calls for i in infos)),
            "tools/errors": float(sum(i.tool_errors for i in infos)),
            "tools/timeouts": float(sum(i.tool_timeouts for i in infos))}

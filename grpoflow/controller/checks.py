@@ -74,7 +74,8 @@ def check_config(cfg: Config) -> None:
 
 
 def check_multi_turn(cfg: Config) -> None:
-    """rollout.env names an environment class and rollout.tools name usable tools (typed, with docstrings)."""
+    """rollout.env names an environment class, rollout.tools name usable tools (typed, with docstrings) and
+    rollout.tool_parser a parser."""
     r = cfg.rollout
     if r.env:
         try:
@@ -88,6 +89,10 @@ def check_multi_turn(cfg: Config) -> None:
             load_tools(list(r.tools))
         except (ValueError, TypeError, FileNotFoundError) as e:
             raise ConfigError(f"rollout.tools: {e}") from None
+    if r.tools or r.agent or r.env:  # tool calls are parsed in tool loops and agent replies: resolved now, not at the first
+        from grpoflow.multiturn.tool_parser import TOOL_PARSERS
+
+        resolve(TOOL_PARSERS, "rollout.tool_parser", r.tool_parser)
 
 
 def check_agent(cfg: Config, estimator: Callable) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from tqdm import tqdm
 
 from grpoflow.config import Config, ConfigError
 from grpoflow.controller.checkpoint import CheckpointManager
+from grpoflow.controller.rewarding import RewardAssembly
 from grpoflow.controller.rollouts import Rollouts
 from grpoflow.controller.run import build_scorer, read_rows, val_files
 from grpoflow.controller.validation import validate
@@ -41,21 +43,29 @@ def evaluate(cfg: Config) -> dict[str, float]:
         raise ConfigError("grpoflow eval needs prompts: set data.val_files (or data.train_files=builtin:addition/train "
                           "for the built-in task's held-out split).")
     model_path = policy_folder(cfg.model.path)
-    d = cfg.data
+    d, r = cfg.data, cfg.rollout
+    multi_turn = r.multi_turn or bool(r.agent)
     scorer = build_scorer(cfg)
-    if scorer is None:
-        raise ConfigError("grpoflow eval scores with reward.function (or reward.functions); set one.")
+    if scorer is None and not multi_turn:
+        raise ConfigError("grpoflow eval scores with reward.function (or reward.functions); set one, or an "
+                          "environment (rollout.env) or agent (rollout.agent) whose reward it is.")
+    # the controller's validation path: the same rollout kinds (environments, tools, agents) and reward assembly
+    chat = True if d.apply_chat_template is None and multi_turn else d.apply_chat_template
     items, stats = prepare_prompts(read_rows(files), load_tokenizer(model_path), prompt_key=d.prompt_key,
                                    max_prompt_length=d.max_prompt_length, overlong=d.overlong,
-                                   apply_chat_template=d.apply_chat_template, system_prompt=d.system_prompt)
+                                   apply_chat_template=chat, system_prompt=d.system_prompt)
     items = items[:d.val_max_prompts]
-    rollouts = Rollouts(WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, engine=cfg.rollout.engine,
-                                                       cfg=cfg.rollout, dtype=cfg.model.dtype)))
-    params = SamplingParams(n=cfg.rollout.val_n, max_new_tokens=cfg.rollout.max_new_tokens,
-                            temperature=cfg.rollout.val_temperature, top_p=1.0)
-    with scorer:
-        metrics = validate(rollouts, items, lambda b: scorer.score(b.prompts, b.completions, b.rows), params=params,
-                           batch_size=cfg.rollout.val_batch_size)
+    group = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, engine=r.engine, cfg=r,
+                                           dtype=cfg.model.dtype, run_config=cfg))
+    rollouts = Rollouts(group, multi_turn=r.multi_turn, agent=bool(r.agent))
+    rewards = RewardAssembly(scorer, None, cfg.reward, max_new_tokens=r.max_new_tokens)
+    params = SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)
+    try:
+        with scorer or contextlib.nullcontext():
+            metrics = validate(rollouts, items, rewards.score, params=params, batch_size=r.val_batch_size,
+                               seed=10**9)
+    finally:
+        group.call(RolloutWorker.close)
     tqdm.write(f"model: {model_path}\n" + format_table(metrics, {it.data_source for it in items}, len(items)))
     return metrics
 

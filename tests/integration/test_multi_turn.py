@@ -181,3 +181,12 @@ def test_a_template_that_is_not_prefix_preserving_stops_the_run_before_the_warm_
         train(load_config("guess_number", BASE + [f"model.path={model}", "sft.steps=5",
                                                   f"trainer.output_dir={tmp_path / 'run'}"]))
     assert not (tmp_path / "run" / "sft_model").exists()
+
+
+def test_eval_scores_a_multi_turn_model_with_its_environment_as_validation_does(tmp_path, warm_model):
+    from grpoflow.controller.evaluate import evaluate
+    greedy = ["rollout.val_temperature=0", "rollout.val_n=1", "data.val_max_prompts=8"]
+    records = run(tmp_path, warm_model, "trainer.total_steps=1", "trainer.val_every=1", *greedy)
+    (before,) = [r for r in read_metrics(tmp_path) if r["step"] == 0 and "val/mean@1" in r]
+    metrics = evaluate(load_config("guess_number", BASE + [f"model.path={warm_model}", *greedy]))
+    assert records and metrics["val/mean@1"] == before["val/mean@1"]

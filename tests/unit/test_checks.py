@@ -22,11 +22,12 @@ from grpoflow.controller.checks import check_config
     ("reward.function=exact_mach", "reward.function='exact_mach'.*did you mean 'exact_match'"),
     ("reward.functions=[gsm8k,fromat]", "reward.function='fromat'.*did you mean 'format'"),
     ("reward.routes={gsm8k: gsm9k}", "reward.function='gsm9k'"),
+    (["rollout.tools=[calculator]", "rollout.tool_parser=hermse"], "rollout.tool_parser='hermse'.*did you mean"),
+    (["rollout.env=guess_number", "rollout.max_turns=2000"], "rollout.max_turns=2000: at most 1008 turns"),
 ])
 def test_every_registry_backed_key_is_resolved_at_start(override, named):
-    cfg = load_config(None, [override])   # plain validation lets it through: it needs the registries
     with pytest.raises(ConfigError, match=named):
-        check_config(cfg)
+        check_config(load_config(None, override if isinstance(override, list) else [override]))
 
 
 def test_a_file_spec_that_does_not_exist_names_the_key(tmp_path):

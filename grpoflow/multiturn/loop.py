@@ -24,7 +24,7 @@ import torch
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import Environment, final_reward, reset_env, step_env, with_system_prompt
 from grpoflow.multiturn.trajectory import Segment, Trajectory
-from grpoflow.multiturn.turns import SampleInfo, ToolUse, add_model_turn, info_of, stream_seed
+from grpoflow.multiturn.turns import SampleInfo, ToolUse, add_model_turn, first_turn_seeds, info_of, stream_seed
 from grpoflow.rollout.batcher import Client, RequestBatcher
 from grpoflow.rollout.protocol import Request, SamplingParams
 from grpoflow.rollout.random_streams import prompt_seeds
@@ -62,10 +62,12 @@ class SingleTurn:
 
     async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
                    seed: int | None) -> Played:
+        streams = first_turn_seeds(seed, [it.index for it in items], params.n)
+        stream_of = {(id(it), j): streams[k * params.n + j] for k, it in enumerate(items) for j in range(params.n)}
+
         async def sample(client: Client, item: RolloutItem, j: int) -> Trajectory:
             try:
-                c = await client.generate(Request(tuple(item.ids), params.max_new_tokens,
-                                                  stream_seed(seed, item.index, params.n, j, 0),
+                c = await client.generate(Request(tuple(item.ids), params.max_new_tokens, stream_of[id(item), j],
                                                   tuple(params.stop_token_ids), params.temperature, params.top_p))
             finally:
                 client.done()

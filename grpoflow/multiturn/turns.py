@@ -43,6 +43,11 @@ def stream_seed(seed: int | None, item_index: int, n: int, sample: int, turn: in
     return int(row_seeds(prompt_seeds((seed or 0) ^ TURN_SALT, index), 1)[0])
 
 
+def first_turn_seeds(seed: int | None, item_indices: list[int], n: int) -> list[int]:
+    """`stream_seed(seed, i, n, j, 0)` of every (item, j), prompt-major, in one vectorised call."""
+    return row_seeds(prompt_seeds(seed or 0, torch.tensor(item_indices, dtype=torch.long)), n).tolist()
+
+
 @dataclass
 class SampleInfo:
     """Per-sample facts a rollout returns with its samples (Batch.infos), for the step's metrics."""

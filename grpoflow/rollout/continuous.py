@@ -155,7 +155,7 @@ class ContinuousSampler:
         if copies:
             src = torch.tensor([s for s, _ in copies], device=self.device)
             dst = torch.tensor([d for _, d in copies], device=self.device)
-            self.cache.copy(src, dst)
+            self.cache.copy(src, dst, max(len(self.rows[d].fed) for _, d in copies))  # type: ignore[union-attr]
             assert self.logits is not None
             self.logits[dst] = self.logits[src]
 
@@ -232,13 +232,13 @@ class ContinuousSampler:
             self._compact(going)
             going = list(range(len(going)))
         slots = len(self.rows)
-        tokens = torch.full((slots, 1), self.pad_token_id, dtype=torch.long)
-        starts = torch.full((slots,), self.cache.dump, dtype=torch.long)
+        token_list, start_list = [self.pad_token_id] * slots, [self.cache.dump] * slots
         for slot in going:
             row = self.rows[slot]
             assert row is not None
-            tokens[slot, 0] = row.ids[-1]
-            starts[slot] = len(row.fed)
+            token_list[slot], start_list[slot] = row.ids[-1], len(row.fed)
+        tokens = torch.tensor(token_list, dtype=torch.long)[:, None]
+        starts = torch.tensor(start_list, dtype=torch.long)
         logits = self._forward(None, starts, tokens, None, last_only=False)
         assert self.logits is not None
         self.logits[:] = logits

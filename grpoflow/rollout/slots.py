@@ -102,12 +102,13 @@ class SlotCache:
             keys[slot, :, :k.shape[1]] = k
             values[slot, :, :v.shape[1]] = v
 
-    def copy(self, src: Tensor, dst: Tensor) -> None:
-        """Slot dst[i] becomes a copy of slot src[i] (a prompt prefilled once for its n samples)."""
+    def copy(self, src: Tensor, dst: Tensor, length: int) -> None:
+        """Slot dst[i]'s first `length` columns become those of slot src[i] (a prompt prefilled once for its n
+        samples)."""
         for store in (self.keys, self.values):
             for t in store:
                 if t is not None:
-                    t[dst] = t[src]
+                    t[dst, :, :length] = t[src, :, :length]
 
     def grow(self, slots: int, capacity: int) -> None:
         """At least `slots` rows and `capacity` columns (buffers reallocated and copied when they grow)."""

@@ -292,6 +292,8 @@ class Controller:
         """Stop the workers (Ray actors, and Ray if this run started it), the tool processes or the agent endpoint."""
         try:
             self.rollout.call(RolloutWorker.close)
+        except WorkerError as e:  # a dead rank's tool processes and endpoint went with it; stop the rest anyway
+            tqdm.write(f"closing the rollout workers: {e.args[0].splitlines()[0]}")
         finally:
             self.placement.close()
 

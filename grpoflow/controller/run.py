@@ -29,6 +29,7 @@ from grpoflow.rewards import RewardScorer, build_reward
 from grpoflow.tasks.addition import addition_splits
 from grpoflow.tasks.chat_addition import chat_addition_splits
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
+from grpoflow.workers.rollout_kinds import tool_schemas
 
 # built-in data name -> (the task's splits function, index of the split)
 Splits = Callable[[], tuple[list[dict], list[dict]]]
@@ -146,7 +147,7 @@ def train(cfg: Config) -> dict:
     chat = True if d.apply_chat_template is None and (cfg.rollout.multi_turn or cfg.rollout.agent) \
         else d.apply_chat_template
     prep: dict[str, Any] = dict(prompt_key=d.prompt_key, max_prompt_length=d.max_prompt_length, overlong=d.overlong,
-                apply_chat_template=chat, system_prompt=d.system_prompt)
+                apply_chat_template=chat, system_prompt=d.system_prompt, tools=tool_schemas(cfg))
     train_items, stats = prepare_prompts(train_rows, tokenizer, **prep)
     val_items = prepare_prompts(val_rows, tokenizer, **prep)[0][:d.val_max_prompts] if val_rows else []
     tqdm.write(f"data: {stats.kept} of {stats.total} training prompts kept ({stats.missing_prompt} without a prompt, "

@@ -258,7 +258,7 @@ def _is_messages(prompt) -> bool:
     return isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt)
 
 
-def _prompt_text(i, prompt, tokenizer, apply_chat_template, system_prompt, prompt_key) -> str:
+def _prompt_text(i, prompt, tokenizer, apply_chat_template, system_prompt, prompt_key, tools=None) -> str:
     """Return the text to tokenize for row ``i``'s prompt (a string or a list of messages)."""
     if isinstance(prompt, str):
         if apply_chat_template is not True:
@@ -291,7 +291,8 @@ def _prompt_text(i, prompt, tokenizer, apply_chat_template, system_prompt, promp
     if system_prompt is not None and messages[0].get("role") != "system":
         messages = [{"role": "system", "content": system_prompt}] + messages
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **({"tools": tools} if tools else {}))
     except Exception as e:  # a template error says nothing about which row caused it
         raise ValueError(
             f"row {i}: the chat template failed on its messages ({type(e).__name__}: {e}); "
@@ -309,12 +310,15 @@ def prepare_prompts(
     system_prompt: str | None = None,
     overlong: str = "drop",
     default_data_source: str = "default",
+    tools: list[dict] | None = None,
 ) -> tuple[list[PromptItem], DataStats]:
     """Tokenize the prompt of each row; drop (and count) rows that cannot be used.
 
     ``apply_chat_template=None`` means: template chat-message prompts, tokenize string prompts
     as they are; ``True`` also wraps string prompts as one user message. ``system_prompt`` is
     prepended as a system message to templated prompts that do not already start with one.
+    ``tools`` (multi-turn runs with tools: their chat-template schemas) are rendered into templated
+    prompts as the rollout renders them, so the length check counts them.
     The text is tokenized with ``add_special_tokens=False``: a chat template writes its own
     BOS, and raw prompts such as ``"37+48="`` must be tokenized exactly as written.
 
@@ -335,7 +339,7 @@ def prepare_prompts(
             continue
         kept_rows.append((i, row))
         texts.append(
-            _prompt_text(i, prompt, tokenizer, apply_chat_template, system_prompt, prompt_key)
+            _prompt_text(i, prompt, tokenizer, apply_chat_template, system_prompt, prompt_key, tools)
         )
 
     all_ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []

@@ -88,11 +88,13 @@ class EnvLoop:
     agent = False
 
     def __init__(self, renderer: ChatRenderer, *, env_cls: Callable[[], Environment] | None, tools: ToolUse | None,
-                 max_turns: int, opening: Callable[[dict], list[dict]], system_prompt: str | None = None) -> None:
+                 max_turns: int, opening: Callable[[dict], list[dict]], system_prompt: str | None = None,
+                 max_prompt_length: int | None = None) -> None:
         """`opening(row)`: the conversation's first messages when the environment gives none (the dataset prompt);
-        `system_prompt` (data.system_prompt) opens every conversation that has no system message of its own."""
+        `system_prompt` (data.system_prompt) opens every conversation that has no system message of its own;
+        `max_prompt_length` (data.max_prompt_length) bounds the opening an environment's `reset` writes."""
         self.renderer, self.env_cls, self.tools, self.max_turns = renderer, env_cls, tools, max_turns
-        self.opening, self.system_prompt = opening, system_prompt
+        self.opening, self.system_prompt, self.max_prompt_length = opening, system_prompt, max_prompt_length
 
     async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
                    seed: int | None) -> Played:
@@ -110,6 +112,10 @@ class EnvLoop:
             messages = with_system_prompt(first if first is not None else self.opening(item.row or {}),
                                           self.system_prompt)
             t = Trajectory(self.renderer.prompt_ids(messages), list(messages))
+            if first is not None and self.max_prompt_length is not None and len(t.prompt_ids) > self.max_prompt_length:
+                raise ValueError(f"{type(env).__name__}.reset opened a conversation of {len(t.prompt_ids)} tokens, "
+                                 f"over data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length "
+                                 "or shorten the environment's opening.")
             await self.converse(client, t, env, item, j, params, seed)
             return t
         finally:

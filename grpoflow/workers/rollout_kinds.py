@@ -49,18 +49,32 @@ def build_agent_episodes(cfg: Config, tokenizer: Any) -> Any:
                          opening=opening_of(cfg))
 
 
+def run_tools(cfg: Config) -> list[Any]:
+    """The tools of a multi-turn run: `rollout.tools` and those its environment declares (names unique)."""
+    r = cfg.rollout
+    if not r.multi_turn:
+        return []
+    env_cls = load_env(r.env) if r.env else None
+    found = load_tools(list(r.tools)) + [tool_from_function(fn) for fn in getattr(env_cls, "tools", []) or []]
+    names = [t.name for t in found]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"rollout.tools and the environment's tools name {duplicates} twice; rename one.")
+    return found
+
+
+def tool_schemas(cfg: Config) -> list[dict] | None:
+    """The chat-template schemas of the run's tools (what every conversation's prompt renders), or None."""
+    return [t.schema for t in run_tools(cfg)] or None
+
+
 def build_env_loop(cfg: Config, tokenizer: Any) -> EnvLoop:
     """The loop for `cfg.rollout`: its environment class, its tools (the configured ones and those the environment
     declares, run by a ToolRunner: `EnvLoop.close` stops it), and a renderer whose template was checked."""
     r = cfg.rollout
     env_cls = load_env(r.env) if r.env else None
     tools = None
-    declared = list(getattr(env_cls, "tools", []) or [])
-    found = load_tools(list(r.tools)) + [tool_from_function(fn) for fn in declared]
-    names = [t.name for t in found]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError(f"rollout.tools and the environment's tools name {duplicates} twice; rename one.")
+    found = run_tools(cfg)
     renderer = ChatRenderer(tokenizer, [t.schema for t in found] or None)  # checks the template first
     if found:
         runner = ToolRunner(found, timeout_s=r.tool_timeout_s, cpu_time_s=r.tool_cpu_time_s,
@@ -68,4 +82,4 @@ def build_env_loop(cfg: Config, tokenizer: Any) -> EnvLoop:
         tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
     return EnvLoop(renderer, env_cls=env_cls, tools=tools, max_turns=r.max_turns, opening=opening_of(cfg),
-                   system_prompt=cfg.data.system_prompt)
+                   system_prompt=cfg.data.system_prompt, max_prompt_length=cfg.data.max_prompt_length)

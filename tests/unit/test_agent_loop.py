@@ -35,12 +35,12 @@ def items(secrets):
                        index=i) for i, s in enumerate(secrets)]
 
 
-def make_loop(policy, *, env=GuessNumber, tools=None, max_turns=4, tok=None):
+def make_loop(policy, *, env=GuessNumber, tools=None, max_turns=4, tok=None, max_prompt_length=None):
     tok = tok or build_char_tokenizer()
     renderer = ChatRenderer(tok, tools.runner.schemas if tools else None)
     engine = ScriptedEngine(tok, policy, renderer.turn.end_token_id)
     loop = EnvLoop(renderer, env_cls=env, tools=tools, max_turns=max_turns,
-                   opening=lambda row: [{"role": "user", "content": row["prompt"]}])
+                   opening=lambda row: [{"role": "user", "content": row["prompt"]}], max_prompt_length=max_prompt_length)
     return loop, engine, renderer
 
 
@@ -111,6 +111,18 @@ def test_the_environment_scores_a_turn_that_ends_with_eos():
     batch, metrics = play(loop, engine, items([1]), SamplingParams(n=2, max_new_tokens=50, temperature=1.0), seed=0)
     assert batch.env_rewards.tolist() == [1.0, 1.0] and metrics["reward/env/mean"] == 1.0
     assert metrics["multi_turn/turns/max"] == 1 and batch.truncated.tolist() == [False, False]
+
+
+class Chatty(DigitReward):
+    def reset(self, **_):
+        return "Say a number. " * 20
+
+
+def test_an_environments_opening_is_held_to_the_prompt_length():
+    loop, engine, _ = make_loop(lambda text: "4", env=Chatty, max_prompt_length=100)
+    with pytest.raises(ValueError, match=r"Chatty.reset opened a conversation of \d+ tokens, over "
+                                         r"data.max_prompt_length=100"):
+        play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=50, temperature=1.0), seed=0)
 
 
 class SeededSecret(GuessNumber):

@@ -183,3 +183,24 @@ def test_answers_without_a_final_answer(tmp_path):
 def test_bad_split_arguments(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         prepare_dataset("gsm8k", GSM8K, tmp_path, **kwargs)
+
+
+def test_a_multi_turn_runs_tool_schemas_count_in_the_prompt_length():
+    from grpoflow.models.tiny import build_char_tokenizer
+    from grpoflow.multiturn.chat import ChatRenderer
+    from grpoflow.multiturn.tools import load_tools
+
+    tok = build_char_tokenizer()
+    tok.chat_template = ("{% for t in tools or [] %}{{ t | tojson }}\n{% endfor %}{% for m in messages %}<|im_start|>"
+                         "{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")  # renders tools
+    schemas = [t.schema for t in load_tools(["calculator"])]
+    rows = [{"prompt": "347*29"}]
+    plain, _ = prepare_prompts(rows, tok, apply_chat_template=True)
+    with_tools, _ = prepare_prompts(rows, tok, apply_chat_template=True, tools=schemas, max_prompt_length=4000)
+    # the ids a tool run's conversation starts from, schemas included, are what the length check sees
+    assert with_tools[0].prompt_ids == ChatRenderer(tok, schemas).prompt_ids([{"role": "user", "content": "347*29"}])
+    assert len(with_tools[0].prompt_ids) > len(plain[0].prompt_ids) + 50
+    with pytest.raises(ValueError, match="over data.max_prompt_length"):
+        prepare_prompts(rows, tok, apply_chat_template=True, tools=schemas, max_prompt_length=len(plain[0].prompt_ids),
+                        overlong="error")

@@ -268,6 +268,11 @@ class TrainerConfig:
     project: str = opt("grpoflow", "W&B project and MLflow experiment name.")
     run_name: Optional[str] = opt(None, "Run name in W&B and MLflow (None: the run folder's name).")
     log_samples: int = opt(8, "Validation completions appended to <output_dir>/samples.jsonl at each validation.")
+    log_train_every: int = opt(1, "Write training groups to <output_dir>/train_samples.jsonl every this many steps "
+                               "(0: never): prompt, each sample's completion or conversation, score and its parts, "
+                               "advantage, length, policy version, truncated; `grpoflow view` shows them.")
+    log_train_groups: int = opt(4, "Groups (all n samples of a prompt) written each time: the first ones of the "
+                                "step's batch (0: none).")
     save_every: int = opt(50, "Write a checkpoint every this many steps and after the last (0: never).")
     keep_last: int = opt(2, "Keep only the newest this many checkpoints (0: keep all).")
     resume: str = opt("auto", "auto: continue from the run folder's latest checkpoint if there is one; never: "
@@ -555,6 +560,8 @@ def validate(cfg: Config) -> None:
          f"reward.overlong_buffer_len={cfg.reward.overlong_buffer_len} must be in [0, rollout.max_new_tokens)."),
         (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
+        (cfg.trainer.log_train_every >= 0 and cfg.trainer.log_train_groups >= 0,
+         "trainer.log_train_every and trainer.log_train_groups must be >= 0 (0 turns train_samples.jsonl off)."),
         (cfg.trainer.save_every >= 0 and cfg.trainer.keep_last >= 0, "trainer.save_every and trainer.keep_last "
                                                                      "must be >= 0."),
         (cfg.trainer.max_restarts >= 0, f"trainer.max_restarts={cfg.trainer.max_restarts} must be >= 0 (0: a dead "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from functools import partial
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -33,6 +33,7 @@ from grpoflow.controller.restart import record_restart, restartable, with_restar
 from grpoflow.controller.rewarding import RewardAssembly
 from grpoflow.controller.rollouts import RolloutQueue, Rollouts, group_ids
 from grpoflow.controller.step_math import partition_groups, token_rewards
+from grpoflow.controller.train_samples import TrainSamples
 from grpoflow.controller.trackers import build_trackers
 from grpoflow.controller.validation import validate
 from grpoflow.controller.weight_sync import WeightSync
@@ -98,6 +99,8 @@ class Controller:
         self.last_saved: Path | None = None  # the newest checkpoint this run wrote or loaded: where a restart resumes
         self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
+        self.train_samples = TrainSamples(self.run_dir, every=cfg.trainer.log_train_every,
+                                          groups=cfg.trainer.log_train_groups, load_decode=partial(decoder, model_path))
         self.trackers: list = []  # built in fit(), once the resume step is known
 
     def _start_state(self, scorer: RewardScorer | None) -> None:
@@ -185,7 +188,8 @@ class Controller:
                 with timer("values"):
                     batch = batch.replace(values=self.critic.call(CriticWorker.compute_values, batch.tensors()))
             with timer("adv"):
-                batch = self.compute_advantages(batch, metrics)
+                scored, batch = batch, self.compute_advantages(batch, metrics)
+            self.train_samples.record(step, scored, batch)  # a copy of a few groups to a writer thread
             if self.critic is not None:
                 with timer("update_critic"):
                     metrics.update(self.critic.call(CriticWorker.update_critic, batch.tensors()))
@@ -250,7 +254,7 @@ class Controller:
             timer.seconds["gen_busy"] = timer.seconds.get("gen_busy", 0.0) + busy  # the engines' own time
             with timer("reward"):
                 shaped, scored = self.rewards.shaped(batch)
-                batch = batch.replace(scores=shaped)
+                batch = batch.replace(scores=shaped, reward_parts=scored.sample_parts())
             scores = scored if scores is None else scores.merge(scored)
             if draws == 1:
                 metrics.update({**scores.metrics(), **length_metrics(batch)})
@@ -331,6 +335,7 @@ class Controller:
                         "kl_ctrl": self.kl_ctrl.state_dict(), "rng": rng_state(),
                         "total_steps": self.cfg.trainer.total_steps}, folder / "controller.pt")
 
+        self.train_samples.flush()  # the training groups of the steps the checkpoint holds are on disk
         self.last_saved = self.checkpoints.save(step, write)
         return self.last_saved
 
@@ -373,6 +378,7 @@ class Controller:
                     self.rebuild()
                     start, history = self.resume_from(self.last_saved)
         finally:
+            self.train_samples.close()
             for tracker in self.trackers:
                 tracker.close()
 
@@ -380,6 +386,7 @@ class Controller:
         """Load `checkpoint` (None: start at step 0); the step to continue after, and the kept metric records."""
         start = self.load_checkpoint(checkpoint) if checkpoint is not None else 0
         history = self.logger.start(start)
+        self.train_samples.start(start)
         if not start:
             (self.run_dir / "samples.jsonl").unlink(missing_ok=True)
         if checkpoint is not None:
@@ -451,6 +458,12 @@ class Controller:
         self.logger.log(step, metrics, force_print=force_print)
         for tracker in self.trackers:
             tracker.log(step, metrics)
+
+
+def decoder(model_path: str) -> Callable[[list[int]], str]:
+    """Token ids -> text with the run's tokenizer (special tokens kept: they show where turns end)."""
+    tokenizer = load_tokenizer(model_path)
+    return partial(tokenizer.decode, skip_special_tokens=False)
 
 
 def schedule_change_warning(saved_total: int, cfg: Config) -> str:

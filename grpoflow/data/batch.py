@@ -45,6 +45,7 @@ class Batch:
     completions: list = field(default_factory=list)  # [B] decoded response text
     rows: list = field(default_factory=list)         # [B] dataset row (dict) of the prompt
     conversations: list = field(default_factory=list)  # [B] multi-turn: the whole conversation (chat messages)
+    reward_parts: list = field(default_factory=list)   # [B] dict: the parts of each sample's score (rewarding.py)
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -75,7 +76,7 @@ class Batch:
     def tensors(self) -> "Batch":
         """The same batch without its texts and dataset rows: what a model worker needs, and all that is
         sent to one."""
-        return dataclasses.replace(self, prompts=[], completions=[], rows=[], conversations=[])
+        return dataclasses.replace(self, prompts=[], completions=[], rows=[], conversations=[], reward_parts=[])
 
     def select(self, index: Tensor | list[int]) -> "Batch":
         """Rows `index` (in that order) of every field."""

@@ -38,11 +38,16 @@ def comparable(run_dir):
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(run_dir)]
 
 
+def train_groups(run_dir):
+    """The training groups the run wrote (train_samples.jsonl), as parsed lines."""
+    return [json.loads(line) for line in (run_dir / "train_samples.jsonl").read_text().splitlines()]
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("full")
     train(load_config(None, [f"trainer.output_dir={out}", *ARGS]))
-    return comparable(out)
+    return comparable(out), train_groups(out)
 
 
 def start(out, script=None):
@@ -64,7 +69,10 @@ def test_sigkill_at_a_random_step_then_resume_equals_uninterrupted(tmp_path, uni
     proc.wait()
     assert CheckpointManager(tmp_path).latest() is not None, "no checkpoint was written before the kill"
     train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))   # trainer.resume=auto
-    assert comparable(tmp_path) == uninterrupted
+    metrics, groups = uninterrupted
+    assert comparable(tmp_path) == metrics
+    # the training groups too: those of steps up to the checkpoint kept once, the later ones written again
+    assert train_groups(tmp_path) == groups and {g["step"] for g in groups} == set(range(1, 7))
 
 
 def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, uninterrupted):
@@ -74,7 +82,7 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, unint
     assert CheckpointManager(tmp_path).latest().name == "step_000002"    # step 4 never became visible
     assert (tmp_path / "checkpoints" / ".tmp-step_000004").exists()
     train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))
-    assert comparable(tmp_path) == uninterrupted
+    assert comparable(tmp_path) == uninterrupted[0]
     assert not (tmp_path / "checkpoints" / ".tmp-step_000004").exists()
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == \
         ["step_000002", "step_000004", "step_000006"]

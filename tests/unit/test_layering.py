@@ -4,7 +4,8 @@
         -> distributed -> controller -> cli
 
 `training` and `rollout` sit side by side and never import each other; `config` imports only `plugins`.
-`process_pool` (worker processes for rewards and tools) is standard library + `plugins`.
+`process_pool` (worker processes for rewards and tools) is standard library + `plugins`, `process_worker` (its
+child side) and `sandbox` (what a sandboxed worker gives up; stdlib only).
 
 Every import counts, including lazy ones inside functions: a lazy import is still a dependency.
 """
@@ -23,11 +24,13 @@ ROOT = Path(grpoflow.__file__).parent
 # The parts of grpoflow, and the grpoflow parts each may NOT import. `tasks` (built-in task data)
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
 UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "cli", "plotting"}
-EVERY_PART = {"plugins", "process_pool", "plotting", "algorithms", "rewards", "data", "models", "tasks", "training",
-              "rollout", "multiturn", "workers", "distributed", "controller", "config", "cli"}
+EVERY_PART = {"plugins", "sandbox", "process_worker", "process_pool", "plotting", "algorithms", "rewards", "data",
+              "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller", "config", "cli"}
 FORBIDDEN_PARTS = {
     "plugins": None,  # None: nothing from any other grpoflow part (registries, user-file loading; stdlib only)
-    "process_pool": EVERY_PART - {"plugins", "process_pool"},
+    "sandbox": EVERY_PART - {"sandbox"},  # stdlib only: what a sandboxed worker gives up, the reply format
+    "process_worker": EVERY_PART - {"sandbox", "process_worker"},
+    "process_pool": EVERY_PART - {"plugins", "sandbox", "process_worker", "process_pool"},
     "plotting": {"training", "rollout", "workers", "distributed", "cli"},  # reads metrics.jsonl via controller.metrics
     "algorithms": EVERY_PART - {"plugins", "algorithms"},
     "rewards": EVERY_PART - {"plugins", "process_pool", "rewards"},

@@ -203,6 +203,30 @@ class AlgorithmConfig:
 
 
 @dataclass
+class TeacherConfig:
+    path: Optional[str] = opt(None, "On-policy distillation's teacher: a local HF folder, a `.gguf` file, "
+                              "`builtin:tiny-<size>`, or `self` (the student with its current weights: "
+                              "self-distillation, needs distill.teacher.prompt_template). It must use the student's "
+                              "tokenizer. None: no distillation.")
+    prompt_template: Optional[str] = opt(None, "The teacher's prompt as a Python format string over `prompt` (the "
+                                         "student's prompt text, chat template applied) and the row's columns, e.g. "
+                                         "'The answer is {answer}.\n{prompt}': privileged context the student does "
+                                         "not see. None: the student's prompt.")
+
+
+@dataclass
+class DistillConfig:
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    kl_coef: float = opt(1.0, "Weight of the teacher's per-token reverse KL in the advantage: A_t = task_weight x "
+                              "task advantage - kl_coef x (log p_student - log p_teacher) (Tinker's formulation).")
+    task_weight: float = opt(1.0, "Weight of the task advantage (from the reward) in the mix; 0: pure distillation "
+                                  "(the reward is still computed and logged).")
+    topk: int = opt(0, "Top-k forward-KL loss term: the teacher's k likeliest tokens at each position; 0: off. Reads "
+                       "the full [tokens, vocab] logits of a micro-batch.")
+    topk_coef: float = opt(1.0, "Weight of the top-k forward-KL term in the actor loss (with distill.topk > 0).")
+
+
+@dataclass
 class ActorConfig:
     lr: float = opt(1e-6, "AdamW learning rate of the policy (verl/TRL default for a pretrained model; a model "
                     "trained from scratch, like builtin:, takes far more, see recipes/builtin.yaml).")
@@ -313,6 +337,7 @@ class Config:
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     backend: str = opt("local", "Worker backend: local (in this process, one rank per role) or ray (Ray actors "
                        "in placement groups; one machine or a cluster; pip install 'grpoflow[ray]').")
@@ -559,6 +584,7 @@ def validate(cfg: Config) -> None:
         (0 <= cfg.reward.overlong_buffer_len < cfg.rollout.max_new_tokens,
          f"reward.overlong_buffer_len={cfg.reward.overlong_buffer_len} must be in [0, rollout.max_new_tokens)."),
         (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
+        *distill_checks(cfg.distill),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
         (cfg.trainer.log_train_every >= 0 and cfg.trainer.log_train_groups >= 0,
          "trainer.log_train_every and trainer.log_train_groups must be >= 0 (0 turns train_samples.jsonl off)."),
@@ -571,6 +597,20 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise ConfigError(message)
     batch_schedule(cfg)
+
+
+def distill_checks(d: DistillConfig) -> list[tuple[bool, str]]:
+    """The distillation keys' ranges and combinations."""
+    self_teacher = d.teacher.path == "self"
+    return [
+        (d.kl_coef >= 0 and d.task_weight >= 0 and d.topk >= 0 and d.topk_coef >= 0,
+         "distill.kl_coef, distill.task_weight, distill.topk and distill.topk_coef must be >= 0."),
+        (not self_teacher or bool(d.teacher.prompt_template),
+         "distill.teacher.path=self scores the student with itself; without privileged context "
+         "(distill.teacher.prompt_template) the teacher equals the student and the signal is 0: set a template."),
+        (not (self_teacher and d.topk > 0), "distill.topk needs a teacher model of its own (distill.teacher.path); the "
+                                            "self-distilling teacher gives the sampled tokens' log-probs only."),
+    ]
 
 
 @dataclass

@@ -26,6 +26,7 @@ from grpoflow.controller.agent import build_agent_rollout
 from grpoflow.controller.checkpoint import (CheckpointManager, load_state, rng_state, save_state, set_rng_state,
                                            step_dir_name)
 from grpoflow.controller.checks import check_config
+from grpoflow.controller.distill import SELF, Distiller, resolve_teacher
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
 from grpoflow.controller.placement import build_placement
 from grpoflow.controller.preemption import stop_on_signals
@@ -50,6 +51,7 @@ from grpoflow.workers.critic import CriticWorker
 from grpoflow.workers.reference import ReferenceWorker
 from grpoflow.workers.reward_model import RewardModelWorker
 from grpoflow.workers.rollout import RolloutWorker
+from grpoflow.workers.teacher import TeacherWorker
 
 
 class TrainingError(RuntimeError):
@@ -67,6 +69,8 @@ class Controller:
         a, alg, r = cfg.actor, cfg.algorithm, cfg.rollout
         # Where the roles run (this process, or Ray actors colocated or split); the rest of the
         # controller cannot tell the difference.
+        teacher = cfg.distill.teacher.path  # checked (same tokenizer) before any worker starts
+        self.teacher_path = resolve_teacher(teacher, self.run_dir, model_path) if teacher else None
         self.placement = build_placement(cfg)
         try:
             self._build_groups(cfg, model_path, needs)
@@ -140,7 +144,7 @@ class Controller:
         self.actor = WorkerGroup("actor", partial(
             ActorWorker, model_path=model_path, cfg=a, seed=seed, temperature=cfg.rollout.temperature,
             horizon=cfg.rollout.max_new_tokens, total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
-            model_cfg=cfg.model), pool=train_pool)
+            model_cfg=cfg.model, topk_kl_coef=cfg.distill.topk_coef if cfg.distill.topk else 0.0), pool=train_pool)
         # The reference policy exists only for a KL term; with LoRA the actor serves it (adapters off).
         self.needs_ref = a.kl_coef > 0 or alg.use_kl_in_reward
         self.ref: WorkerGroup[ReferenceWorker] | None = None
@@ -149,6 +153,8 @@ class Controller:
                 ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
                 max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
                 compute_dtype=cfg.model.compute_dtype), pool=train_pool)
+        self.teacher: WorkerGroup[TeacherWorker] | None = None
+        self.distiller = self._build_teacher(cfg, train_pool, model_path) if self.teacher_path else None
         schedule = UpdateSchedule(a.minibatches, a.epochs, a.max_tokens_per_microbatch)
         self.critic = WorkerGroup("critic", partial(
             CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=schedule, seed=seed,
@@ -164,6 +170,15 @@ class Controller:
             RolloutWorker, model_path=model_path, engine=cfg.rollout.engine, cfg=cfg.rollout, seed=seed,
             dtype="bfloat16" if bf16 else None), pool=self.placement.rollout,
             timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
+
+    def _build_teacher(self, cfg: Config, pool: Any, model_path: str) -> Distiller:
+        """On-policy distillation's teacher: its own group, placed like the reference (or the actor itself)."""
+        a = cfg.actor
+        self.teacher = None if self.teacher_path == SELF else WorkerGroup("teacher", partial(
+            TeacherWorker, model_path=self.teacher_path, temperature=cfg.rollout.temperature,
+            max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
+            compute_dtype=cfg.model.compute_dtype, topk=cfg.distill.topk), pool=pool)
+        return Distiller(cfg.distill, teacher=self.teacher, actor=self.actor, tokenizer=load_tokenizer(model_path))
 
     def step(self, step: int) -> dict[str, float]:
         """One RL step; returns its metrics. Each stage adds the fields it computes to the batch."""
@@ -184,6 +199,9 @@ class Controller:
             if self.needs_ref:
                 with timer("ref"):
                     batch = batch.replace(ref_log_probs=self.ref_log_prob(batch.tensors()))
+            if self.distiller is not None:
+                with timer("teacher"):
+                    batch = self.distiller.score(batch)
             if self.critic is not None:
                 with timer("values"):
                     batch = batch.replace(values=self.critic.call(CriticWorker.compute_values, batch.tensors()))
@@ -226,7 +244,7 @@ class Controller:
                 self.rollout.call(RolloutWorker.sleep)
 
     def groups(self) -> list[WorkerGroup[Any]]:
-        every = [self.actor, self.ref, self.critic, self.reward_model, self.rollout]
+        every = [self.actor, self.ref, self.teacher, self.critic, self.reward_model, self.rollout]
         return list({id(g): g for g in every if g is not None}.values())
 
     def step_seed(self, step: int, draw: int = 0) -> int:
@@ -293,6 +311,9 @@ class Controller:
             norm_adv_by_std=alg.norm_adv_by_std, epsilon=alg.epsilon, gamma=alg.gamma, lam=alg.lam,
             completions=batch.completions, rows=batch.rows)
         advantages, returns = out if isinstance(out, tuple) else (out, None)
+        if self.distiller is not None:  # the teacher's per-token reverse KL, mixed with the task advantage
+            advantages, distill_metrics = self.distiller.advantages(batch, advantages)
+            metrics.update(distill_metrics)
         if returns is None and batch.values is not None:
             returns = advantages + batch.values
         return batch.replace(advantages=advantages, returns=returns, token_level_rewards=rewards)

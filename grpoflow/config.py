@@ -152,6 +152,31 @@ class RewardModelConfig:
 
 
 @dataclass
+class JudgeConfig:
+    url: Optional[str] = opt(None, "LLM judge on an OpenAI-compatible server: its base URL (e.g. "
+                             "http://localhost:8000/v1). Name the reward `judge` in reward.function(s) or "
+                             "reward.routes to use it.")
+    path: Optional[str] = opt(None, "LLM judge run locally by grpoflow's engine (batched, greedy): a local HF "
+                              "folder or a .gguf file. Exactly one of url and path.")
+    model: str = opt("judge", "Model name sent to the judge server (reward.judge.url).")
+    api_key_env: str = opt("OPENAI_API_KEY", "Environment variable holding the judge server's API key (unset: "
+                                             "'EMPTY', what local servers accept).")
+    template: str = opt("Rate the answer from 0 to 10.\nQuestion: {prompt}\nAnswer: {completion}\nReply with the "
+                        "number only.", "The judge's prompt: a Python format string over {prompt}, {completion} "
+                        "and the row's columns (e.g. {answer}).")
+    parser: str = opt("number", "How the score is read from the reply: number (the first number), "
+                      "regex:<pattern> (its first group) or path/to/file.py:function (text -> float | None).")
+    max_score: Optional[float] = opt(10.0, "The reply is divided by this (a 0-10 rating becomes 0-1); a value "
+                                           "outside [0, max_score] is unparsable. None: the number as it is.")
+    max_tokens: int = opt(16, "Tokens the judge may write per reply.")
+    temperature: float = opt(0.0, "Judge sampling temperature (URL judges; the local judge is greedy).")
+    max_concurrency: int = opt(8, "URL judges: most requests in flight at once.")
+    timeout_s: float = opt(30.0, "URL judges: seconds one request may take; then it is retried or fails.")
+    retries: int = opt(2, "URL judges: attempts after the first failed one; then the sample scores "
+                          "reward.error_score (counted in reward/judge/failed).")
+
+
+@dataclass
 class RewardConfig:
     function: Optional[str] = opt("exact_match", "Reward function: a built-in (exact_match, gsm8k, gsm8k_flexible, math, "
                         "countdown, format, length, length_penalty) or `path/to/file.py:function`. Called as "
@@ -167,6 +192,7 @@ class RewardConfig:
                                      "reward.error_score and counts in reward/timeouts (a plain function then runs "
                                      "in reward.workers processes, at least one).")
     error_score: float = opt(0.0, "Score given to a sample whose reward function raised, returned None or NaN.")
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     overlong_buffer_len: int = opt(0, "DAPO overlong shaping: responses longer than rollout.max_new_tokens - "
                                    "this many tokens get a linear penalty (0 disables).")
     overlong_penalty_factor: float = opt(1.0, "DAPO overlong shaping: the penalty at the full length.")
@@ -585,6 +611,7 @@ def validate(cfg: Config) -> None:
          f"reward.overlong_buffer_len={cfg.reward.overlong_buffer_len} must be in [0, rollout.max_new_tokens)."),
         (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
         *distill_checks(cfg.distill),
+        *judge_checks(cfg.reward.judge),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
         (cfg.trainer.log_train_every >= 0 and cfg.trainer.log_train_groups >= 0,
          "trainer.log_train_every and trainer.log_train_groups must be >= 0 (0 turns train_samples.jsonl off)."),
@@ -597,6 +624,17 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise ConfigError(message)
     batch_schedule(cfg)
+
+
+def judge_checks(j: JudgeConfig) -> list[tuple[bool, str]]:
+    """The LLM judge's keys."""
+    return [
+        (not (j.url and j.path), "reward.judge.url and reward.judge.path are both set; the judge is either a server "
+                                 "(url) or a local model (path)."),
+        (j.max_concurrency >= 1 and j.retries >= 0 and j.timeout_s > 0 and j.max_tokens >= 1,
+         "reward.judge.max_concurrency and max_tokens must be >= 1, retries >= 0 and timeout_s > 0."),
+        (j.max_score is None or j.max_score > 0, "reward.judge.max_score must be > 0 (or null)."),
+    ]
 
 
 def distill_checks(d: DistillConfig) -> list[tuple[bool, str]]:

@@ -17,6 +17,7 @@ from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMA
 from grpoflow.config import Config, ConfigError, validate
 from grpoflow.multiturn.env import load_env
 from grpoflow.plugins import Registry
+from grpoflow.controller.judging import check_judge
 from grpoflow.rewards import build_reward
 from grpoflow.rollout.factory import ROLLOUT_ENGINES
 
@@ -52,6 +53,7 @@ def check_config(cfg: Config) -> None:
             build_reward(spec, r.weights, r.routes)
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(str(e)) from None
+    check_judge(r)
     missing = required_inputs(estimator) - set(ADVANTAGE_INPUTS)
     if missing:
         raise ConfigError(f"algorithm.adv_estimator={alg.adv_estimator!r} needs {sorted(missing)}, which no step "

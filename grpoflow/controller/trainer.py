@@ -27,6 +27,7 @@ from grpoflow.controller.checkpoint import (CheckpointManager, load_state, rng_s
                                            step_dir_name)
 from grpoflow.controller.checks import check_config
 from grpoflow.controller.distill import SELF, Distiller, resolve_teacher
+from grpoflow.controller.judging import Judging, judged, resolve_judge_path
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
 from grpoflow.controller.placement import build_placement
 from grpoflow.controller.preemption import stop_on_signals
@@ -48,6 +49,7 @@ from grpoflow.training.engine import NonFiniteLossError
 from grpoflow.training.forward import UpdateSchedule
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
+from grpoflow.workers.judge import JudgeWorker
 from grpoflow.workers.reference import ReferenceWorker
 from grpoflow.workers.reward_model import RewardModelWorker
 from grpoflow.workers.rollout import RolloutWorker
@@ -119,7 +121,8 @@ class Controller:
                                   prompts_per_step=cfg.data.prompts_per_step, params=self.sampling,
                                   ahead=r.max_staleness if self.is_async else 0, last_step=cfg.trainer.total_steps,
                                   seed_of=self.step_seed)
-        self.rewards = RewardAssembly(scorer, self.reward_model, cfg.reward, max_new_tokens=r.max_new_tokens)
+        self.rewards = RewardAssembly(scorer, self.reward_model, cfg.reward, max_new_tokens=r.max_new_tokens,
+                                      judging=Judging(cfg.reward, self.judge) if judged(cfg.reward) else None)
         self.weight_sync = WeightSync(self.actor, self.rollout, queued=self.is_async)
         self.version = 0  # of the weights the engines hold (or, async, have queued)
 
@@ -163,6 +166,10 @@ class Controller:
         self.reward_model = WorkerGroup("reward_model", partial(
             RewardModelWorker, model_path=rm.path, max_length=rm.max_length, batch_size=rm.batch_size),
             pool=train_pool) if rm.path else None
+        j = cfg.reward.judge
+        self.judge = WorkerGroup("judge", partial(
+            JudgeWorker, model_path=resolve_judge_path(j.path, self.run_dir), max_new_tokens=j.max_tokens,
+            engine=cfg.rollout.engine), pool=train_pool) if j.path else None
         # bf16 compute: the rollout copy is stored in bf16 (it never trains, so needs no fp32 master).
         bf16 = "bfloat16" in (cfg.model.dtype, cfg.model.compute_dtype)
         sync_timeout = cfg.rollout.sync_timeout_s
@@ -244,7 +251,7 @@ class Controller:
                 self.rollout.call(RolloutWorker.sleep)
 
     def groups(self) -> list[WorkerGroup[Any]]:
-        every = [self.actor, self.ref, self.teacher, self.critic, self.reward_model, self.rollout]
+        every = [self.actor, self.ref, self.teacher, self.critic, self.reward_model, self.judge, self.rollout]
         return list({id(g): g for g in every if g is not None}.values())
 
     def step_seed(self, step: int, draw: int = 0) -> int:

@@ -43,6 +43,7 @@ class Scores:
     nones: int = 0       # the function returned None
     timeouts: int = 0    # the call ran longer than the scorer's timeout_s
     parts: list[dict[str, float]] = field(default_factory=list)  # per sample: its dict return's extras ({} if none)
+    counts: dict[str, float] = field(default_factory=dict)  # other stages' counts, logged as they are (reward/judge/*)
 
     def metrics(self) -> dict[str, float]:
         """Failure counts and the means of dict-return extras (the score itself is logged by the caller)."""
@@ -50,13 +51,14 @@ class Scores:
                "reward/timeouts": float(self.timeouts)}
         for k, vs in self.extras.items():
             out[f"reward/{k}/mean"] = sum(vs) / max(len(vs), 1)
-        return out
+        return {**out, **self.counts}
 
     def merge(self, other: "Scores") -> "Scores":
         """Scores of both calls, in order, with counts added (several draws of one step)."""
         extras = {k: self.extras.get(k, []) + other.extras.get(k, []) for k in {*self.extras, *other.extras}}
+        counts = {k: self.counts.get(k, 0.0) + other.counts.get(k, 0.0) for k in {*self.counts, *other.counts}}
         return Scores(self.scores + other.scores, extras, self.errors + other.errors, self.nones + other.nones,
-                      self.timeouts + other.timeouts, self.sample_parts() + other.sample_parts())
+                      self.timeouts + other.timeouts, self.sample_parts() + other.sample_parts(), counts)
 
     def sample_parts(self) -> list[dict[str, float]]:
         """One dict of reward parts per sample (empty dicts when the scores were built without them)."""

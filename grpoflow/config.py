@@ -70,6 +70,20 @@ class ModelConfig:
 
 
 @dataclass
+class CurriculumConfig:
+    enable: bool = opt(False, "Curriculum sampling: draw prompts from easy / learnable / hard pools by their recent "
+                              "pass rate instead of epoch by epoch (docs/data-and-rewards.md).")
+    shares: list = opt([0.1, 0.8, 0.1], "Shares of each step's prompts drawn from the easy, learnable and hard pools "
+                                        "(normalised; a short pool passes its part on, learnable first).")
+    window: int = opt(4, "A prompt's pass rate is the mean over its last this many draws.")
+    easy_above: float = opt(0.8, "A prompt whose recent pass rate is at least this is easy.")
+    hard_below: float = opt(0.2, "A prompt whose recent pass rate is at most this is hard (not yet drawn: learnable).")
+    retire_after: int = opt(3, "Retire a prompt (never draw it again) once its whole group was solved this many "
+                               "draws in a row; 0: never.")
+    solved_score: float = opt(1.0, "A sample counts as solved when its score is at least this.")
+
+
+@dataclass
 class DataConfig:
     train_files: list = opt(["builtin:addition/train"], "Training prompt files (.jsonl, .json, .parquet), "
                             "or `builtin:addition/train` for the built-in 2-digit addition task "
@@ -86,6 +100,7 @@ class DataConfig:
                                               "and agent runs, whose openings are chat).")
     system_prompt: Optional[str] = opt(None, "System message prepended when the chat template is applied.")
     val_max_prompts: Optional[int] = opt(None, "Use at most this many validation prompts (None: all).")
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
 
 @dataclass
@@ -612,6 +627,7 @@ def validate(cfg: Config) -> None:
         (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
         *distill_checks(cfg.distill),
         *judge_checks(cfg.reward.judge),
+        *curriculum_checks(cfg.data.curriculum),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
         (cfg.trainer.log_train_every >= 0 and cfg.trainer.log_train_groups >= 0,
          "trainer.log_train_every and trainer.log_train_groups must be >= 0 (0 turns train_samples.jsonl off)."),
@@ -624,6 +640,16 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise ConfigError(message)
     batch_schedule(cfg)
+
+
+def curriculum_checks(c: CurriculumConfig) -> list[tuple[bool, str]]:
+    """The curriculum's keys."""
+    return [
+        (len(c.shares) == 3 and min(c.shares, default=0) >= 0 and sum(c.shares) > 0,
+         f"data.curriculum.shares={c.shares}: give three shares >= 0 (easy, learnable, hard), not all 0."),
+        (c.window >= 1 and c.retire_after >= 0, "data.curriculum.window must be >= 1 and retire_after >= 0."),
+        (0 <= c.hard_below < c.easy_above <= 1, "data.curriculum needs 0 <= hard_below < easy_above <= 1."),
+    ]
 
 
 def judge_checks(j: JudgeConfig) -> list[tuple[bool, str]]:

@@ -40,7 +40,7 @@ from grpoflow.controller.trackers import build_trackers
 from grpoflow.controller.validation import validate
 from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.data.batch import Batch
-from grpoflow.data.sampler import EpochSampler
+from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.models.loading import load_tokenizer
@@ -116,8 +116,7 @@ class Controller:
         self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
                                            target_kl=kl.target_kl, horizon=kl.horizon)
         self.rollouts.group = self.rollout  # the same Rollouts (the agent loop holds its generate_turn)
-        self.queue = RolloutQueue(self.rollouts, self.train_items, EpochSampler(len(self.train_items),
-                                                                                seed=cfg.trainer.seed),
+        self.queue = RolloutQueue(self.rollouts, self.train_items, build_sampler(cfg, len(self.train_items)),
                                   prompts_per_step=cfg.data.prompts_per_step, params=self.sampling,
                                   ahead=r.max_staleness if self.is_async else 0, last_step=cfg.trainer.total_steps,
                                   seed_of=self.step_seed)
@@ -280,6 +279,10 @@ class Controller:
             with timer("reward"):
                 shaped, scored = self.rewards.shaped(batch)
                 batch = batch.replace(scores=shaped, reward_parts=scored.sample_parts())
+            if self.rollouts.agent is None:  # each drawn prompt's pass rate -> the curriculum; zero-advantage share
+                raw = torch.tensor(scored.scores, dtype=torch.float32)
+                metrics.update(group_feedback(self.queue.sampler, pending.items, shaped, raw, n,
+                                              self.cfg.data.curriculum.solved_score))
             scores = scored if scores is None else scores.merge(scored)
             if draws == 1:
                 metrics.update({**scores.metrics(), **length_metrics(batch)})

@@ -156,7 +156,8 @@ class Controller:
                 max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
                 compute_dtype=cfg.model.compute_dtype), pool=train_pool)
         self.teacher: WorkerGroup[TeacherWorker] | None = None
-        self.distiller = self._build_teacher(cfg, train_pool, model_path) if self.teacher_path else None
+        self.distiller = self._build_teacher(cfg, train_pool, model_path, self.teacher_path) \
+            if self.teacher_path else None
         schedule = UpdateSchedule(a.minibatches, a.epochs, a.max_tokens_per_microbatch)
         self.critic = WorkerGroup("critic", partial(
             CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=schedule, seed=seed,
@@ -177,11 +178,11 @@ class Controller:
             dtype="bfloat16" if bf16 else None), pool=self.placement.rollout,
             timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
 
-    def _build_teacher(self, cfg: Config, pool: Any, model_path: str) -> Distiller:
+    def _build_teacher(self, cfg: Config, pool: Any, model_path: str, teacher_path: str) -> Distiller:
         """On-policy distillation's teacher: its own group, placed like the reference (or the actor itself)."""
         a = cfg.actor
-        self.teacher = None if self.teacher_path == SELF else WorkerGroup("teacher", partial(
-            TeacherWorker, model_path=self.teacher_path, temperature=cfg.rollout.temperature,
+        self.teacher = None if teacher_path == SELF else WorkerGroup("teacher", partial(
+            TeacherWorker, model_path=teacher_path, temperature=cfg.rollout.temperature,
             max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
             compute_dtype=cfg.model.compute_dtype, topk=cfg.distill.topk), pool=pool)
         return Distiller(cfg.distill, teacher=self.teacher, actor=self.actor, tokenizer=load_tokenizer(model_path))

@@ -73,7 +73,8 @@ class ActorWorker:
     def _loss(self, model: torch.nn.Module, mb: Batch, counts: Counts) -> tuple[Tensor, dict[str, Tensor]]:
         """This micro-batch's share of the mini-batch loss, and its share of each metric."""
         cfg = self.cfg
-        student_topk = None
+        student_topk: Tensor | None = None
+        entropy: Tensor | None
         if self.topk_kl_coef > 0 and mb.teacher_topk_ids is not None:  # full logits, for the teacher's top-k ids
             logp = response_log_softmax(model, mb.prompt_ids, mb.prompt_mask, mb.response_ids,
                                         mb.response_attention_mask, temperature=self.temperature,

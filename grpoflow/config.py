@@ -119,6 +119,11 @@ class RolloutConfig:
     tensor_parallel_size: int = opt(1, "vllm/sglang: GPUs per engine (tensor parallel).")
     enforce_eager: bool = opt(True, "vllm: no CUDA graphs (faster start, slower decode).")
     free_cache_engine: bool = opt(True, "vllm/sglang colocated: release the KV cache (sleep) while the actor trains.")
+    lora_sync: str = opt("merged", "With LoRA (model.lora.rank > 0): merged sends the adapters merged into full "
+                                   "weights after each update; adapter sends only the adapter tensors, which the engine "
+                                   "serves unmerged (hf; vllm as LoRA requests). docs/rollout-engines.md.")
+    lora_versions: int = opt(2, "rollout.lora_sync=adapter with vllm: adapter versions kept loaded (async runs sample "
+                                "from the version they were scheduled after).")
     n: int = opt(8, "Samples per prompt (the GRPO group size).")
     max_new_tokens: int = opt(256, "Longest response, in tokens; longer samples are truncated (a chat model "
                               "needs room to answer: a few tokens cut every answer off).")
@@ -582,6 +587,12 @@ def validate(cfg: Config) -> None:
          f"placement=colocated runs one rollout engine per actor rank ({world_size(cfg)}); rollout.workers="
          f"{cfg.rollout.workers} needs placement=split."),
         (cfg.rollout.sync_timeout_s > 0, "rollout.sync_timeout_s must be > 0."),
+        (cfg.rollout.lora_sync in ("merged", "adapter"),
+         f"rollout.lora_sync={cfg.rollout.lora_sync!r}; use merged or adapter."),
+        (cfg.rollout.lora_sync == "merged" or cfg.model.lora.rank > 0,
+         "rollout.lora_sync=adapter sends LoRA adapters, but model.lora.rank=0 trains all weights; set model.lora.rank "
+         "> 0 or rollout.lora_sync=merged."),
+        (cfg.rollout.lora_versions >= 1, "rollout.lora_versions must be >= 1."),
         (cfg.rollout.max_staleness >= 0, "rollout.max_staleness must be >= 0."),
         (cfg.trainer.mode in ("sync", "async"), f"trainer.mode={cfg.trainer.mode!r}; use sync or async."),
         (cfg.trainer.mode == "sync" or cfg.placement == "split",

@@ -146,7 +146,8 @@ class Controller:
         self.actor = WorkerGroup("actor", partial(
             ActorWorker, model_path=model_path, cfg=a, seed=seed, temperature=cfg.rollout.temperature,
             horizon=cfg.rollout.max_new_tokens, total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
-            model_cfg=cfg.model, topk_kl_coef=cfg.distill.topk_coef if cfg.distill.topk else 0.0), pool=train_pool)
+            model_cfg=cfg.model, topk_kl_coef=cfg.distill.topk_coef if cfg.distill.topk else 0.0,
+            lora_sync=cfg.rollout.lora_sync), pool=train_pool)
         # The reference policy exists only for a KL term; with LoRA the actor serves it (adapters off).
         self.needs_ref = a.kl_coef > 0 or alg.use_kl_in_reward
         self.ref: WorkerGroup[ReferenceWorker] | None = None
@@ -175,7 +176,7 @@ class Controller:
         sync_timeout = cfg.rollout.sync_timeout_s
         self.rollout = WorkerGroup("rollout", partial(
             RolloutWorker, model_path=model_path, engine=cfg.rollout.engine, cfg=cfg.rollout, seed=seed,
-            dtype="bfloat16" if bf16 else None), pool=self.placement.rollout,
+            dtype="bfloat16" if bf16 else None, lora=adapter_layout(cfg)), pool=self.placement.rollout,
             timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
 
     def _build_teacher(self, cfg: Config, pool: Any, model_path: str, teacher_path: str) -> Distiller:
@@ -496,6 +497,15 @@ def decoder(model_path: str) -> Callable[[list[int]], str]:
     """Token ids -> text with the run's tokenizer (special tokens kept: they show where turns end)."""
     tokenizer = load_tokenizer(model_path)
     return partial(tokenizer.decode, skip_special_tokens=False)
+
+
+def adapter_layout(cfg: Config) -> dict | None:
+    """What a rollout engine needs to serve the policy's LoRA adapters unmerged (rollout.lora_sync=adapter)."""
+    if cfg.rollout.lora_sync != "adapter":
+        return None
+    lora = cfg.model.lora
+    target = lora.target_modules
+    return {"rank": lora.rank, "alpha": lora.alpha, "target_modules": target[0] if target == ["all-linear"] else target}
 
 
 def schedule_change_warning(saved_total: int, cfg: Config) -> str:

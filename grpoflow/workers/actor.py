@@ -32,13 +32,14 @@ from grpoflow.training.forward import Counts, UpdateSchedule, accumulate_gradien
 class ActorWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: ActorConfig, temperature: float,
                  horizon: int, seed: int, total_optimizer_steps: int = 0, model_cfg: ModelConfig | None = None,
-                 topk_kl_coef: float = 0.0) -> None:
+                 topk_kl_coef: float = 0.0, lora_sync: str = "merged") -> None:
         torch.manual_seed(seed)
         self.rank, self.world_size = rank, world_size
         self.cfg, self.model_path = cfg, model_path
         self.temperature = temperature
         self.horizon = horizon  # max response length, the Dr.GRPO normaliser
         self.topk_kl_coef = topk_kl_coef  # distillation's top-k forward-KL term (distill.topk_coef; 0: off)
+        self.lora_sync = lora_sync  # rollout.lora_sync: merged full weights, or the LoRA adapters only
         self.policy_loss = POLICY_LOSSES.resolve(cfg.policy_loss)
         self.schedule = UpdateSchedule(cfg.minibatches, cfg.epochs, cfg.max_tokens_per_microbatch)
         lr_schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
@@ -109,12 +110,13 @@ class ActorWorker:
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """The policy's parameters, one (name, full tensor) at a time, for a colocated rollout engine (LoRA:
-        merged). Every rank iterates it to the end: gathering a sharded tensor is a collective."""
-        return self.engine.named_weights()
+        merged; with rollout.lora_sync=adapter the adapter tensors only). Every rank iterates it to the end:
+        gathering a sharded tensor is a collective."""
+        return self.engine.named_adapter_weights() if self.lora_sync == "adapter" else self.engine.named_weights()
 
     def open_weight_stream(self) -> None:
         """Start a bucketed weight stream (split placement: the weights travel through the controller)."""
-        self._weights = self.engine.named_weights()
+        self._weights = self.named_weights()
 
     def next_weight_bucket(self, bucket_bytes: int) -> list[tuple[str, Tensor]]:
         """The next (name, tensor) pairs of the open stream: tensors are added until the bucket holds at least

@@ -19,16 +19,17 @@ from grpoflow.models.loading import load_tokenizer
 
 class RolloutWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, engine: str = "hf",
-                 cfg: Optional[RolloutConfig] = None, dtype: Optional[str] = None, seed: int = 0) -> None:
+                 cfg: Optional[RolloutConfig] = None, dtype: Optional[str] = None, seed: int = 0,
+                 lora: Optional[dict] = None) -> None:
         """`engine` names the engine, `dtype` its precision (None: float32); `cfg` (default:
-        RolloutConfig()) supplies the vllm/sglang options."""
+        RolloutConfig()) supplies the vllm/sglang options; `lora` (rollout.lora_sync=adapter) the adapter layout."""
         cfg = cfg or RolloutConfig()
         self.tokenizer = load_tokenizer(model_path)
         self.engine: RolloutEngine = build_engine(
             engine, model_path, self.tokenizer, dtype=dtype or "float32", seed=seed,
             gpu_memory_utilization=cfg.gpu_memory_utilization, tensor_parallel_size=cfg.tensor_parallel_size,
             enforce_eager=cfg.enforce_eager, free_cache_engine=cfg.free_cache_engine,
-            sync_timeout_s=cfg.sync_timeout_s)
+            sync_timeout_s=cfg.sync_timeout_s, lora=lora, lora_versions=cfg.lora_versions)
         self.sync_timeout_s = cfg.sync_timeout_s
         self._pushed: PushedWeights | None = None  # an update fed bucket by bucket (split placement)
 

@@ -13,8 +13,8 @@ group:
                                                   (when some response tokens were not trained)
     ]}
 
-`advantage` is the sample's mean advantage over its trained tokens (outcome estimators give every token the
-same value). `segments` split the response into runs by who wrote the tokens (the model, or the environment:
+`advantage` is the sample's mean advantage over the model's tokens (outcome estimators give every token the
+same value; a sample the loss mask leaves out shows the value it would have had). `segments` split the response into runs by who wrote the tokens (the model, or the environment:
 replies, tool results, turn separators) and whether the update trains them (not: environment tokens, and every
 token of a truncated sample under actor.mask_truncated), each decoded with the run's tokenizer.
 
@@ -166,7 +166,7 @@ def sample_record(batch: Batch, i: int, advantages: Tensor, trained: Tensor,
     model = batch.response_mask[i].bool()
     attended = batch.response_attention_mask[i].bool()
     n_trained = int(trained.sum())
-    adv = advantages[trained] if n_trained else advantages[model]
+    adv = advantages[model]  # what the estimator gave the sample's tokens (trained or, when masked, not)
     out: dict[str, Any] = {
         "completion": batch.completions[i] if batch.completions else "",
         "score": float(batch.scores[i]),

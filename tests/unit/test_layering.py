@@ -23,15 +23,18 @@ ROOT = Path(grpoflow.__file__).parent
 
 # The parts of grpoflow, and the grpoflow parts each may NOT import. `tasks` (built-in task data)
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
-UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "cli", "plotting"}
+UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "cli", "plotting", "viewer"}
 EVERY_PART = {"plugins", "sandbox", "process_worker", "process_pool", "plotting", "algorithms", "rewards", "data",
-              "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller", "config", "cli"}
+              "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller", "config", "cli",
+              "viewer"}
 FORBIDDEN_PARTS = {
     "plugins": None,  # None: nothing from any other grpoflow part (registries, user-file loading; stdlib only)
     "sandbox": EVERY_PART - {"sandbox"},  # stdlib only: what a sandboxed worker gives up, the reply format
     "process_worker": EVERY_PART - {"sandbox", "process_worker"},
     "process_pool": EVERY_PART - {"plugins", "sandbox", "process_worker", "process_pool"},
     "plotting": {"training", "rollout", "workers", "distributed", "cli"},  # reads metrics.jsonl via controller.metrics
+    # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
+    "viewer": EVERY_PART - {"plugins", "config", "viewer"},
     "algorithms": EVERY_PART - {"plugins", "algorithms"},
     "rewards": EVERY_PART - {"plugins", "process_pool", "rewards"},
     "data": UPPER_OF_DATA,
@@ -169,10 +172,11 @@ def test_pure_parts_never_import_distributed_ray_vllm_or_config(part):
 
 
 def test_only_controller_cli_and_workers_import_the_config():
-    """Workers take their own typed section (e.g. ActorConfig); nothing below them sees the config."""
+    """Workers take their own typed section (e.g. ActorConfig); nothing below them sees the config (the viewer,
+    at the top, reads a run's config.yaml)."""
     bad = []
     for module, part, path in all_modules():
-        if part in ("controller", "cli", "config", "workers"):
+        if part in ("controller", "cli", "config", "workers", "viewer"):
             continue
         bad += [f"{module} -> {name}" for name in _imports(module, path) if _matches(name, "grpoflow.config")]
     assert not bad, bad

@@ -57,7 +57,7 @@ def test_a_group_line_holds_each_sample_with_hand_values():
                      "length": 2, "trained_tokens": 2, "policy_version": 3, "truncated": False}
     assert g1["data_source"] == "game"
     multi, cut = g1["samples"]
-    # advantage: the mean over trained tokens, (1 + 3 + 2) / 3 = 2; length: the 3 model tokens
+    # advantage: the mean over the model's tokens, (1 + 3 + 2) / 3 = 2 (not the environment's 0); length: 3
     assert multi["advantage"] == pytest.approx(2.0) and multi["length"] == 3 and multi["trained_tokens"] == 3
     assert multi["segments"] == [{"text": "ab", "tokens": 2, "source": "model", "trained": True},
                                  {"text": "c", "tokens": 1, "source": "env", "trained": False},

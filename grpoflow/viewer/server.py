@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from grpoflow.viewer.run_folder import RunFolder
 
@@ -49,7 +49,7 @@ def plotly_bundle() -> Path:
     return path
 
 
-def build_app(run_dirs: list[str | Path], *, refresh_s: float = 2.0) -> Any:
+def build_app(run_dirs: Sequence[str | Path], *, refresh_s: float = 2.0) -> Any:
     """The FastAPI app over these run folders (each must exist; it may still be empty)."""
     require_view_extra()
     from fastapi import FastAPI, HTTPException

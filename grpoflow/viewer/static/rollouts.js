@@ -148,8 +148,8 @@ function sampleBody(s, query) {
   const out = [];
   if (s.conversation) out.push(conversationView(s.conversation, query));
   else out.push(el("pre", {class: "text"}, ...highlighted(s.completion, query)));
+  if (s.conversation && s.truncated) out.push(el("div", {class: "cut-line", text: "✂ the token budget ran out here"}));
   if (s.segments) out.push(segmentsView(s));
-  else if (s.conversation && s.truncated) out.push(el("div", {class: "cut-line", text: "✂ the token budget ran out here"}));
   return out;
 }
 

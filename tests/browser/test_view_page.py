@@ -101,7 +101,7 @@ def shot(page, name):
 
 
 def test_curves_render_overlaid_with_validation_marked_and_timing_stacked(page, runs):
-    page.wait_for_selector('.chart[data-metric="critic/score/mean"] .scatterlayer .trace', timeout=30_000)
+    page.wait_for_selector('.chart[data-metric="critic/score/mean"] .scatterlayer .trace', state="attached", timeout=30_000)
     chart = page.locator('.chart[data-metric="critic/score/mean"]')
     assert chart.locator(".scatterlayer .trace").count() == 2           # one trace per run
     assert int(chart.get_attribute("data-points")) == 6 + 2             # 6 steps + 2 steps
@@ -132,11 +132,12 @@ def test_a_steps_groups_render_with_their_samples(page):
     assert "reward mean" in first.locator("header").inner_text()
     assert first.locator("pre.prompt").inner_text().endswith("=")       # "37+48="
     shot(page, "rollouts")
-    # search a completion: only the groups holding it stay, the match marked
-    text = first.locator("td.completion pre").first.inner_text()
+    # search: only the groups whose prompt or completions hold the text stay, the matches marked
+    text = groups.nth(1).locator("pre.prompt").inner_text()
     page.fill("#ro-search", text)
-    page.wait_for_selector("mark")
-    assert page.locator(".group").count() >= 1 and text.lower() in page.locator("mark").first.inner_text().lower()
+    page.wait_for_function("document.querySelectorAll('.group').length < 3 && document.querySelector('mark')")
+    assert page.locator("mark").first.inner_text() == text
+    assert all(text in p for p in page.locator(".group pre.prompt").all_inner_texts())
     page.fill("#ro-search", "")
     page.select_option("#ro-sort", "mean-desc")
     means = [float(m) for m in page.locator(".group").evaluate_all("gs => gs.map(g => g.dataset.mean)")]

@@ -4,7 +4,7 @@ runs end to end on tiny models, and a teacher with another tokenizer is refused 
 import pytest
 import torch
 
-from grpoflow.config import load_config
+from grpoflow.config import ConfigError, load_config
 from grpoflow.controller.distill import TeacherError, resolve_teacher, teacher_prompts
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.controller.run import build_scorer, train
@@ -103,6 +103,10 @@ def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, models):
         resolve_teacher(str(other), tmp_path, models["student"])
     with pytest.raises(TeacherError, match="is not a folder"):
         resolve_teacher(str(tmp_path / "missing"), tmp_path, models["student"])
+    with pytest.raises(ConfigError, match="distill.teacher.path=.*does not exist"):  # at start, before the warm start
+        train(load_config(None, [f"trainer.output_dir={tmp_path / 'run'}", *TINY,
+                                 f"distill.teacher.path={tmp_path / 'missing'}"]))
+    assert not (tmp_path / "run" / "sft_model").exists()
 
 
 def test_privileged_prompts_and_a_template_naming_a_missing_column(models):

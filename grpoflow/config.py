@@ -347,6 +347,10 @@ class TrainerConfig:
     keep_last: int = opt(2, "Keep only the newest this many checkpoints (0: keep all).")
     resume: str = opt("auto", "auto: continue from the run folder's latest checkpoint if there is one; never: "
                       "start over; or a checkpoint folder (<output_dir>/checkpoints/step_000050).")
+    resume_config_changes: str = opt("refuse", "Resuming with settings that change training (anything but the run "
+                                     "controls such as total_steps, logging, saving, validation, Ray) from those the "
+                                     "checkpoint was written with: refuse (stop, listing the differences) or allow "
+                                     "(go on, with a warning listing them). docs/runs.md.")
     threads: int = opt(0, "torch intra-op threads (0: leave torch's default).")
     mode: str = opt("sync", "sync: generate, then train, each step; async: generation of step t+1 overlaps "
                     "training of step t (needs placement=split), bounded by rollout.max_staleness.")
@@ -595,6 +599,8 @@ def validate(cfg: Config) -> None:
         (cfg.rollout.lora_versions >= 1, "rollout.lora_versions must be >= 1."),
         (cfg.rollout.max_staleness >= 0, "rollout.max_staleness must be >= 0."),
         (cfg.trainer.mode in ("sync", "async"), f"trainer.mode={cfg.trainer.mode!r}; use sync or async."),
+        (cfg.trainer.resume_config_changes in ("refuse", "allow"),
+         f"trainer.resume_config_changes={cfg.trainer.resume_config_changes!r}; use refuse or allow."),
         (cfg.trainer.mode == "sync" or cfg.placement == "split",
          "trainer.mode=async overlaps generation with training, so the rollout engines need their own processes: "
          "set placement=split backend=ray."),

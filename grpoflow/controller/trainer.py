@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with_available, groups_with_signal,
                                  required_inputs)
-from grpoflow.config import Config
+from grpoflow.config import Config, to_yaml
 from grpoflow.controller.agent import build_agent_rollout
 from grpoflow.controller.checkpoint import (CheckpointManager, load_state, rng_state, save_state, set_rng_state,
                                            step_dir_name)
@@ -367,6 +367,7 @@ class Controller:
             save_state({"step": step, "version": self.version, **self.queue.state_dict(),
                         "kl_ctrl": self.kl_ctrl.state_dict(), "rng": rng_state(),
                         "total_steps": self.cfg.trainer.total_steps}, folder / "controller.pt")
+            (folder / "config.yaml").write_text(to_yaml(self.cfg))  # what a resume compares its settings with
 
         self.train_samples.flush()  # the training groups of the steps the checkpoint holds are on disk
         self.last_saved = self.checkpoints.save(step, write)
@@ -390,12 +391,14 @@ class Controller:
         self.last_saved = folder
         return state["step"]
 
-    def fit(self) -> dict[str, Any]:
+    def fit(self, checkpoint: Path | None | str = "resolve") -> dict[str, Any]:
         """(Resume,) validate, train to `trainer.total_steps` (validating every `val_every`, saving every
         `save_every`), validate again. A worker process or node that dies, or a weight sync that times out,
-        rebuilds the workers and continues from the last checkpoint, up to `trainer.max_restarts` times."""
+        rebuilds the workers and continues from the last checkpoint, up to `trainer.max_restarts` times.
+        `checkpoint`: the one to resume from, as the run folder chose it (default: resolve trainer.resume)."""
         t = self.cfg.trainer
-        start, history = self.resume_from(self.checkpoints.resolve(t.resume))
+        chosen = self.checkpoints.resolve(t.resume) if checkpoint == "resolve" else checkpoint
+        start, history = self.resume_from(Path(chosen) if chosen is not None else None)
         self.trackers = build_trackers(t.loggers, self.run_dir, self.cfg.to_dict(), t.project,
                                        t.run_name or self.run_dir.resolve().name, resume_step=start)
         try:

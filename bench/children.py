@@ -217,6 +217,7 @@ def child_grpoflow(spec: dict) -> dict:
         records.append({"seconds": m["timing_s/step"], "gen_seconds": stages["generate"],
                         "prompt_tokens": round(tokens - completion), "completion_tokens": round(completion),
                         "reward": m["critic/score/mean"], "response_length": m["response_length/mean"],
+                        "max_completion": m["response_length/max"],
                         "truncated": m["response_length/clip_ratio"],
                         "stages": {**stages, **model_math(stages, timed)}})
     actor = sorted((out / "checkpoints").glob("step_*/actor"))[-1]
@@ -243,10 +244,12 @@ def grpoflow_overrides(spec: dict, out: Path) -> list[str]:
     twin = [
         "rollout.temperature=1.0", "actor.lr_schedule=constant", "actor.loss_agg_mode=token-mean",
         "actor.kl_estimator=k3",
-        "algorithm.norm_adv_by_std=true", "algorithm.epsilon=1e-4",  # TRL: (r - mean) / (std + 1e-4)
-        # TRL runs a step's prompts x n samples as one forward/backward (per_device_train_batch_size above): so does
-        # grpoflow here, with a token budget that holds them all (the default, 4096 padded tokens, is a memory bound).
-        f"actor.max_tokens_per_microbatch={max(4096, spec['prompts'] * n * (MAX_PROMPT_TOKENS + spec['max_new_tokens']))}"]
+        "algorithm.norm_adv_by_std=true", "algorithm.epsilon=1e-4"]  # TRL: (r - mean) / (std + 1e-4)
+    if spec.get("microbatch", "step") == "step":
+        # TRL runs a step's prompts x n samples as one forward/backward (per_device_train_batch_size): so does grpoflow
+        # here, with a token budget that holds them all (the default, 4096 padded tokens, is a memory bound).
+        budget = max(4096, spec["prompts"] * n * (MAX_PROMPT_TOKENS + spec["max_new_tokens"]))
+        twin.append(f"actor.max_tokens_per_microbatch={budget}")
     return shape + (twin if spec.get("match_trl", True) else []) + list(spec.get("overrides", []))
 
 
@@ -318,6 +321,7 @@ def child_trl(spec: dict) -> dict:
                         "completion_tokens": sum(len(ids) for ids in completion_ids),
                         "reward": statistics.mean(scores),
                         "response_length": statistics.mean(len(ids) for ids in completion_ids),
+                        "max_completion": max(len(ids) for ids in completion_ids),
                         "truncated": statistics.mean(float(not ids or ids[-1] != tokenizer.eos_token_id)
                                                      for ids in completion_ids)})
         return scores

@@ -19,6 +19,8 @@ commands:
   plot    RUN_DIR... [--out DIR] [--metrics NAME...]: curves (PNG) and report.md of one or more runs
   export  RUN_DIR [--step N] --out DIR: a checkpoint's policy as a plain HF folder (LoRA merged)
   view    RUN_DIR... [--port P]: a local web page of the runs' curves, rollouts and facts, live while they train
+  serve   tinker [key=value ...]: the Tinker API on 127.0.0.1 (tinker.port), for the unmodified tinker SDK
+          and cookbook (docs/tinker.md); model.path is the default base model
 
 presets (grpoflow/recipes/): grpo, dr_grpo, dapo, gspo, rloo, ppo, e.g. `grpoflow train dapo`; smollm2_addition
 (a real chat model, docs/real-models.md). The defaults suit pretrained models; recipes/builtin.yaml applies by
@@ -33,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     command, rest = argv[0], argv[1:]
+    if command == "serve":
+        if not rest or rest[0] != "tinker":
+            print("grpoflow serve: say what to serve: `grpoflow serve tinker [key=value ...]`", file=sys.stderr)
+            return 2
+        rest = rest[1:]
     if command == "export":
         return _export(rest)
     if command == "data":
@@ -60,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     from grpoflow.controller.trainer import TrainingError
     from grpoflow.distributed.ray_pool import ClusterError
     from grpoflow.distributed.worker_group import WorkerError
+    from grpoflow.tinker_server.serve import serve_tinker
     commands: dict[str, Callable[[Config], Any]] = {
-        "train": train, "sft": sft_stage, "eval": evaluate,
+        "train": train, "sft": sft_stage, "eval": evaluate, "serve": serve_tinker,
         "config": lambda cfg: print(describe_layers(recipe, overrides) + to_yaml(cfg))}
     if command not in commands:
         print(f"grpoflow: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
@@ -70,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(recipe, overrides)
         result = commands[command](cfg)
     except (ConfigError, TrainingError, WorkerError, ClusterError, MissingExtraError, CheckpointWriteError, FileNotFoundError,
-            ValueError, KeyError) as e:
+            ValueError, KeyError, ImportError) as e:
         if os.environ.get("GRPOFLOW_DEBUG"):
             raise
         print(f"grpoflow {command}: error: {e}", file=sys.stderr)

@@ -378,6 +378,29 @@ class RayConfig:
 
 
 @dataclass
+class TinkerConfig:
+    """`grpoflow serve tinker`: the Tinker API on this machine, for the unmodified `tinker` SDK (docs/tinker.md)."""
+    host: str = opt("127.0.0.1", "Address to listen on; the default accepts connections from this machine only.")
+    port: int = opt(8000, "TCP port; point a Tinker program at it with TINKER_BASE_URL=http://127.0.0.1:<port>.")
+    root: str = opt("runs/tinker", "The server's folder: saved states, named sampler weights and built base models. "
+                    "A server restarted on the same folder serves the states saved there.")
+    api_key: Optional[str] = opt(None, "Accept only this API key (X-API-Key; the SDK wants a `tml-` prefix). "
+                                 "None: any key is accepted.")
+    model_name: Optional[str] = opt(None, "A base_model name that means model.path, for programs that ask for a "
+                                    "hub name (e.g. meta-llama/Llama-3.2-1B). Local folders, .gguf files, "
+                                    "builtin: models and names in the local Hugging Face cache work without it.")
+    lora_alpha: float = opt(32.0, "LoRA alpha of the adapters create_lora_training_client makes (the update is "
+                            "scaled by alpha / rank).")
+    max_tokens: int = opt(128, "max_tokens of a sample request that sets none.")
+    microbatch_tokens: int = opt(4096, "forward_backward runs a request's datums in micro-batches of at most this "
+                                 "many input tokens (memory, not results: the loss is a sum).")
+    max_sample_batch: int = opt(64, "Queued sample requests with the same weights and parameters run as one batch "
+                                "of at most this many prompts.")
+    sampler_snapshots: int = opt(4, "Unnamed sampler weights (save_weights_and_get_sampling_client) kept in "
+                                 "memory; older sampling clients of that kind then fail with a clear error.")
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -396,6 +419,7 @@ class Config:
                          "weights from the actor after each update.")
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    tinker: TinkerConfig = field(default_factory=TinkerConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

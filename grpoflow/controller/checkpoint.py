@@ -205,6 +205,44 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def publish_folder(final: Path, write: Callable[[Path], None]) -> Path:
+    """Call write(folder) on a temporary folder beside `final`, list its files in manifest.json, fsync them, then
+    rename it to `final` (replacing an older one): a crash leaves the old folder or the new one complete, never a
+    partial one under the final name. For folders other than a run's step checkpoints (grpoflow serve tinker's
+    saved states); a failed write removes the temporary folder and raises what writing raised."""
+    tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        write(tmp)
+        _write_manifest(tmp)
+        _fsync_tree(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def damaged_file(folder: Path) -> str | None:
+    """What is wrong with a folder `publish_folder` wrote (a missing, truncated or changed file against its
+    manifest, SHA-256 included), or None."""
+    try:
+        files = _manifest_entries(json.loads((folder / MANIFEST).read_text()))
+    except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
+        return f"{MANIFEST} cannot be read ({e!r})"
+    for name, (size, digest) in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} holds {path.stat().st_size} bytes, {size} were written (truncated or overwritten)"
+        if digest is not None and _sha256(path) != digest:
+            return f"{name} does not match its checksum in {MANIFEST} (damaged in place)"
+    return None
+
+
 def rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "python": random.getstate()}
 

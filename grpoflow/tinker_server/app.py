@@ -36,7 +36,7 @@ def _json(model: Any) -> Response:
     return Response(model.model_dump_json(exclude_none=True), media_type="application/json")
 
 
-async def _parse(request: Request, kind: type) -> Any:
+async def _parse(request: Request, kind: Any) -> Any:
     try:
         return kind.model_validate(await request.json())
     except (ValidationError, ValueError) as e:
@@ -132,7 +132,8 @@ def _service_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
             return Response(TryAgainResponse(request_id=req.request_id, queue_state="active").model_dump_json(),
                             status_code=408, media_type="application/json")
         if outcome.error is not None:
-            return _json(types.RequestFailedResponse(error=outcome.error, category=outcome.category))
+            category = types.RequestErrorCategory(outcome.category)
+            return _json(types.RequestFailedResponse(error=outcome.error, category=category))
         return Response(outcome.body, media_type=outcome.media_type)
 
     @app.post(f"{API}/cancel_future")

@@ -105,17 +105,15 @@ def _hub_cache_folder(name: str) -> str | None:
 
 
 def lora_targets(spec: ModelSpec, model: torch.nn.Module) -> list[str]:
-    """Module names for the adapters: attention and/or MLP projections, and the output head unless it is tied to
-    the input embeddings (an adapter on a shared weight could not be merged for the sampler)."""
+    """Module names for the adapters: the attention and/or MLP projections. `train_unembed` adds none: an adapter
+    on the output head makes PEFT save the head's full weight beside the adapters, which grpoflow's checkpoints
+    (adapters only) do not hold; the head trains with full fine-tuning (lora_config=None)."""
     targets = (ATTENTION if spec.train_attn else []) + (MLP if spec.train_mlp else [])
-    tied = getattr(model.config, "tie_word_embeddings", False)
-    if spec.train_unembed and not tied:
-        targets.append("lm_head")
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [t for t in targets if t in present]
     if not targets:
-        raise UserError("the LoRA config selects no layer of this model (train_attn, train_mlp and train_unembed "
-                        "leave nothing to adapt); enable train_attn or train_mlp.")
+        raise UserError("the LoRA config selects no layer of this model (train_attn and train_mlp are both off); "
+                        "enable one of them.")
     return targets
 
 

@@ -109,7 +109,8 @@ class TinkerService:
     def get_info(self, model_id: str) -> types.GetInfoResponse:
         tm = self.model(model_id)
         model = tm.engine.model
-        arch = type(model.get_base_model() if hasattr(model, "get_base_model") else model).__name__
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
+        arch = type(base).__name__
         data = types.ModelData(arch=arch, model_name=tm.base.name, tokenizer_id=tm.base.folder)
         return types.GetInfoResponse(model_data=data, model_id=model_id, is_lora=tm.spec.lora_rank is not None,
                                      lora_rank=tm.spec.lora_rank, model_name=tm.base.name)
@@ -257,12 +258,13 @@ class TinkerService:
         prompts = [req.prompt.to_ints() for _, req in payloads]
         seeds = [req.sampling_params.seed if req.sampling_params.seed is not None else self.samplers.next_seed()
                  for _, req in payloads]
-        vocab = engine.model.config.vocab_size
+        vocab = int(engine.model.config.vocab_size)  # type: ignore[union-attr,arg-type]  # an HF model's config
         if any(t < 0 or t >= vocab for p in prompts for t in p):
             raise UserError(f"prompt token ids must lie in [0, {vocab}).")
         generation = engine.generate(prompts, params, seeds=seeds)
         outcomes = []
-        decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+        def decode(ids: list[int]) -> str:
+            return tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
         for i, (_, req) in enumerate(payloads):
             seqs = sampling.sequences(generation, range(i * params.n, (i + 1) * params.n), stop_strings, decode)
             lps = (sampling.prompt_logprobs(engine.model, prompts[i], req.prompt_logprobs_last_n)

@@ -97,7 +97,8 @@ def forward_backward(tm: TrainingModel, data: list[types.Datum], loss_fn: str, c
                      microbatch_tokens: int) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
     """Per-datum outputs ({"logprobs": [T]}) and metrics ({"loss:sum": ...}); gradients accumulate unless
     `forward_only`."""
-    examples, resolved = to_examples(data, loss_fn, config, tm.engine.model.config.vocab_size)  # type: ignore[union-attr]
+    vocab_size = int(tm.engine.model.config.vocab_size)  # type: ignore[union-attr,arg-type]  # an HF model's config
+    examples, resolved = to_examples(data, loss_fn, config, vocab_size)
     fn = TINKER_LOSSES[loss_fn].fn
     outputs: list[dict[str, np.ndarray]] = []
     total = 0.0

@@ -10,7 +10,7 @@ the server and the client agree on one definition of every field.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Literal, Mapping
 
 import numpy as np
 from tinker import types
@@ -18,8 +18,8 @@ from tinker.proto import tinker_public_pb2 as pb
 
 PROTOBUF = "application/x-protobuf"
 
-_DTYPES = {pb.DTYPE_FLOAT32: ("float32", np.float32), pb.DTYPE_INT64: ("int64", np.int64),
-           pb.DTYPE_INT32: ("int64", np.int32)}
+_DTYPES: dict[int, tuple[Literal["float32", "int64"], type]] = {
+    pb.DTYPE_FLOAT32: ("float32", np.float32), pb.DTYPE_INT64: ("int64", np.int64), pb.DTYPE_INT32: ("int64", np.int32)}
 
 
 @dataclass
@@ -64,7 +64,7 @@ def decode_forward_backward(body: bytes) -> ForwardBackwardCall:
         config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
     data = []
     for datum in msg.data:
-        chunks = [_decode_chunk(c) for c in datum.model_input]
+        chunks: list[types.ModelInputChunk] = [_decode_chunk(c) for c in datum.model_input]
         inputs = {name: decode_tensor(t) for name, t in datum.loss_fn_inputs.items()}
         data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
     return ForwardBackwardCall(model_id=msg.model_id, seq_id=msg.seq_id or None, loss_fn=msg.loss_fn,

@@ -227,3 +227,17 @@ def test_a_killed_server_restarted_on_its_folder_serves_the_saved_states(tmp_pat
         client.close("success")
     finally:
         second.kill()
+
+
+def test_full_fine_tuning_when_the_request_asks_for_no_lora(server, service):
+    """The SDK's CreateModelRequest with lora_config=None (its helpers always send one) trains every weight."""
+    import httpx
+
+    headers = {"X-API-Key": API_KEY}
+    request = types.CreateModelRequest(session_id="raw", model_seq_id=0, base_model=MODEL, lora_config=None)
+    future = httpx.post(f"{server.url}/api/v1/create_model", headers=headers,
+                        json=request.model_dump(mode="json", exclude_none=True)).json()
+    done = httpx.post(f"{server.url}/api/v1/retrieve_future", headers=headers, timeout=60,
+                      json={"request_id": future["request_id"]}).json()
+    info = httpx.post(f"{server.url}/api/v1/get_info", headers=headers, json={"model_id": done["model_id"]}).json()
+    assert info["is_lora"] is False and "lora_rank" not in info

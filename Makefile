@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: train test test-slow test-faults typecheck setup clean
+.PHONY: train test test-slow test-faults test-hostile test-browser typecheck setup clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -18,7 +18,7 @@ train: $(STAMP)
 	$(VENV)/bin/grpoflow train $(ARGS)
 
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m "not slow and not faults"
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m "not slow and not faults and not hostile and not browser"
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m slow
@@ -26,6 +26,14 @@ test-slow: $(STAMP)
 # fault injection: signals, storage faults, NaN, dead reward workers, Ray nodes and engines that die (.ci/faults_stage)
 test-faults: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests/faults -m faults
+
+# a hostile or careless user: sandbox escapes, damaged or shared run folders, bad callbacks (.ci/hostile_stage)
+test-hostile: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests/hostile -m hostile
+
+# grpoflow view in headless Chromium (Debian's chromium; .ci/viewer_stage installs it and the extras)
+test-browser: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests/browser -m browser
 
 # mypy on the package (must pass), and on tests/typecheck/wrong_calls.py, whose three wrong worker calls it must catch
 typecheck: $(STAMP)

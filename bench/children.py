@@ -22,7 +22,9 @@ MAX_PROMPT_TOKENS = 64  # the longest prompt of either task (chat_addition throu
 # Per task: grpoflow's training data, the reward both frameworks use, the greedy budget for held-out answers.
 TASKS = {"addition": {"train_files": "builtin:addition/train", "reward": "exact_match", "eval_new_tokens": 16},
          "chat_addition": {"train_files": "builtin:chat_addition/train", "reward": "gsm8k_flexible",
-                           "eval_new_tokens": 24}}
+                           "eval_new_tokens": 24},
+         # reasoning-gym (bench/rg_task.py): the training file is written on first use
+         "rg_chain_sum": {"train_files": None, "reward": "gsm8k_flexible", "eval_new_tokens": 24}}
 
 
 # ---------------------------------------------------------------- shared by both children
@@ -51,6 +53,9 @@ def task_rows(task: str) -> tuple[list[dict], list[dict]]:
     if task == "chat_addition":
         from grpoflow.tasks.chat_addition import chat_addition_splits
         train, held = chat_addition_splits()
+    elif task.startswith("rg_"):
+        from rg_task import rg_splits
+        train, held = rg_splits(task)
     else:
         from grpoflow.tasks.addition import addition_splits
         train, held = addition_splits()
@@ -64,8 +69,23 @@ def prompt_text(tokenizer, prompt) -> str:
     return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
 
 
+def train_files(task: str) -> str:
+    """grpoflow's `data.train_files` entry of a bench task (a reasoning-gym task's jsonl is written on first use)."""
+    if task.startswith("rg_"):
+        from rg_task import rg_train_file
+        return str(rg_train_file(task, CACHE))
+    return TASKS[task]["train_files"]
+
+
 def heldout_accuracy(model, tokenizer, task: str = "addition") -> float:
-    """Mean reward of greedy answers to the held-out prompts (the task's reward), one left-padded `generate` call."""
+    """Mean reward of greedy answers to the held-out prompts (the task's reward)."""
+    return heldout_eval(model, tokenizer, task)["accuracy"]
+
+
+def heldout_eval(model, tokenizer, task: str = "addition") -> dict:
+    """Greedy answers to the held-out prompts, one left-padded `generate` call: `accuracy` (mean reward),
+    `greedy_length` (mean answer tokens, the EOS counted as in training) and `greedy_cut` (fraction of answers
+    that ran to the budget without EOS)."""
     import torch
     from grpoflow.rewards.functions import load_reward_function
     _, rows = task_rows(task)
@@ -77,8 +97,24 @@ def heldout_accuracy(model, tokenizer, task: str = "addition") -> float:
     with torch.no_grad():
         out = model.generate(**enc, do_sample=False, max_new_tokens=TASKS[task]["eval_new_tokens"],
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-    return statistics.mean(float(reward(t, a, answer=r["answer"]) or 0.0) for r, t, a in zip(rows, texts, answers))
+    new = out[:, enc["input_ids"].shape[1]:]
+    answers = tokenizer.batch_decode(new, skip_special_tokens=True)
+    lengths, cut = greedy_lengths(new, tokenizer.eos_token_id)
+    return {"accuracy": statistics.mean(float(reward(t, a, answer=r["answer"]) or 0.0)
+                                        for r, t, a in zip(rows, texts, answers)),
+            "greedy_length": statistics.mean(lengths), "greedy_cut": statistics.mean(cut)}
+
+
+def greedy_lengths(new_tokens, eos_token_id: int) -> tuple[list[int], list[bool]]:
+    """Per row of `generate`'s new tokens [B, T]: the answer's length up to and including the first EOS
+    (T when there is none), and whether it has no EOS (cut at the budget). `generate` pads finished rows with
+    the pad id, which for many chat models is the EOS id too: only the first one counts."""
+    lengths, cut = [], []
+    for row in new_tokens.tolist():
+        end = row.index(eos_token_id) + 1 if eos_token_id in row else len(row)
+        lengths.append(end)
+        cut.append(eos_token_id not in row)
+    return lengths, cut
 
 
 def emit(record: dict) -> None:
@@ -169,20 +205,7 @@ def child_grpoflow(spec: dict) -> dict:
     out = Path(tempfile.mkdtemp(prefix="grpoflow-", dir=spec["tmp"]))
     n, steps, task = spec["group_size"], spec["steps"], spec.get("task", "addition")
     inner = instrument_grpoflow()
-    train(load_config(None, [
-        f"data.train_files=[{TASKS[task]['train_files']}]", f"reward.function={TASKS[task]['reward']}",
-        f"model.path={spec['model_path']}", "sft.steps=0", f"data.prompts_per_step={spec['prompts']}",
-        f"model.compute_dtype={spec['compute_dtype']}",
-        f"rollout.n={n}", f"rollout.max_new_tokens={spec['max_new_tokens']}", "rollout.temperature=1.0",
-        f"actor.lr={spec['lr']}", "actor.lr_schedule=constant", "actor.loss_agg_mode=token-mean",
-        f"actor.kl_coef={spec['kl']}", "actor.kl_estimator=k3",
-        "algorithm.norm_adv_by_std=true", "algorithm.epsilon=1e-4",  # TRL: (r - mean) / (std + 1e-4)
-        f"trainer.total_steps={steps}", "trainer.val_every=0", f"trainer.save_every={steps}",
-        f"trainer.output_dir={out}", f"trainer.threads={spec['threads']}", f"trainer.seed={spec['seed']}",
-        "trainer.resume=never",
-        # TRL runs a step's prompts x n samples as one forward/backward (per_device_train_batch_size above): so does
-        # grpoflow here, with a token budget that holds them all (the default, 4096 padded tokens, is a memory bound).
-        f"actor.max_tokens_per_microbatch={max(4096, spec['prompts'] * n * (MAX_PROMPT_TOKENS + spec['max_new_tokens']))}"]))
+    train(load_config(None, grpoflow_overrides(spec, out)))
     records = []
     metrics = read_metrics(out)
     for m, timed in zip(metrics, inner + [{}] * (len(metrics) - len(inner))):  # {}: steps the wrappers missed
@@ -193,11 +216,55 @@ def child_grpoflow(spec: dict) -> dict:
         stages["generate"] = timed.get("generate", stages["gen"])
         records.append({"seconds": m["timing_s/step"], "gen_seconds": stages["generate"],
                         "prompt_tokens": round(tokens - completion), "completion_tokens": round(completion),
-                        "reward": m["critic/score/mean"], "stages": {**stages, **model_math(stages, timed)}})
+                        "reward": m["critic/score/mean"], "response_length": m["response_length/mean"],
+                        "max_completion": m["response_length/max"],
+                        "truncated": m["response_length/clip_ratio"],
+                        "stages": {**stages, **model_math(stages, timed)}})
     actor = sorted((out / "checkpoints").glob("step_*/actor"))[-1]
     model = load_causal_lm(actor)
+    held = heldout_eval(model, load_tokenizer(actor), task)
     return {"steps": records, "params": count_params(model), "compute_dtype": spec["compute_dtype"],
-            "accuracy": heldout_accuracy(model, load_tokenizer(actor), task), "threads": _torch_threads()}
+            **held, "weight_change": relative_change(model, spec["model_path"]), "threads": _torch_threads()}
+
+
+def grpoflow_overrides(spec: dict, out: Path) -> list[str]:
+    """grpoflow's config overrides for a bench run: the run's shape (model, task, prompts x n, budget, lr, steps,
+    seed) and, unless `spec["match_trl"]` is false, the settings that make it the twin of the TRL child; then
+    `spec["overrides"]` (key=value strings) last. With `match_trl` false every other setting is grpoflow's default.
+    """
+    n, steps, task = spec["group_size"], spec["steps"], spec.get("task", "addition")
+    shape = [
+        f"data.train_files=[{train_files(task)}]", f"reward.function={TASKS[task]['reward']}",
+        f"model.path={spec['model_path']}", "sft.steps=0", f"data.prompts_per_step={spec['prompts']}",
+        f"model.compute_dtype={spec['compute_dtype']}", f"rollout.n={n}", f"rollout.max_new_tokens={spec['max_new_tokens']}",
+        f"actor.lr={spec['lr']}", f"actor.kl_coef={spec['kl']}",
+        f"trainer.total_steps={steps}", "trainer.val_every=0", f"trainer.save_every={steps}",
+        f"trainer.output_dir={out}", f"trainer.threads={spec['threads']}", f"trainer.seed={spec['seed']}",
+        "trainer.resume=never"]
+    twin = [
+        "rollout.temperature=1.0", "actor.lr_schedule=constant", "actor.loss_agg_mode=token-mean",
+        "actor.kl_estimator=k3",
+        "algorithm.norm_adv_by_std=true", "algorithm.epsilon=1e-4"]  # TRL: (r - mean) / (std + 1e-4)
+    if spec.get("microbatch", "step") == "step":
+        # TRL runs a step's prompts x n samples as one forward/backward (per_device_train_batch_size): so does grpoflow
+        # here, with a token budget that holds them all (the default, 4096 padded tokens, is a memory bound).
+        budget = max(4096, spec["prompts"] * n * (MAX_PROMPT_TOKENS + spec["max_new_tokens"]))
+        twin.append(f"actor.max_tokens_per_microbatch={budget}")
+    return shape + (twin if spec.get("match_trl", True) else []) + list(spec.get("overrides", []))
+
+
+def relative_change(model, start_path: str) -> float:
+    """||w - w0|| / ||w0|| over all parameters: how far training moved the weights from the model at `start_path`."""
+    import torch
+    from grpoflow.models.loading import load_causal_lm
+    start = dict(load_causal_lm(start_path).named_parameters())
+    moved = total = 0.0
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            w0 = start[name].float()
+            moved += float((p.float() - w0).pow(2).sum())
+            total += float(w0.pow(2).sum())
+    return (moved / max(total, 1e-30)) ** 0.5
 
 
 def model_math(stages: dict, timed: dict) -> dict:
@@ -252,7 +319,11 @@ def child_trl(spec: dict) -> dict:
         records.append({"gen_seconds": time.perf_counter() - clock["begin"],
                         "prompt_tokens": sum(lengths[p] for p in prompts),
                         "completion_tokens": sum(len(ids) for ids in completion_ids),
-                        "reward": statistics.mean(scores)})
+                        "reward": statistics.mean(scores),
+                        "response_length": statistics.mean(len(ids) for ids in completion_ids),
+                        "max_completion": max(len(ids) for ids in completion_ids),
+                        "truncated": statistics.mean(float(not ids or ids[-1] != tokenizer.eos_token_id)
+                                                     for ids in completion_ids)})
         return scores
 
     class StepTimer(TrainerCallback):
@@ -265,8 +336,9 @@ def child_trl(spec: dict) -> dict:
             record["stages"] = {"gen": record["gen_seconds"], "step": record["seconds"]}
 
     n = spec["group_size"]
+    bf16 = spec["compute_dtype"] == "bfloat16"  # TRL's bf16=True: fp32 weights, bf16 autocast (accelerate)
     config = GRPOConfig(
-        output_dir=spec["tmp"], use_cpu=True, bf16=False, fp16=False,
+        output_dir=spec["tmp"], use_cpu=True, bf16=bf16, fp16=False,
         activation_checkpointing=False, gradient_checkpointing=False,
         per_device_train_batch_size=spec["prompts"] * n, gradient_accumulation_steps=1, num_generations=n,
         max_completion_length=spec["max_new_tokens"], temperature=1.0, top_p=1.0, top_k=0,
@@ -277,8 +349,25 @@ def child_trl(spec: dict) -> dict:
     trainer = GRPOTrainer(model=model, reward_funcs=[task_reward], args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[StepTimer()])
     trainer.train()
-    return {"steps": records, "params": count_params(trainer.model), "compute_dtype": "float32",
-            "accuracy": heldout_accuracy(trainer.model, tokenizer, task), "threads": _torch_threads()}
+    held = heldout_eval(trainer.model, tokenizer, task)
+    return {"steps": records, "params": count_params(trainer.model), "compute_dtype": spec["compute_dtype"],
+            **held, "weight_change": relative_change(trainer.model, spec["model_path"]), "threads": _torch_threads()}
 
 
-CHILDREN = {"prepare": child_prepare, "grpoflow": child_grpoflow, "trl": child_trl}
+def child_evaluate(spec: dict) -> dict:
+    """`heldout_eval` of the model at `spec["model_path"]` on `spec["task"]` (the before-RL figures), cached per
+    folder, weights date and task."""
+    from grpoflow.models.loading import load_causal_lm, load_tokenizer
+    set_threads(spec["threads"])
+    path, task = spec["model_path"], spec["task"]
+    key = f"{path}@{max(f.stat().st_mtime for f in Path(path).glob('*.safetensors'))}@{task}"
+    known = CACHE / "heldout_eval.json"
+    cached = json.loads(known.read_text()) if known.exists() else {}
+    if key not in cached:
+        cached[key] = heldout_eval(load_causal_lm(path), load_tokenizer(path), task)
+        known.parent.mkdir(parents=True, exist_ok=True)
+        known.write_text(json.dumps(cached, indent=1))
+    return cached[key]
+
+
+CHILDREN = {"prepare": child_prepare, "grpoflow": child_grpoflow, "trl": child_trl, "evaluate": child_evaluate}

@@ -39,11 +39,24 @@ A second table splits grpoflow's step into its stages (`timing_s/*` of metrics.j
 model math (generate, forward, backward, optimizer; timed inside the child) and dataflow, the
 rest of the step. `--scaling` adds how each framework's step time grows with each factor.
 
+Two more columns of the first table, and its ratio rows:
+
+- limit s / x limit: the step's physical limit at the rates measured at start (`limits.py`: the `torch.mm`
+  peak of the run's dtype for the update's and generation's FLOPs, the copy bandwidth for reading every
+  weight once per decode step), and the step's seconds over it;
+- ratios (`.../trl...` rows) are against the fastest TRL run of the row (`--trl-dtype float32,bfloat16`
+  runs TRL with `bf16=False` and `bf16=True`).
+
+`--microbatch step,default` runs grpoflow twice per dtype: with one micro-batch holding the step (as
+TRL's batch; the default) and with its configured budget (`actor.max_tokens_per_microbatch`, 4,096
+padded tokens: what a user gets), labelled `-mb4096`.
+
 `--real-model FOLDER` replaces the tiny rows by one real-model row: SmolLM2-135M-Instruct (the HF folder
 that .ci/real_model_stage converts from the PyPI wheel's GGUF file) on the chat version of the task
 (`builtin:chat_addition`: chat messages through the model's template, ~45-token prompts), reward
 `gsm8k_flexible` for both, 10 steps, at most 24 new tokens, lr 1e-5, KL 0, one repeat; held-out is the
-mean greedy reward on the task's 100 held-out questions.
+mean greedy reward on the task's 100 held-out questions; TRL runs in float32 and bf16, grpoflow with both
+micro-batch budgets.
 
 Figures per framework are medians over the repeats; the last line printed is one JSON object.
 """
@@ -61,16 +74,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from limits import PEAK_KEY, measure_bandwidth, measure_peak, step_limit
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 CACHE = BENCH_DIR / ".cache"
 WARMUP_STEPS = 2      # left out of s/step, tok/s and MFU (first-call allocations, lazy inits)
 EDGE_STEPS = 3        # reward "first" / "last" = mean over this many steps
-PEAK_KEY = {"float32": "fp32", "bfloat16": "bf16"}
 REAL_MODEL_LABEL = "smollm2"  # the row label of --real-model
 # Defaults that differ between the tiny rows and the real-model row: (tiny, --real-model).
 MODE_DEFAULTS = {"steps": (30, 10), "repeats": (3, 1), "max_new_tokens": ([16], [24]), "kl": ([0.0, 0.04], [0.0]),
-                 "lr": (5e-5, 1e-5)}
+                 "lr": (5e-5, 1e-5), "trl_dtype": (["float32"], ["float32", "bfloat16"]),
+                 "microbatch": (["step"], ["step", "default"])}
 
 
 # ---------------------------------------------------------------- children (bench/children.py)
@@ -85,12 +100,13 @@ def run_child_main(kind: str, spec_json: str) -> None:
 
 # ---------------------------------------------------------------- figures
 
-def summarize(run: dict, *, kl: float, peak_gflops: dict[str, float]) -> dict:
+def summarize(run: dict, *, kl: float, peak_gflops: dict[str, float], bandwidth_gbs: float) -> dict:
     """One run's figures from its per-step records (the same arithmetic for both frameworks).
 
     Speed figures are medians over the steps after the warm-up: on a shared machine a median
     shrugs off the odd step that another process slowed down, a mean over steps does not.
-    MFU divides by the `torch.mm` peak of the dtype the run computes in (fp32 or bf16)."""
+    MFU divides by the `torch.mm` peak of the dtype the run computes in (fp32 or bf16); `limit_s` is the step's
+    physical limit at those rates (`limits.step_limit`), `x_limit` the step's seconds over it (medians over steps)."""
     steps = run["steps"]
     timed = steps[WARMUP_STEPS:] or steps
     p = run["params"]
@@ -102,11 +118,18 @@ def summarize(run: dict, *, kl: float, peak_gflops: dict[str, float]) -> dict:
     def median(fn) -> float:
         return statistics.median(fn(s) for s in timed)
 
+    def limit(s: dict) -> dict:
+        return step_limit(s, params=p, dtype=run["compute_dtype"], kl=kl, peak_gflops=peak_gflops,
+                          bandwidth_gbs=bandwidth_gbs)
+
     step, gen = median(lambda s: s["seconds"]), median(lambda s: s["gen_seconds"])
     peak = peak_gflops[PEAK_KEY[run["compute_dtype"]]] * 1e9
     return {"s_per_step": step, "gen_s": gen, "rest_s": median(lambda s: s["seconds"] - s["gen_seconds"]),
             "tokens_per_s": median(lambda s: (s["prompt_tokens"] + s["completion_tokens"]) / s["seconds"]),
             "mfu": median(lambda s: flops(s) / s["seconds"]) / peak,
+            "limit_s": median(lambda s: limit(s)["total_s"]), "limit_update_s": median(lambda s: limit(s)["update_s"]),
+            "limit_gen_s": median(lambda s: limit(s)["gen_s"]),
+            "x_limit": median(lambda s: s["seconds"] / limit(s)["total_s"]),
             "peak_rss_mb": run["peak_rss_mb"],
             "reward_first": statistics.mean(s["reward"] for s in steps[:EDGE_STEPS]),
             "reward_last": statistics.mean(s["reward"] for s in steps[-EDGE_STEPS:]),
@@ -122,27 +145,6 @@ def median_figures(runs: list[dict]) -> dict:
     out = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "stages"}
     out["stages"] = {k: statistics.median(r["stages"][k] for r in runs) for k in runs[0]["stages"]}
     return out
-
-
-def measure_peak(threads: int) -> dict[str, float]:
-    """GFLOP/s of torch.mm on 2048x2048 in fp32 and bf16: the best of 10 calls after one warm-up.
-
-    The best, not the mean: a peak is what the cores can do when nothing else runs."""
-    import torch
-    torch.set_num_threads(threads)
-    n, out = 2048, {}
-    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        torch.mm(a, b)
-        best = min(_timed(torch.mm, a, b) for _ in range(10))
-        out[name] = 2 * n ** 3 / best / 1e9
-    return out
-
-
-def _timed(fn, *args) -> float:
-    start = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - start
 
 
 # ---------------------------------------------------------------- parent
@@ -229,45 +231,59 @@ def row_label(row: dict) -> str:
     return f"{row['size']}{base} g{row['group_size']} t{row['max_new_tokens']} kl{row['kl']:g}"
 
 
-def frameworks(compute_dtypes: list[str]) -> list[tuple[str, str, str]]:
-    """(label, child kind, compute dtype) of every run of a repeat: grpoflow in each dtype, then TRL."""
-    runs = [("grpoflow" if dtype == "float32" else f"grpoflow-{PEAK_KEY[dtype]}", "grpoflow", dtype)
-            for dtype in compute_dtypes]
-    return runs + [("trl", "trl", "float32")]
+def frameworks(args) -> list[tuple[str, str, str, dict]]:
+    """(label, child kind, compute dtype, extra spec) of every run of a repeat: grpoflow in each dtype (with the
+    step-sized micro-batch, then with its default budget when `--microbatch` has `default`), then TRL in each
+    `--trl-dtype` (bf16: TRL's `bf16=True`, fp32 weights under autocast)."""
+    runs = []
+    for dtype in args.compute_dtype:
+        name = "grpoflow" if dtype == "float32" else f"grpoflow-{PEAK_KEY[dtype]}"
+        for budget in args.microbatch:
+            label = name if budget == "step" else f"{name}-mb4096"
+            runs.append((label, "grpoflow", dtype, {"microbatch": budget}))
+    return runs + [("trl" if dtype == "float32" else f"trl-{PEAK_KEY[dtype]}", "trl", dtype, {})
+                   for dtype in args.trl_dtype]
 
 
-def run_row(row: dict, args, prepared: dict, peak: dict, logs: Path, progress) -> dict:
-    """`repeats` alternating runs of each framework on one row; median figures and ratios to TRL."""
+def over_best_trl(med: dict[str, dict]) -> tuple[str, dict[str, dict]]:
+    """The fastest TRL run (lowest median s/step) and every other run's ratios to it."""
+    best = min((label for label in med if label.startswith("trl")), key=lambda label: med[label]["s_per_step"])
+    t = med[best]
+    return best, {label: {"s_per_step": g["s_per_step"] / t["s_per_step"],
+                          "tokens_per_s": g["tokens_per_s"] / t["tokens_per_s"],
+                          "peak_rss_mb": g["peak_rss_mb"] / t["peak_rss_mb"], "mfu": g["mfu"] / t["mfu"]}
+                  for label, g in med.items() if label != best}
+
+
+def run_row(row: dict, args, prepared: dict, peak: dict, bandwidth: float, logs: Path, progress) -> dict:
+    """`repeats` alternating runs of each framework on one row; median figures and ratios to the fastest TRL run."""
     sft = row.get("init", "sft") != "base"  # the warm-started (or real) model, with a before-RL accuracy
     spec = {**row, "model_path": prepared["model_path" if sft else "base_model_path"], "prompts": args.prompts,
             "lr": args.lr, "steps": args.steps, "seed": args.seed, "threads": args.threads}
-    runs = frameworks(args.compute_dtype)
-    figures: dict[str, list[dict]] = {label: [] for label, _, _ in runs}
+    runs = frameworks(args)
+    figures: dict[str, list[dict]] = {label: [] for label, _, _, _ in runs}
     for rep in range(args.repeats):
-        for label, kind, dtype in runs:
+        for label, kind, dtype, extra in runs:
             with tempfile.TemporaryDirectory(prefix=f"bench-{kind}-") as tmp:
                 log = logs / f"{row_label(row).replace(' ', '_')}_{label}_{rep}.log"
                 busy = wait_until_idle(args.wait_idle, progress)
                 start = time.perf_counter()
-                run = spawn(kind, {**spec, "compute_dtype": dtype, "tmp": tmp}, log, args.threads)
-                f = {**summarize(run, kl=row["kl"], peak_gflops=peak), "busy_before": busy}
+                run = spawn(kind, {**spec, **extra, "compute_dtype": dtype, "tmp": tmp}, log, args.threads)
+                f = {**summarize(run, kl=row["kl"], peak_gflops=peak, bandwidth_gbs=bandwidth), "busy_before": busy}
             figures[label].append(f)
-            progress(f"  {row_label(row)} | repeat {rep + 1}/{args.repeats} | {label:13s} | {f['s_per_step']:.3f} "
-                     f"s/step | {f['tokens_per_s']:.0f} tok/s | MFU {f['mfu']:.1%} | reward {f['reward_first']:.2f}->"
-                     f"{f['reward_last']:.2f} | held-out {f['accuracy']:.1%} | {f['peak_rss_mb']:.0f} MB | "
-                     f"{time.perf_counter() - start:.0f}s | others {busy:.0%} busy before")
+            progress(f"  {row_label(row)} | repeat {rep + 1}/{args.repeats} | {label:18s} | {f['s_per_step']:.3f} "
+                     f"s/step ({f['x_limit']:.1f}x its limit) | {f['tokens_per_s']:.0f} tok/s | MFU {f['mfu']:.1%} | "
+                     f"reward {f['reward_first']:.2f}->{f['reward_last']:.2f} | held-out {f['accuracy']:.1%} | "
+                     f"{f['peak_rss_mb']:.0f} MB | {time.perf_counter() - start:.0f}s | others {busy:.0%} busy before")
     med = {label: median_figures(figures[label]) for label in figures}
-    t = med["trl"]
-    ratios = {label: {"s_per_step": g["s_per_step"] / t["s_per_step"],
-                      "tokens_per_s": g["tokens_per_s"] / t["tokens_per_s"],
-                      "peak_rss_mb": g["peak_rss_mb"] / t["peak_rss_mb"], "mfu": g["mfu"] / t["mfu"]}
-              for label, g in med.items() if label != "trl"}
+    best, ratios = over_best_trl(med)
     return {**row, "accuracy_before": prepared["accuracy"] if sft else None, "median": med, "runs": figures,
-            "over_trl": ratios}
+            "trl_best": best, "over_trl": ratios}
 
 
 COLUMNS = [("s/step", "s_per_step", "{:.3f}"), ("gen s", "gen_s", "{:.3f}"), ("rest s", "rest_s", "{:.3f}"),
-           ("tok/s", "tokens_per_s", "{:.0f}"), ("MFU", "mfu", "{:.1%}"), ("peak MB", "peak_rss_mb", "{:.0f}"),
+           ("tok/s", "tokens_per_s", "{:.0f}"), ("MFU", "mfu", "{:.1%}"), ("limit s", "limit_s", "{:.3f}"),
+           ("x limit", "x_limit", "{:.1f}x"), ("peak MB", "peak_rss_mb", "{:.0f}"),
            ("reward first", "reward_first", "{:.3f}"), ("reward last", "reward_last", "{:.3f}"),
            ("held-out", "accuracy", "{:.1%}"), ("run s", "run_wall_s", "{:.0f}")]
 
@@ -281,8 +297,8 @@ def table(results: list[dict]) -> str:
             lines.append(f"| {row_label(r)} | {label} | " + " | ".join(cells) + " |")
         before = "untrained" if r["accuracy_before"] is None else f"before RL {r['accuracy_before']:.1%}"
         for label, x in r["over_trl"].items():
-            lines.append(f"| {row_label(r)} | {label}/TRL | {x['s_per_step']:.2f}x | | | {x['tokens_per_s']:.2f}x | "
-                         f"{x['mfu']:.2f}x | {x['peak_rss_mb']:.2f}x | | | {before} | |")
+            lines.append(f"| {row_label(r)} | {label}/{r['trl_best']} | {x['s_per_step']:.2f}x | | | "
+                         f"{x['tokens_per_s']:.2f}x | {x['mfu']:.2f}x | | | {x['peak_rss_mb']:.2f}x | | | {before} | |")
     return "\n".join(lines)
 
 
@@ -296,7 +312,7 @@ def profile_table(results: list[dict]) -> str:
     lines = ["| row | framework | step s | " + " | ".join(PROFILE) + " | dataflow share |",
              "|" + "---|" * (len(PROFILE) + 4)]
     for r in results:
-        for label in r["over_trl"]:
+        for label in (k for k in r["median"] if k.startswith("grpoflow")):
             stages = r["median"][label]["stages"]
             cells = [f"{stages[k]:.4f}" if k in stages else "-" for k in PROFILE]
             lines.append(f"| {row_label(r)} | {label} | {stages['step']:.3f} | " + " | ".join(cells) +
@@ -351,8 +367,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scaling", action="store_true", help="instead of the grid: model size 0.5m/4m/30m, group size "
                    "4/8/16 and response budget 16/64/256, one at a time around the default row, KL 0")
     p.add_argument("--compute-dtype", type=dtypes, default=["float32", "bfloat16"],
-                   help="grpoflow's model.compute_dtype, one grpoflow run per value (default float32,bfloat16); "
-                        "TRL computes in float32")
+                   help="grpoflow's model.compute_dtype, one grpoflow run per value (default float32,bfloat16)")
+    p.add_argument("--trl-dtype", type=dtypes, default=None,
+                   help="TRL runs: float32 and/or bfloat16 (bf16=True) (default float32; both with --real-model)")
+    p.add_argument("--microbatch", type=lambda v: v.split(","), default=None,
+                   help="grpoflow's micro-batch budget: step (one micro-batch holds the step, as TRL's batch) and/or "
+                        "default (actor.max_tokens_per_microbatch as configured) (default step; both with --real-model)")
     p.add_argument("--prompts", type=int, default=8, help="prompts per step (default 8)")
     p.add_argument("--lr", type=float, default=None,
                    help="constant learning rate of both (default 5e-5; 1e-5 with --real-model)")
@@ -386,12 +406,13 @@ def main(argv: list[str] | None = None) -> None:
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     busy = wait_until_idle(args.wait_idle, progress)
-    peak = measure_peak(args.threads)
+    peak, bandwidth = measure_peak(args.threads), measure_bandwidth(args.threads)
     progress(f"peak torch.mm 2048x2048 on {args.threads} threads: fp32 {peak['fp32']:.0f} GFLOP/s, "
-             f"bf16 {peak['bf16']:.0f} GFLOP/s (others {busy:.0%} busy); grpoflow computes in "
-             f"{'/'.join(args.compute_dtype)}, TRL in float32, MFU uses the peak of each")
+             f"bf16 {peak['bf16']:.0f} GFLOP/s; copy bandwidth {bandwidth:.1f} GB/s (others {busy:.0%} busy); "
+             f"grpoflow computes in {'/'.join(args.compute_dtype)}, TRL in {'/'.join(args.trl_dtype)}; MFU and the "
+             f"limit use the peak of each")
     rows = grid(args)
-    progress(f"{len(rows)} row(s) x {args.repeats} repeat(s) x {len(frameworks(args.compute_dtype))} runs; "
+    progress(f"{len(rows)} row(s) x {args.repeats} repeat(s) x {len(frameworks(args))} runs; "
              f"child logs in {logs}")
     prepared = {}
     for size in dict.fromkeys(r["size"] for r in rows):
@@ -399,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
                                logs / f"prepare_{size}.log", args.threads)
         progress(f"{'model' if args.real_model else 'warm start'} {size}: {prepared[size]['model_path']} "
                  f"(held-out {prepared[size]['accuracy']:.1%})")
-    results = [run_row(row, args, prepared[row["size"]], peak, logs, progress) for row in rows]
+    results = [run_row(row, args, prepared[row["size"]], peak, bandwidth, logs, progress) for row in rows]
     print()
     print(f"{args.prompts} prompts/step, {args.steps} steps (first {WARMUP_STEPS} left out of speed figures), "
           f"lr {args.lr:g} constant, {args.threads} threads, medians of {args.repeats} run(s) each; "
@@ -415,7 +436,7 @@ def main(argv: list[str] | None = None) -> None:
     if busiest > 0.2:
         print(f"WARNING: other processes kept the machine up to {busiest:.0%} busy before a run; speed figures are "
               f"unreliable (rerun on a quiet machine, or with --wait-idle 300)")
-    summary = {"peak_gflops": peak, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+    summary = {"peak_gflops": peak, "bandwidth_gbs": bandwidth, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                                              if k != "child"},
                "rows": results, "wall_s": time.perf_counter() - began}
     if args.json_out:

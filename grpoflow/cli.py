@@ -18,6 +18,9 @@ commands:
   config  print the resolved config as YAML
   plot    RUN_DIR... [--out DIR] [--metrics NAME...]: curves (PNG) and report.md of one or more runs
   export  RUN_DIR [--step N] --out DIR: a checkpoint's policy as a plain HF folder (LoRA merged)
+  view    RUN_DIR... [--port P]: a local web page of the runs' curves, rollouts and facts, live while they train
+  serve   tinker [key=value ...]: the Tinker API on 127.0.0.1 (tinker.port), for the unmodified tinker SDK
+          and cookbook (docs/tinker.md); model.path is the default base model
 
 presets (grpoflow/recipes/): grpo, dr_grpo, dapo, gspo, rloo, ppo, e.g. `grpoflow train dapo`; smollm2_addition
 (a real chat model, docs/real-models.md). The defaults suit pretrained models; recipes/builtin.yaml applies by
@@ -32,12 +35,19 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0
     command, rest = argv[0], argv[1:]
+    if command == "serve":
+        if not rest or rest[0] != "tinker":
+            print("grpoflow serve: say what to serve: `grpoflow serve tinker [key=value ...]`", file=sys.stderr)
+            return 2
+        rest = rest[1:]
     if command == "export":
         return _export(rest)
     if command == "data":
         return _data(rest)
     if command == "plot":
         return _plot(rest)
+    if command == "view":
+        return _view(rest)
     from grpoflow.config import Config, ConfigError, describe_layers, help_text, load_config, to_yaml
     if "-h" in rest or "--help" in rest:
         print(USAGE + "\nconfig keys:\n" + help_text())
@@ -57,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     from grpoflow.controller.trainer import TrainingError
     from grpoflow.distributed.ray_pool import ClusterError
     from grpoflow.distributed.worker_group import WorkerError
+    from grpoflow.tinker_server.serve import serve_tinker
     commands: dict[str, Callable[[Config], Any]] = {
-        "train": train, "sft": sft_stage, "eval": evaluate,
+        "train": train, "sft": sft_stage, "eval": evaluate, "serve": serve_tinker,
         "config": lambda cfg: print(describe_layers(recipe, overrides) + to_yaml(cfg))}
     if command not in commands:
         print(f"grpoflow: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
@@ -67,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(recipe, overrides)
         result = commands[command](cfg)
     except (ConfigError, TrainingError, WorkerError, ClusterError, MissingExtraError, CheckpointWriteError, FileNotFoundError,
-            ValueError, KeyError) as e:
+            ValueError, KeyError, ImportError) as e:
         if os.environ.get("GRPOFLOW_DEBUG"):
             raise
         print(f"grpoflow {command}: error: {e}", file=sys.stderr)
@@ -134,6 +145,26 @@ def _plot(args: list[str]) -> int:
         print(f"grpoflow plot: error: {e}", file=sys.stderr)
         return 2
     print(f"{len(images)} plots and {report}")
+    return 0
+
+
+def _view(args: list[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="grpoflow view", description="A local page of runs' curves and rollouts.")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (trainer.output_dir)")
+    parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--refresh", type=float, default=2.0, help="seconds between the page's reloads of the files")
+    ns = parser.parse_args(args)
+    from grpoflow.viewer.server import serve
+
+    try:
+        serve(ns.run_dirs, port=ns.port, refresh_s=ns.refresh)
+    except (FileNotFoundError, ImportError, OSError) as e:
+        print(f"grpoflow view: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
     return 0
 
 

@@ -70,6 +70,20 @@ class ModelConfig:
 
 
 @dataclass
+class CurriculumConfig:
+    enable: bool = opt(False, "Curriculum sampling: draw prompts from easy / learnable / hard pools by their recent "
+                              "pass rate instead of epoch by epoch (docs/data-and-rewards.md).")
+    shares: list = opt([0.1, 0.8, 0.1], "Shares of each step's prompts drawn from the easy, learnable and hard pools "
+                                        "(normalised; a short pool passes its part on, learnable first).")
+    window: int = opt(4, "A prompt's pass rate is the mean over its last this many draws.")
+    easy_above: float = opt(0.8, "A prompt whose recent pass rate is at least this is easy.")
+    hard_below: float = opt(0.2, "A prompt whose recent pass rate is at most this is hard (not yet drawn: learnable).")
+    retire_after: int = opt(3, "Retire a prompt (never draw it again) once its whole group was solved this many "
+                               "draws in a row; 0: never.")
+    solved_score: float = opt(1.0, "A sample counts as solved when its score is at least this.")
+
+
+@dataclass
 class DataConfig:
     train_files: list = opt(["builtin:addition/train"], "Training prompt files (.jsonl, .json, .parquet), "
                             "or `builtin:addition/train` for the built-in 2-digit addition task "
@@ -86,6 +100,7 @@ class DataConfig:
                                               "and agent runs, whose openings are chat).")
     system_prompt: Optional[str] = opt(None, "System message prepended when the chat template is applied.")
     val_max_prompts: Optional[int] = opt(None, "Use at most this many validation prompts (None: all).")
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
 
 
 @dataclass
@@ -104,6 +119,11 @@ class RolloutConfig:
     tensor_parallel_size: int = opt(1, "vllm/sglang: GPUs per engine (tensor parallel).")
     enforce_eager: bool = opt(True, "vllm: no CUDA graphs (faster start, slower decode).")
     free_cache_engine: bool = opt(True, "vllm/sglang colocated: release the KV cache (sleep) while the actor trains.")
+    lora_sync: str = opt("merged", "With LoRA (model.lora.rank > 0): merged sends the adapters merged into full "
+                                   "weights after each update; adapter sends only the adapter tensors, which the engine "
+                                   "serves unmerged (hf; vllm as LoRA requests). docs/rollout-engines.md.")
+    lora_versions: int = opt(2, "rollout.lora_sync=adapter with vllm: adapter versions kept loaded (async runs sample "
+                                "from the version they were scheduled after).")
     n: int = opt(8, "Samples per prompt (the GRPO group size).")
     max_new_tokens: int = opt(256, "Longest response, in tokens; longer samples are truncated (a chat model "
                               "needs room to answer: a few tokens cut every answer off).")
@@ -159,6 +179,31 @@ class RewardModelConfig:
 
 
 @dataclass
+class JudgeConfig:
+    url: Optional[str] = opt(None, "LLM judge on an OpenAI-compatible server: its base URL (e.g. "
+                             "http://localhost:8000/v1). Name the reward `judge` in reward.function(s) or "
+                             "reward.routes to use it.")
+    path: Optional[str] = opt(None, "LLM judge run locally by grpoflow's engine (batched, greedy): a local HF "
+                              "folder or a .gguf file. Exactly one of url and path.")
+    model: str = opt("judge", "Model name sent to the judge server (reward.judge.url).")
+    api_key_env: str = opt("OPENAI_API_KEY", "Environment variable holding the judge server's API key (unset: "
+                                             "'EMPTY', what local servers accept).")
+    template: str = opt("Rate the answer from 0 to 10.\nQuestion: {prompt}\nAnswer: {completion}\nReply with the "
+                        "number only.", "The judge's prompt: a Python format string over {prompt}, {completion} "
+                        "and the row's columns (e.g. {answer}).")
+    parser: str = opt("number", "How the score is read from the reply: number (the first number), "
+                      "regex:<pattern> (its first group) or path/to/file.py:function (text -> float | None).")
+    max_score: Optional[float] = opt(10.0, "The reply is divided by this (a 0-10 rating becomes 0-1); a value "
+                                           "outside [0, max_score] is unparsable. None: the number as it is.")
+    max_tokens: int = opt(16, "Tokens the judge may write per reply.")
+    temperature: float = opt(0.0, "Judge sampling temperature (URL judges; the local judge is greedy).")
+    max_concurrency: int = opt(8, "URL judges: most requests in flight at once.")
+    timeout_s: float = opt(30.0, "URL judges: seconds one request may take; then it is retried or fails.")
+    retries: int = opt(2, "URL judges: attempts after the first failed one; then the sample scores "
+                          "reward.error_score (counted in reward/judge/failed).")
+
+
+@dataclass
 class RewardConfig:
     function: Optional[str] = opt("exact_match", "Reward function: a built-in (exact_match, gsm8k, gsm8k_flexible, math, "
                         "countdown, format, length, length_penalty) or `path/to/file.py:function`. Called as "
@@ -174,6 +219,7 @@ class RewardConfig:
                                      "reward.error_score and counts in reward/timeouts (a plain function then runs "
                                      "in reward.workers processes, at least one).")
     error_score: float = opt(0.0, "Score given to a sample whose reward function raised, returned None or NaN.")
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     overlong_buffer_len: int = opt(0, "DAPO overlong shaping: responses longer than rollout.max_new_tokens - "
                                    "this many tokens get a linear penalty (0 disables).")
     overlong_penalty_factor: float = opt(1.0, "DAPO overlong shaping: the penalty at the full length.")
@@ -207,6 +253,30 @@ class AlgorithmConfig:
     kl_penalty: str = opt("k1", "KL estimator used in the reward: k1, k2, k3.")
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+
+
+@dataclass
+class TeacherConfig:
+    path: Optional[str] = opt(None, "On-policy distillation's teacher: a local HF folder, a `.gguf` file, "
+                              "`builtin:tiny-<size>`, or `self` (the student with its current weights: "
+                              "self-distillation, needs distill.teacher.prompt_template). It must use the student's "
+                              "tokenizer. None: no distillation.")
+    prompt_template: Optional[str] = opt(None, "The teacher's prompt as a Python format string over `prompt` (the "
+                                         "student's prompt text, chat template applied) and the row's columns, e.g. "
+                                         "'The answer is {answer}.\n{prompt}': privileged context the student does "
+                                         "not see. None: the student's prompt.")
+
+
+@dataclass
+class DistillConfig:
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    kl_coef: float = opt(1.0, "Weight of the teacher's per-token reverse KL in the advantage: A_t = task_weight x "
+                              "task advantage - kl_coef x (log p_student - log p_teacher) (Tinker's formulation).")
+    task_weight: float = opt(1.0, "Weight of the task advantage (from the reward) in the mix; 0: pure distillation "
+                                  "(the reward is still computed and logged).")
+    topk: int = opt(0, "Top-k forward-KL loss term: the teacher's k likeliest tokens at each position; 0: off. Reads "
+                       "the full [tokens, vocab] logits of a micro-batch.")
+    topk_coef: float = opt(1.0, "Weight of the top-k forward-KL term in the actor loss (with distill.topk > 0).")
 
 
 @dataclass
@@ -275,10 +345,19 @@ class TrainerConfig:
     project: str = opt("grpoflow", "W&B project and MLflow experiment name.")
     run_name: Optional[str] = opt(None, "Run name in W&B and MLflow (None: the run folder's name).")
     log_samples: int = opt(8, "Validation completions appended to <output_dir>/samples.jsonl at each validation.")
+    log_train_every: int = opt(1, "Write training groups to <output_dir>/train_samples.jsonl every this many steps "
+                               "(0: never): prompt, each sample's completion or conversation, score and its parts, "
+                               "advantage, length, policy version, truncated; `grpoflow view` shows them.")
+    log_train_groups: int = opt(4, "Groups (all n samples of a prompt) written each time: the first ones of the "
+                                "step's batch (0: none).")
     save_every: int = opt(50, "Write a checkpoint every this many steps and after the last (0: never).")
     keep_last: int = opt(2, "Keep only the newest this many checkpoints (0: keep all).")
     resume: str = opt("auto", "auto: continue from the run folder's latest checkpoint if there is one; never: "
                       "start over; or a checkpoint folder (<output_dir>/checkpoints/step_000050).")
+    resume_config_changes: str = opt("refuse", "Resuming with settings that change training (anything but the run "
+                                     "controls such as total_steps, logging, saving, validation, Ray) from those the "
+                                     "checkpoint was written with: refuse (stop, listing the differences) or allow "
+                                     "(go on, with a warning listing them). docs/runs.md.")
     threads: int = opt(0, "torch intra-op threads (0: leave torch's default).")
     mode: str = opt("sync", "sync: generate, then train, each step; async: generation of step t+1 overlaps "
                     "training of step t (needs placement=split), bounded by rollout.max_staleness.")
@@ -306,6 +385,29 @@ class RayConfig:
 
 
 @dataclass
+class TinkerConfig:
+    """`grpoflow serve tinker`: the Tinker API on this machine, for the unmodified `tinker` SDK (docs/tinker.md)."""
+    host: str = opt("127.0.0.1", "Address to listen on; the default accepts connections from this machine only.")
+    port: int = opt(8000, "TCP port; point a Tinker program at it with TINKER_BASE_URL=http://127.0.0.1:<port>.")
+    root: str = opt("runs/tinker", "The server's folder: saved states, named sampler weights and built base models. "
+                    "A server restarted on the same folder serves the states saved there.")
+    api_key: Optional[str] = opt(None, "Accept only this API key (X-API-Key; the SDK wants a `tml-` prefix). "
+                                 "None: any key is accepted.")
+    model_name: Optional[str] = opt(None, "A base_model name that means model.path, for programs that ask for a "
+                                    "hub name (e.g. meta-llama/Llama-3.2-1B). Local folders, .gguf files, "
+                                    "builtin: models and names in the local Hugging Face cache work without it.")
+    lora_alpha: float = opt(32.0, "LoRA alpha of the adapters create_lora_training_client makes (the update is "
+                            "scaled by alpha / rank).")
+    max_tokens: int = opt(128, "max_tokens of a sample request that sets none.")
+    microbatch_tokens: int = opt(4096, "forward_backward runs a request's datums in micro-batches of at most this "
+                                 "many input tokens (memory, not results: the loss is a sum).")
+    max_sample_batch: int = opt(64, "Queued sample requests with the same weights and parameters run as one batch "
+                                "of at most this many prompts.")
+    sampler_snapshots: int = opt(4, "Unnamed sampler weights (save_weights_and_get_sampling_client) kept in "
+                                 "memory; older sampling clients of that kind then fail with a clear error.")
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -315,6 +417,7 @@ class Config:
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     backend: str = opt("local", "Worker backend: local (in this process, one rank per role) or ray (Ray actors "
                        "in placement groups; one machine or a cluster; pip install 'grpoflow[ray]').")
@@ -323,6 +426,7 @@ class Config:
                          "weights from the actor after each update.")
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     ray: RayConfig = field(default_factory=RayConfig)
+    tinker: TinkerConfig = field(default_factory=TinkerConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -518,8 +622,16 @@ def validate(cfg: Config) -> None:
          f"placement=colocated runs one rollout engine per actor rank ({world_size(cfg)}); rollout.workers="
          f"{cfg.rollout.workers} needs placement=split."),
         (cfg.rollout.sync_timeout_s > 0, "rollout.sync_timeout_s must be > 0."),
+        (cfg.rollout.lora_sync in ("merged", "adapter"),
+         f"rollout.lora_sync={cfg.rollout.lora_sync!r}; use merged or adapter."),
+        (cfg.rollout.lora_sync == "merged" or cfg.model.lora.rank > 0,
+         "rollout.lora_sync=adapter sends LoRA adapters, but model.lora.rank=0 trains all weights; set model.lora.rank "
+         "> 0 or rollout.lora_sync=merged."),
+        (cfg.rollout.lora_versions >= 1, "rollout.lora_versions must be >= 1."),
         (cfg.rollout.max_staleness >= 0, "rollout.max_staleness must be >= 0."),
         (cfg.trainer.mode in ("sync", "async"), f"trainer.mode={cfg.trainer.mode!r}; use sync or async."),
+        (cfg.trainer.resume_config_changes in ("refuse", "allow"),
+         f"trainer.resume_config_changes={cfg.trainer.resume_config_changes!r}; use refuse or allow."),
         (cfg.trainer.mode == "sync" or cfg.placement == "split",
          "trainer.mode=async overlaps generation with training, so the rollout engines need their own processes: "
          "set placement=split backend=ray."),
@@ -564,7 +676,12 @@ def validate(cfg: Config) -> None:
         (0 <= cfg.reward.overlong_buffer_len < cfg.rollout.max_new_tokens,
          f"reward.overlong_buffer_len={cfg.reward.overlong_buffer_len} must be in [0, rollout.max_new_tokens)."),
         (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
+        *distill_checks(cfg.distill),
+        *judge_checks(cfg.reward.judge),
+        *curriculum_checks(cfg.data.curriculum),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
+        (cfg.trainer.log_train_every >= 0 and cfg.trainer.log_train_groups >= 0,
+         "trainer.log_train_every and trainer.log_train_groups must be >= 0 (0 turns train_samples.jsonl off)."),
         (cfg.trainer.save_every >= 0 and cfg.trainer.keep_last >= 0, "trainer.save_every and trainer.keep_last "
                                                                      "must be >= 0."),
         (cfg.trainer.max_restarts >= 0, f"trainer.max_restarts={cfg.trainer.max_restarts} must be >= 0 (0: a dead "
@@ -574,6 +691,41 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise ConfigError(message)
     batch_schedule(cfg)
+
+
+def curriculum_checks(c: CurriculumConfig) -> list[tuple[bool, str]]:
+    """The curriculum's keys."""
+    return [
+        (len(c.shares) == 3 and min(c.shares, default=0) >= 0 and sum(c.shares) > 0,
+         f"data.curriculum.shares={c.shares}: give three shares >= 0 (easy, learnable, hard), not all 0."),
+        (c.window >= 1 and c.retire_after >= 0, "data.curriculum.window must be >= 1 and retire_after >= 0."),
+        (0 <= c.hard_below < c.easy_above <= 1, "data.curriculum needs 0 <= hard_below < easy_above <= 1."),
+    ]
+
+
+def judge_checks(j: JudgeConfig) -> list[tuple[bool, str]]:
+    """The LLM judge's keys."""
+    return [
+        (not (j.url and j.path), "reward.judge.url and reward.judge.path are both set; the judge is either a server "
+                                 "(url) or a local model (path)."),
+        (j.max_concurrency >= 1 and j.retries >= 0 and j.timeout_s > 0 and j.max_tokens >= 1,
+         "reward.judge.max_concurrency and max_tokens must be >= 1, retries >= 0 and timeout_s > 0."),
+        (j.max_score is None or j.max_score > 0, "reward.judge.max_score must be > 0 (or null)."),
+    ]
+
+
+def distill_checks(d: DistillConfig) -> list[tuple[bool, str]]:
+    """The distillation keys' ranges and combinations."""
+    self_teacher = d.teacher.path == "self"
+    return [
+        (d.kl_coef >= 0 and d.task_weight >= 0 and d.topk >= 0 and d.topk_coef >= 0,
+         "distill.kl_coef, distill.task_weight, distill.topk and distill.topk_coef must be >= 0."),
+        (not self_teacher or bool(d.teacher.prompt_template),
+         "distill.teacher.path=self scores the student with itself; without privileged context "
+         "(distill.teacher.prompt_template) the teacher equals the student and the signal is 0: set a template."),
+        (not (self_teacher and d.topk > 0), "distill.topk needs a teacher model of its own (distill.teacher.path); the "
+                                            "self-distilling teacher gives the sampled tokens' log-probs only."),
+    ]
 
 
 @dataclass

@@ -3,14 +3,14 @@
 Shared by reward scoring (grpoflow.rewards.scoring) and the tool runner (grpoflow.multiturn.tool_runner).
 
 Why not `multiprocessing.Pool` / `ProcessPoolExecutor`: neither can stop one hung call. Here each
-worker is a plain child process with its own socket, so the parent always knows which call a
+worker is a plain child process with its own pipes, so the parent always knows which call a
 worker holds and since when; a call past its deadline is ended by killing that worker (SIGKILL
 to its process group, so subprocesses it started die too), and a fresh worker is started in its
 place while the other workers go on.
 
-The child is `python -c "<set sys.path>; worker_main(fd)"`, not a multiprocessing "spawn"
-child, so it never re-imports the controller's `__main__` (with torch and the models); it
-imports only this module and the function's own module. The function travels pickled: by
+The child is `python -c "<set sys.path>; worker_main(...)"` (grpoflow/process_worker.py), not a
+multiprocessing "spawn" child, so it never re-imports the controller's `__main__` (with torch and the
+models); it imports only grpoflow's bottom layer and the function's own module. The function travels pickled: by
 reference for importable module-level functions and classes, by file path for those loaded
 from `path/to/file.py` (grpoflow.plugins), which the child loads the same way. Lambdas,
 closures and functions defined in `__main__` cannot be sent.
@@ -19,63 +19,65 @@ Optional `ResourceLimits` are set in the child with `resource.setrlimit`: RLIMIT
 space, so the interpreter and the function's imports count too) once the function is loaded,
 and a CPU-time limit per call, re-armed before every call (a CPU-time timer, ITIMER_PROF, backed
 by RLIMIT_CPU; either signal ends the worker). A call that exceeds one gets ("killed", why) and
-its worker is replaced. The limits stop runaway code, they are not a security boundary:
-code in the worker can raise its own soft limits or reach the network and the file system.
+its worker is replaced. Without `sandbox=True` the limits only stop runaway code (soft limits can be raised).
 
-Messages (pickled, over the socket): parent -> child: the limits and the function once, then
-(args, kwargs) per call; child -> parent: ("ready" | "init_error", info) once, then
-("ok", value), ("error", traceback text) or ("killed", why) per call.
+Messages go over two pipes, in frames of a 4-byte length and a body. Parent -> child (pickled: the child
+trusts its parent): the settings and the function once, then per call an 8-byte request id and the pickled
+(args, kwargs). Child -> parent: **JSON, never pickle** (grpoflow/sandbox.py): `{"id", "kind", "info"}`
+with kind "ready" or "init_error" once, then "ok" (info: the return value as JSON data), "error"
+(traceback text) or "killed" (why) per call. The parent takes exactly one reply per request id, from the
+worker that holds that request; anything else (a second reply, a reply for another id, a frame that is not
+such JSON, a reply from an idle worker, an "ok" value that the pool's `validate` refuses) is a protocol
+violation: the worker is killed and replaced, and the call it held is an error. So code running in a
+worker can decide its own call's result, as it could by returning it, but cannot run code in the parent
+or hand a reply to another call.
+
+`sandbox=True` (the tool runner's pools) also gives each worker a minimal environment, stdout/stderr on
+/dev/null, a temporary folder of its own as cwd (deleted after the worker is killed) and what
+grpoflow/sandbox.py's `enter_sandbox` takes away (another uid, no_new_privs, hard limits, no fork).
+Reward pools keep the trainer's environment: a reward function is the user's own code and may need an
+API key.
 """
 
 from __future__ import annotations
 
 import io
 import logging
-import math
 import os
 import pickle
-import resource
+import select
+import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
+import tempfile
 import time
-import traceback
 import types
 import weakref
 from collections import deque
-from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from typing import Any, Callable
 
 from grpoflow.plugins import load_from_file
+from grpoflow.process_worker import REQUEST_ID, ResourceLimits
+from grpoflow.sandbox import HEADER, FrameReader, ProtocolError, minimal_environment
+
+__all__ = ["Outcome", "ResourceLimits", "Task", "WorkerPool", "WorkerStartError", "dumps_function"]
 
 log = logging.getLogger("grpoflow.process_pool")
 
 Outcome = tuple  # ("ok", value) | ("error", message) | ("timeout", None) | ("killed", why)
 Task = tuple[tuple, dict]  # (args, kwargs) of one call
 
-_BOOT = ("import sys; sys.path[:] = {path!r}; from grpoflow.process_pool import worker_main; "
-         "worker_main(int(sys.argv[1]), int(sys.argv[2]))")
+_BOOT = ("import sys; sys.path[:] = {path!r}; from grpoflow.process_worker import worker_main; "
+         "worker_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))")
+_SEND_TIMEOUT_S = 30.0  # a worker that does not read its request within this is killed
+_CALL_KINDS = ("ok", "error", "killed")
+Validate = Callable[[Any], Any]  # an "ok" value -> the value to give back; ValueError: a protocol violation
 
 
 class WorkerStartError(RuntimeError):
     """A worker process could not start or could not load the function."""
-
-
-@dataclass(frozen=True)
-class ResourceLimits:
-    """Per-worker limits set in the child (see the module docstring); None: no limit."""
-
-    cpu_time_s: float | None = None  # CPU seconds per call (user + system, all threads of the worker)
-    memory_mb: int | None = None     # address space of the whole worker process (RLIMIT_AS)
-
-    def __post_init__(self) -> None:
-        if self.cpu_time_s is not None and not self.cpu_time_s > 0:
-            raise ValueError(f"cpu_time_s={self.cpu_time_s!r} must be a positive number of seconds, or None.")
-        if self.memory_mb is not None and not (isinstance(self.memory_mb, int) and self.memory_mb > 0):
-            raise ValueError(f"memory_mb={self.memory_mb!r} must be a positive int (megabytes), or None.")
 
 
 # ---------------------------------------------------------------- sending the function
@@ -135,28 +137,35 @@ def _importable(top_level: str) -> bool:
 
 
 class _Worker:
-    """One child process; state is "starting", "idle" or "busy" (holding call `index` until `deadline`)."""
+    """One child process; state is "starting", "idle" or "busy" (holding call `index`, sent as `request_id`,
+    until `deadline`)."""
 
-    def __init__(self, proc: subprocess.Popen, conn: Connection, start_deadline: float):
-        self.proc, self.conn = proc, conn
+    def __init__(self, proc: subprocess.Popen, request_fd: int, reader: FrameReader, workdir: str | None,
+                 start_deadline: float):
+        self.proc, self.request_fd, self.reader, self.workdir = proc, request_fd, reader, workdir
         self.state = "starting"
         self.index: int | None = None
+        self.request_id: int | None = None
         self.deadline: float | None = start_deadline
 
 
 class WorkerPool:
     """`size` worker processes running one pickled function; see the module docstring.
 
-    `label` names the pool in messages ("reward", "tool"). Not thread-safe: one `run` at a time.
+    `label` names the pool in messages ("reward", "tool"); `sandbox` isolates the workers (module
+    docstring); `validate` checks each "ok" value a worker sends. Not thread-safe: one `run` at a time.
     `close()` (or garbage collection, or interpreter exit) kills the workers.
     """
 
     def __init__(self, payload: bytes, size: int, *, start_timeout_s: float = 120.0,
-                 limits: ResourceLimits | None = None, label: str = "reward"):
+                 limits: ResourceLimits | None = None, label: str = "reward", sandbox: bool = False,
+                 validate: Validate | None = None):
         if size < 1:
             raise ValueError(f"WorkerPool size={size} must be at least 1.")
         self._payload, self._start_timeout_s = payload, start_timeout_s
         self._limits, self._label = limits or ResourceLimits(), label
+        self._sandbox, self._validate = sandbox, validate
+        self._next_id = 0
         self._workers: list[_Worker] = []
         self._finalizer = weakref.finalize(self, _kill_all, self._workers)
         try:
@@ -177,7 +186,8 @@ class WorkerPool:
 
         A call running longer than `timeout_s` (counted from when a worker takes it) gets
         ("timeout", None) and its worker is replaced; a worker that dies mid-call gets ("error", why),
-        or ("killed", why) when it exceeded a resource limit, and is replaced too.
+        or ("killed", why) when it exceeded a resource limit, and is replaced too; so is one that breaks
+        the reply protocol (its call gets ("error", why)).
         """
         if not self._workers:
             raise RuntimeError(f"this {self._label} worker pool is closed (by close(), or by an earlier error in "
@@ -202,28 +212,32 @@ class WorkerPool:
             while queue and self._workers[slot].state == "idle":
                 w, i = self._workers[slot], queue.popleft()
                 try:
-                    w.conn.send(tasks[i])
-                except (pickle.PicklingError, TypeError, AttributeError) as e:  # raised before anything is written
+                    body = pickle.dumps(tasks[i], protocol=pickle.HIGHEST_PROTOCOL)
+                except (pickle.PicklingError, TypeError, AttributeError) as e:
                     outcomes[i] = ("error", f"its arguments could not be sent to a {self._label} worker process: "
                                             f"{e!r}")
                     continue
-                except OSError:  # the idle worker died; a replacement takes the call once it has started
+                self._next_id += 1
+                try:
+                    _send_frame(w.request_fd, REQUEST_ID.pack(self._next_id) + body,
+                                time.monotonic() + _SEND_TIMEOUT_S)
+                except (OSError, TimeoutError):  # it died or does not read: a replacement takes the call
                     queue.appendleft(i)
                     self._replace(slot)
                     continue
-                w.state, w.index = "busy", i
+                w.state, w.index, w.request_id = "busy", i, self._next_id
                 w.deadline = time.monotonic() + timeout_s if timeout_s is not None else None
 
     def _poll(self, outcomes: list) -> None:
-        """Wait for the next message or deadline; record results, replace hung or dead workers."""
+        """Wait for the next reply or deadline; record results, replace hung, dead or misbehaving workers."""
         waiting = [w for w in self._workers if w.state in ("busy", "starting")]
         if not waiting:
             return
         deadlines = [w.deadline for w in waiting if w.deadline is not None]
         timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-        ready = set(wait([w.conn for w in waiting], timeout))
-        for w in waiting:
-            if w.conn in ready:
+        ready = set(wait([w.reader.fd for w in self._workers], timeout))  # idle ones too: they must stay silent
+        for w in list(self._workers):
+            if w.reader.fd in ready and w in self._workers:
                 self._receive(w, outcomes)
         now = time.monotonic()
         for slot, w in enumerate(self._workers):
@@ -236,26 +250,61 @@ class WorkerPool:
 
     def _receive(self, w: _Worker, outcomes: list) -> None:
         try:
-            kind, info = w.conn.recv()
-        except (EOFError, OSError):
+            replies = w.reader.read()
+        except ProtocolError as e:
+            self._violation(w, outcomes, str(e))
+            return
+        for reply in replies:
+            if not self._accept(w, reply, outcomes):
+                return  # w was replaced
+        if w.reader.closed:
             code = _exit_code(w.proc)
-            if w.state == "starting" or w.index is None:
-                raise WorkerStartError(f"a {self._label} worker process exited (code {code}) while starting.") from None
-            outcomes[w.index] = self._death(code)
+            if w.state == "starting":
+                raise WorkerStartError(f"a {self._label} worker process exited (code {code}) while starting.")
+            if w.state == "busy" and w.index is not None:
+                outcomes[w.index] = self._death(code)
+            else:
+                log.warning("an idle %s worker process exited (code %s); it is replaced.", self._label, code)
             self._replace(self._workers.index(w))
-            return
-        except Exception:  # the child's reply could not be unpickled here
-            kind, info = "error", traceback.format_exc(limit=3)
+
+    def _accept(self, w: _Worker, reply: dict, outcomes: list) -> bool:
+        """Take one reply from `w`; False if `w` was replaced (it broke the protocol, or hit its memory limit)."""
+        kind, info, request_id = reply["kind"], reply["info"], reply["id"]
         if w.state == "starting":
-            if kind != "ready":
+            if kind == "init_error" and request_id is None:
                 raise WorkerStartError(f"a {self._label} worker process could not load its function:\n{info}")
+            if kind != "ready" or request_id is not None:
+                raise WorkerStartError(f"a {self._label} worker process sent {kind!r} while starting.")
             w.state, w.deadline = "idle", None
-            return
+            return True
+        if w.state != "busy" or request_id != w.request_id or kind not in _CALL_KINDS:
+            held = f"request {w.request_id}" if w.state == "busy" else "no request"
+            self._violation(w, outcomes, f"a {kind!r} reply for request {request_id} while it held {held}")
+            return False
+        if kind == "ok" and self._validate is not None:
+            try:
+                info = self._validate(info)
+            except ValueError as e:
+                self._violation(w, outcomes, f"a value its function cannot have returned ({e})")
+                return False
+        elif kind != "ok" and not isinstance(info, str):
+            self._violation(w, outcomes, f"an {kind!r} reply whose text is a {type(info).__name__}")
+            return False
         assert w.index is not None  # a busy worker holds a call
         outcomes[w.index] = (kind, info)
-        w.state, w.index, w.deadline = "idle", None, None
+        w.state, w.index, w.request_id, w.deadline = "idle", None, None, None
         if kind == "killed":  # it hit its memory limit: its heap may be left in any state
             self._replace(self._workers.index(w))
+            return False
+        return True
+
+    def _violation(self, w: _Worker, outcomes: list, why: str) -> None:
+        log.warning("a %s worker process (pid %d) broke the reply protocol: %s. It was killed and replaced; code "
+                    "running in it tried to forge or corrupt its replies.", self._label, w.proc.pid, why)
+        if w.state == "busy" and w.index is not None:
+            outcomes[w.index] = ("error", f"its {self._label} worker process broke the reply protocol ({why}) and "
+                                          f"was killed")
+        self._replace(self._workers.index(w))
 
     def _death(self, code: int | None) -> Outcome:
         """The outcome of a call whose worker died with exit status `code` (-N: signal N)."""
@@ -269,24 +318,50 @@ class WorkerPool:
                          f"native code or os._exit().")
 
     def _spawn(self) -> _Worker:
-        parent_end, child_end = socket.socketpair()
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        workdir = tempfile.mkdtemp(prefix=f"grpoflow-{self._label}-") if self._sandbox else None
+        quiet = subprocess.DEVNULL if self._sandbox else None
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT.format(path=list(sys.path)), str(child_end.fileno()), str(os.getpid())],
-                pass_fds=(child_end.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True)
+                [sys.executable, "-c", _BOOT.format(path=list(sys.path)), str(request_r), str(reply_w),
+                 str(os.getpid())],
+                pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL, stdout=quiet, stderr=quiet,
+                start_new_session=True, cwd=workdir, env=minimal_environment(workdir) if workdir else None)
         except OSError as e:
-            parent_end.close()
+            for fd in (request_w, reply_r):
+                os.close(fd)
             raise WorkerStartError(f"cannot start a {self._label} worker process: {e}") from e
         finally:
-            child_end.close()
-        conn = Connection(parent_end.detach())
-        conn.send(self._limits)
-        conn.send_bytes(self._payload)
-        return _Worker(proc, conn, time.monotonic() + self._start_timeout_s)
+            os.close(request_r)
+            os.close(reply_w)
+        os.set_blocking(request_w, False)
+        w = _Worker(proc, request_w, FrameReader(reply_r), workdir, time.monotonic() + self._start_timeout_s)
+        settings = pickle.dumps({"limits": self._limits, "workdir": workdir})
+        try:
+            _send_frame(request_w, settings, w.deadline or 0.0)
+            _send_frame(request_w, self._payload, w.deadline or 0.0)
+        except (OSError, TimeoutError) as e:
+            _kill(w)
+            raise WorkerStartError(f"a {self._label} worker process did not take its function: {e!r}") from None
+        return w
 
     def _replace(self, slot: int) -> None:
         _kill(self._workers[slot])
         self._workers[slot] = self._spawn()
+
+
+def _send_frame(fd: int, body: bytes, deadline: float) -> None:
+    """Write one frame to a non-blocking pipe; TimeoutError if the reader does not take it by `deadline`."""
+    view = memoryview(HEADER.pack(len(body)) + body)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the worker process does not read its requests") from None
+            select.select([], [fd], [], remaining)
 
 
 def _signal_name(number: int) -> str:
@@ -297,7 +372,7 @@ def _signal_name(number: int) -> str:
 
 
 def _exit_code(proc: subprocess.Popen) -> int | None:
-    """The exit status of a worker whose socket closed (it is exiting; None if it has not within 2 s)."""
+    """The exit status of a worker whose pipe closed (it is exiting; None if it has not within 2 s)."""
     try:
         return proc.wait(timeout=2.0)
     except subprocess.TimeoutExpired:
@@ -305,7 +380,7 @@ def _exit_code(proc: subprocess.Popen) -> int | None:
 
 
 def _kill(w: _Worker) -> None:
-    """SIGKILL the worker and every process it started (its own session), then reap it."""
+    """SIGKILL the worker and every process it started (its own session), reap it, delete its folder."""
     try:
         os.killpg(w.proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, AttributeError):
@@ -314,89 +389,16 @@ def _kill(w: _Worker) -> None:
         w.proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         log.warning("worker process %d did not exit 5 s after SIGKILL; left behind.", w.proc.pid)
-    w.conn.close()
+    for fd in (w.request_fd, w.reader.fd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    if w.workdir is not None:
+        shutil.rmtree(w.workdir, ignore_errors=True)
 
 
 def _kill_all(workers: list[_Worker]) -> None:
     for w in workers:
         _kill(w)
     workers.clear()
-
-
-# ---------------------------------------------------------------- the child side
-
-
-def worker_main(fd: int, parent_pid: int) -> None:
-    """Serve calls on socket `fd` until it closes (the child process's whole life)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it kills this process
-    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
-    conn = Connection(fd)
-    try:
-        limits: ResourceLimits = conn.recv()
-        fn = pickle.loads(conn.recv_bytes())
-        _apply_limits(limits)
-    except BaseException:
-        conn.send(("init_error", traceback.format_exc()))
-        return
-    conn.send(("ready", None))
-    while True:
-        try:
-            args, kwargs = conn.recv()
-        except EOFError:
-            return
-        except Exception:
-            conn.send(("error", "the call could not be unpickled in the worker:\n" + traceback.format_exc(limit=3)))
-            continue
-        _arm_cpu_limit(limits.cpu_time_s)
-        try:
-            value = fn(*args, **kwargs)
-        except MemoryError:
-            if limits.memory_mb is None:
-                conn.send(("error", traceback.format_exc(limit=3)))
-                continue
-            conn.send(("killed", f"it exceeded its memory limit of {limits.memory_mb} MB"))
-            return  # the parent replaces this worker
-        except BaseException:  # SystemExit included: the worker keeps serving
-            conn.send(("error", traceback.format_exc(limit=3)))
-            continue
-        finally:
-            signal.setitimer(signal.ITIMER_PROF, 0)  # disarm the CPU-time timer (a no-op without one)
-        try:
-            conn.send(("ok", value))
-        except Exception as e:  # pickling fails before anything is written
-            conn.send(("error", f"it returned a {type(value).__name__} that cannot be sent back: {e!r}"))
-
-
-def _apply_limits(limits: ResourceLimits) -> None:
-    """Cap this process's address space; with a CPU-time limit, no core files (SIGXCPU would write one)."""
-    if limits.cpu_time_s is not None:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if limits.memory_mb is not None:
-        _set_soft_limit(resource.RLIMIT_AS, limits.memory_mb * 2**20)
-
-
-def _arm_cpu_limit(cpu_time_s: float | None) -> None:
-    """Let the next call use `cpu_time_s` more CPU seconds than this process has used so far.
-
-    The precise limit is a CPU-time timer (ITIMER_PROF; its SIGPROF, left at its default action,
-    ends the process even inside native code); RLIMIT_CPU, which the kernel counts in whole
-    seconds, backs it up one second later (SIGXCPU), e.g. if the call resets the timer.
-    """
-    if cpu_time_s is None:
-        return
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    _set_soft_limit(resource.RLIMIT_CPU, math.ceil(usage.ru_utime + usage.ru_stime + cpu_time_s) + 1)
-    signal.setitimer(signal.ITIMER_PROF, cpu_time_s)
-
-
-def _set_soft_limit(which: int, value: int) -> None:
-    """Set the soft limit `which` to `value`, or to the hard limit if that is lower (it cannot be raised)."""
-    _, hard = resource.getrlimit(which)
-    resource.setrlimit(which, (value if hard == resource.RLIM_INFINITY else min(value, hard), hard))
-
-
-def _exit_when_orphaned(parent_pid: int) -> None:
-    """End this worker if the parent dies, even while the function is stuck."""
-    while os.getppid() == parent_pid:
-        time.sleep(1.0)
-    os._exit(1)

@@ -54,6 +54,7 @@ from grpoflow.algorithms.kl import (
 )
 from grpoflow.algorithms.aggregation import aggregate_loss, masked_mean
 from grpoflow.algorithms.shaping import groups_with_signal, overlong_penalty
+from grpoflow.algorithms.distill import distill_advantages, topk_forward_kl
 
 __all__ = [
     "Registry",
@@ -98,4 +99,6 @@ __all__ = [
     "masked_mean",
     "overlong_penalty",
     "groups_with_signal",
+    "distill_advantages",
+    "topk_forward_kl",
 ]

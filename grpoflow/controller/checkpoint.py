@@ -9,25 +9,32 @@ Layout of `<run_dir>/checkpoints/`:
     latest              the name of the newest complete checkpoint
 
 A crash at any moment leaves either the previous checkpoint or the new one complete: the new
-folder is written as `.tmp-step_000050` and only renamed when every file is on disk, and
-`latest` is replaced (write-then-rename) after that. Loading uses safe formats only:
+folder is written as `.tmp-step_000050-<pid>-<random>` (a name no other process uses) and only
+renamed when every file is on disk, and `latest` is replaced (write-then-rename) after that. Loading uses safe formats only:
 safetensors for weights and `torch.load(weights_only=True)` for optimizer and controller state.
 
 Storage faults. A write that fails (a full disk, no permission) removes its temporary folder and
 raises CheckpointWriteError naming the folder, the cause and the free space; the previous
-checkpoint and `latest` are untouched. Each checkpoint lists its files and their sizes in
-`manifest.json`; at resume a folder with a missing or truncated file or an unreadable
-controller.pt is skipped with a warning, and the one before it is used.
+checkpoint and `latest` are untouched. Each checkpoint lists its files with their sizes and
+SHA-256 checksums in `manifest.json`. Choosing a checkpoint to resume (`latest(verify=True)`, also
+for `grpoflow export`) skips, with a warning, a folder with a missing, truncated or changed file
+(a checksum that differs: flipped bits, random bytes, a damaged safetensors header) or an
+unreadable controller.pt, and takes the one before it. A `latest` pointer that names no
+checkpoint folder (empty, garbage) is not trusted either: the newest valid folder is used, with
+a warning. Pruning (`keep_last`) counts steps, not names, and never removes the folder just written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import random
+import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,6 +44,8 @@ from grpoflow.distributed.worker_group import WorkerError
 
 LATEST = "latest"
 MANIFEST = "manifest.json"
+TMP_PREFIX = ".tmp-"
+_STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
 log = logging.getLogger("grpoflow.checkpoint")
 
@@ -60,11 +69,9 @@ class CheckpointManager:
         Any failure on the way (write's own, or the file system's) removes the temporary folder, so a full
         disk gets its space back, and raises CheckpointWriteError; `latest` moves only after a complete write."""
         final = self.root / step_dir_name(step)
-        tmp = self.root / f".tmp-{final.name}"
+        tmp = self.root / f"{TMP_PREFIX}{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            if tmp.exists():
-                shutil.rmtree(tmp)
             write(tmp)
             _write_manifest(tmp)
             _fsync_tree(tmp)
@@ -78,9 +85,10 @@ class CheckpointManager:
         except Exception as e:
             shutil.rmtree(tmp, ignore_errors=True)  # best effort: the error below is what the user sees
             with contextlib.suppress(OSError):
-                (self.root / f"{LATEST}.tmp").unlink(missing_ok=True)
+                for leftover in self.root.glob(f"{LATEST}.tmp-{os.getpid()}-*"):
+                    leftover.unlink(missing_ok=True)
             raise CheckpointWriteError(self._write_failure(final, e)) from e
-        self._prune()
+        self._prune(keep=final)
         return final
 
     def _write_failure(self, final: Path, error: BaseException) -> str:
@@ -94,23 +102,29 @@ class CheckpointManager:
         return (f"could not write the checkpoint {final}: {type(error).__name__}: {error}. The disk holding "
                 f"{existing} has {_gib(usage.free)} free of {_gib(usage.total)}. To go on, {fix}; {kept}.")
 
-    def latest(self) -> Path | None:
+    def folders(self) -> list[Path]:
+        """The step_NNNNNN folders, newest step first (by number, not by name)."""
+        if not self.root.exists():
+            return []
+        found = [(int(m[1]), p) for p in self.root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+        return [p for _, p in sorted(found, reverse=True)]
+
+    def latest(self, *, verify: bool = False) -> Path | None:
         """The newest complete checkpoint, or None: the one `latest` names, else the newest folder.
 
-        A folder that fails `problem()` is skipped with a warning and the one before it is tried."""
-        if not self.root.exists():
-            return None
-        folders = sorted((p for p in self.root.glob("step_*") if p.is_dir()), reverse=True)
+        A folder that fails `problem()` (with `verify`: also its checksums) is skipped with a warning and
+        the one before it is tried. A pointer that names no checkpoint folder is ignored, with a warning."""
+        folders = self.folders()
         pointer = self.root / LATEST
-        if pointer.exists():
-            named = pointer.read_text().strip()
-            if not (self.root / named).is_dir():
-                log.warning("%s names %s, which does not exist; taking the newest checkpoint folder before it.",
-                            pointer, named)
-            # Folders newer than the pointer are not trusted: a run with trainer.resume=never leaves them behind.
-            folders = [p for p in folders if p.name <= named]
+        named = _read_pointer(pointer)
+        if named is not None and named in {p.name for p in folders}:
+            # Folders newer than the pointer are not trusted: a write that crashed between rename and pointer.
+            folders = folders[[p.name for p in folders].index(named):]
+        elif pointer.exists():
+            log.warning("%s holds %r, which is not a checkpoint folder of %s; taking the newest valid checkpoint "
+                        "folder instead.", pointer, named if named is not None else "unreadable bytes", self.root)
         for folder in folders:
-            why = problem(folder)
+            why = problem(folder, verify=verify)
             if why is None:
                 return folder
             log.warning("skipping the checkpoint %s: %s; falling back to the one before.", folder, why)
@@ -121,45 +135,111 @@ class CheckpointManager:
         if resume == "never":
             return None
         if resume == "auto":
-            return self.latest()
+            return self.latest(verify=True)
         path = Path(resume)
         if not (path / "controller.pt").exists():
             raise FileNotFoundError(f"trainer.resume={resume}: not a checkpoint folder (no controller.pt); give a "
                                     f"folder such as {self.root / step_dir_name(50)}, or auto / never.")
-        why = problem(path)
+        why = problem(path, verify=True)
         if why is not None:
             raise ValueError(f"trainer.resume={resume}: the checkpoint is damaged ({why}); give an earlier one, or "
                              f"trainer.resume=auto to take the newest complete checkpoint of the run folder.")
         return path
 
-    def _prune(self) -> None:
+    def _prune(self, keep: Path) -> None:
+        """Remove all but the newest `keep_last` step folders; never `keep`, the one just written."""
         if self.keep_last <= 0:
             return
-        for old in sorted(p for p in self.root.glob("step_*") if p.is_dir())[:-self.keep_last]:
-            shutil.rmtree(old)
+        for old in self.folders()[self.keep_last:]:
+            if old != keep:
+                shutil.rmtree(old)
 
 
-def problem(folder: Path) -> str | None:
-    """Why `folder` is not a complete checkpoint, or None. Cheap: sizes against the manifest (a missing or
-    truncated file) and controller.pt loaded; the weights are read only when the checkpoint is loaded."""
+def problem(folder: Path, *, verify: bool = False) -> str | None:
+    """Why `folder` is not a complete checkpoint, or None. Sizes against the manifest (a missing or truncated
+    file) and controller.pt loaded; with `verify`, every file's SHA-256 against the manifest too (it reads the
+    whole checkpoint: done for the one that is loaded or exported)."""
     manifest = folder / MANIFEST
     if manifest.exists():
         try:
-            sizes = json.loads(manifest.read_text())
-        except (OSError, ValueError) as e:
-            return f"{MANIFEST} cannot be read ({e})"
-        for name, size in sizes.items():
+            files = _manifest_entries(json.loads(manifest.read_text()))
+        except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
+            return f"{MANIFEST} cannot be read ({e!r})"
+        for name, (size, digest) in files.items():
             path = folder / name
             if not path.is_file():
                 return f"{name} is missing"
             if path.stat().st_size != size:
                 return f"{name} holds {path.stat().st_size} bytes, {size} were written (truncated or overwritten)"
+            if verify and digest is not None and _sha256(path) != digest:
+                return f"{name} does not match its checksum in {MANIFEST} (damaged in place)"
     elif not (folder / "actor").is_dir():  # a checkpoint written before manifests existed
         return "actor/ is missing"
     try:
         load_state(folder / "controller.pt")
     except Exception as e:  # any way of failing to unpickle (a missing file, zip damage, wrong content)
         return f"controller.pt cannot be read ({type(e).__name__}: {str(e).split('. ')[0]})"  # torch's advice is long
+    return None
+
+
+def _manifest_entries(data: dict) -> dict[str, tuple[int, str | None]]:
+    """name -> (size, sha256 or None) of a manifest: {"files": {name: {size, sha256}}}, or an older {name: size}."""
+    if "files" in data and isinstance(data["files"], dict):
+        return {name: (int(e["size"]), str(e["sha256"])) for name, e in data["files"].items()}
+    return {name: (int(size), None) for name, size in data.items()}
+
+
+def _read_pointer(pointer: Path) -> str | None:
+    """The folder name `latest` holds, or None if it is missing or not text."""
+    try:
+        return pointer.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def publish_folder(final: Path, write: Callable[[Path], None]) -> Path:
+    """Call write(folder) on a temporary folder beside `final`, list its files in manifest.json, fsync them, then
+    rename it to `final` (replacing an older one): a crash leaves the old folder or the new one complete, never a
+    partial one under the final name. For folders other than a run's step checkpoints (grpoflow serve tinker's
+    saved states); a failed write removes the temporary folder and raises what writing raised."""
+    tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        write(tmp)
+        _write_manifest(tmp)
+        _fsync_tree(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def damaged_file(folder: Path) -> str | None:
+    """What is wrong with a folder `publish_folder` wrote (a missing, truncated or changed file against its
+    manifest, SHA-256 included), or None."""
+    try:
+        files = _manifest_entries(json.loads((folder / MANIFEST).read_text()))
+    except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
+        return f"{MANIFEST} cannot be read ({e!r})"
+    for name, (size, digest) in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} holds {path.stat().st_size} bytes, {size} were written (truncated or overwritten)"
+        if digest is not None and _sha256(path) != digest:
+            return f"{name} does not match its checksum in {MANIFEST} (damaged in place)"
     return None
 
 
@@ -182,7 +262,7 @@ def load_state(path: Path) -> dict:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
@@ -191,8 +271,9 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 def _write_manifest(folder: Path) -> None:
-    sizes = {p.relative_to(folder).as_posix(): p.stat().st_size for p in sorted(folder.rglob("*")) if p.is_file()}
-    (folder / MANIFEST).write_text(json.dumps(sizes, indent=1))
+    files = {p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)}
+             for p in sorted(folder.rglob("*")) if p.is_file()}
+    (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
 
 
 def _gib(n: int) -> str:

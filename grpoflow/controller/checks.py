@@ -10,6 +10,7 @@ combinations that make no sense.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import Callable
 
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES,
@@ -17,6 +18,7 @@ from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMA
 from grpoflow.config import Config, ConfigError, validate
 from grpoflow.multiturn.env import load_env
 from grpoflow.plugins import Registry
+from grpoflow.controller.judging import check_judge
 from grpoflow.rewards import build_reward
 from grpoflow.rollout.factory import ROLLOUT_ENGINES
 
@@ -52,6 +54,8 @@ def check_config(cfg: Config) -> None:
             build_reward(spec, r.weights, r.routes)
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(str(e)) from None
+    check_judge(r)
+    check_teacher_path(cfg.distill.teacher.path)
     missing = required_inputs(estimator) - set(ADVANTAGE_INPUTS)
     if missing:
         raise ConfigError(f"algorithm.adv_estimator={alg.adv_estimator!r} needs {sorted(missing)}, which no step "
@@ -71,6 +75,15 @@ def check_config(cfg: Config) -> None:
         raise ConfigError("algorithm.filter_groups needs groups of samples with different rewards; an estimator "
                           "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
 
+
+
+def check_teacher_path(path: str | None) -> None:
+    """distill.teacher.path names something that exists (its tokenizer is checked when the controller starts)."""
+    if path is None or path == "self" or path.startswith("builtin:"):
+        return
+    if not Path(path).exists():
+        raise ConfigError(f"distill.teacher.path={path} does not exist; give a local HF model folder, a .gguf file, "
+                          "a builtin:tiny-<size> model or self.")
 
 
 def check_multi_turn(cfg: Config) -> None:

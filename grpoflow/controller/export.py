@@ -6,15 +6,22 @@ import json
 import shutil
 from pathlib import Path
 
-from grpoflow.controller.checkpoint import CheckpointManager, step_dir_name
+from grpoflow.controller.checkpoint import CheckpointManager, problem, step_dir_name
 from grpoflow.training.engine import OPTIMIZER_FILE
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.lora import merge_to_plain_model
 
 
 def find_checkpoint(run_dir: str | Path, step: int | None = None) -> Path:
+    """The checkpoint of `step` (default: the newest whose files match their checksums); a damaged one named by
+    `step` is an error, an unnamed one is skipped for the one before it (with a warning)."""
     manager = CheckpointManager(run_dir)
-    path = manager.root / step_dir_name(step) if step is not None else manager.latest()
+    path = manager.root / step_dir_name(step) if step is not None else manager.latest(verify=True)
+    if path is not None and step is not None and path.is_dir():
+        why = problem(path, verify=True)
+        if why is not None:
+            raise ValueError(f"the checkpoint {path} is damaged ({why}); export another --step, or leave --step "
+                             f"out to take the newest complete one.")
     if path is None or not (path / "actor").is_dir():
         have = sorted(p.name for p in manager.root.glob("step_*")) if manager.root.exists() else []
         raise FileNotFoundError(f"{run_dir} has no checkpoint{f' for step {step}' if step is not None else ''} "

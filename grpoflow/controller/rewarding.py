@@ -1,6 +1,7 @@
 """Reward assembly: everything that turns a sampled batch into one score per sample.
 
-    score = rule rewards (reward.function[s], scored by the RewardScorer)
+    score = rule rewards (reward.function[s], scored by the RewardScorer; the LLM judge's score, judged for the
+            whole batch first by `Judging`, is the rule reward named `judge`)
           + reward.model.weight x the reward model's score (when reward.model.path is set)
           + DAPO's overlong penalty (when reward.overlong_buffer_len > 0)
 
@@ -24,36 +25,48 @@ from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.reward_model import RewardModelWorker
 
 if TYPE_CHECKING:
+    from grpoflow.controller.judging import Judging
     from grpoflow.controller.rollouts import Rollouts
 
 
 class RewardAssembly:
     def __init__(self, scorer: RewardScorer | None, reward_model: WorkerGroup[RewardModelWorker] | None,
-                 cfg: RewardConfig, *, max_new_tokens: int) -> None:
+                 cfg: RewardConfig, *, max_new_tokens: int, judging: "Judging | None" = None) -> None:
         self.scorer, self.reward_model, self.cfg, self.max_new_tokens = scorer, reward_model, cfg, max_new_tokens
+        self.judging = judging
 
     def score(self, batch: Batch) -> Scores:
         """Rule rewards and/or the reward model's score (times reward.model.weight), per sample; the reward
-        model's own score is kept in `extras["model"]` (logged as reward/model/mean)."""
-        scored = self.scorer.score(batch.prompts, batch.completions, batch.rows) if self.scorer is not None \
+        model's own score is kept in `extras["model"]` (logged as reward/model/mean); `parts` holds each sample's
+        parts (a dict return's entries, "env", "model")."""
+        rows, judge_counts = self.judging.rows(batch.prompts, batch.completions, batch.rows) \
+            if self.judging is not None else (batch.rows, {})
+        scored = self.scorer.score(batch.prompts, batch.completions, rows) if self.scorer is not None \
             else Scores([0.0] * len(batch))
+        scored.counts.update(judge_counts)
         if batch.env_rewards is not None:  # multi-turn: the environment's reward adds to the rule rewards
             env = batch.env_rewards.tolist()
+            scored.parts = [{**p, "env": e} for p, e in zip(scored.sample_parts(), env)]
             scored.scores = [s + e for s, e in zip(scored.scores, env)]
             scored.extras["env"] = env
         if self.reward_model is not None:
             texts = [p + c for p, c in zip(batch.prompts, batch.completions)]
             rm = self.reward_model.call(RewardModelWorker.compute_rm_score, texts).tolist()
+            scored.parts = [{**p, "model": m} for p, m in zip(scored.sample_parts(), rm)]
             scored.scores = [s + self.cfg.model.weight * m for s, m in zip(scored.scores, rm)]
             scored.extras["model"] = rm
         return scored
 
     def shaped(self, batch: Batch) -> tuple[Tensor, Scores]:
-        """[B] the training score of each sample (`score` plus DAPO's overlong penalty), and the raw Scores."""
+        """[B] the training score of each sample (`score` plus DAPO's overlong penalty), and the raw Scores
+        (whose per-sample `parts` then hold the penalty as "overlong")."""
         scored = self.score(batch)
-        return shape_scores(torch.tensor(scored.scores, dtype=torch.float32), batch.response_lengths,
-                            max_length=self.max_new_tokens, buffer=self.cfg.overlong_buffer_len,
-                            penalty_factor=self.cfg.overlong_penalty_factor), scored
+        raw = torch.tensor(scored.scores, dtype=torch.float32)
+        shaped = shape_scores(raw, batch.response_lengths, max_length=self.max_new_tokens,
+                              buffer=self.cfg.overlong_buffer_len, penalty_factor=self.cfg.overlong_penalty_factor)
+        if self.cfg.overlong_buffer_len > 0:
+            scored.parts = [{**p, "overlong": d} for p, d in zip(scored.sample_parts(), (shaped - raw).tolist())]
+        return shaped, scored
 
     def greedy_baselines(self, rollouts: "Rollouts", items: list[PromptItem], n: int) -> Tensor:
         """[len(items) * n] the training score of one greedy response per prompt, repeated over its n samples

@@ -25,7 +25,7 @@ import torch
 
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
-from grpoflow.data.sampler import EpochSampler
+from grpoflow.data.sampler import PromptSampler
 from grpoflow.distributed.worker_group import GroupCall, WorkerGroup
 from grpoflow.multiturn.loop import RolloutItem
 from grpoflow.multiturn.turns import SampleInfo, rollout_metrics
@@ -95,7 +95,7 @@ class Rollouts:
 class RolloutQueue:
     """Each step's prompts and generation call, submitted up to `ahead` steps early (async mode)."""
 
-    def __init__(self, rollouts: Rollouts, items: list[PromptItem], sampler: EpochSampler, *, prompts_per_step: int,
+    def __init__(self, rollouts: Rollouts, items: list[PromptItem], sampler: PromptSampler, *, prompts_per_step: int,
                  params: SamplingParams, ahead: int, last_step: int, seed_of: Callable[[int], int]) -> None:
         self.rollouts, self.items, self.sampler = rollouts, items, sampler
         self.prompts_per_step, self.params, self.ahead, self.last_step = prompts_per_step, params, ahead, last_step

@@ -18,6 +18,7 @@ from grpoflow.config import Config, ConfigError, batch_schedule, to_yaml
 from grpoflow.controller.sft import run_sft
 from grpoflow.controller.trackers import check_trackers
 from grpoflow.controller.checks import check_config
+from grpoflow.controller.run_folder import RunFolder, open_run_folder, write_config
 from grpoflow.controller.trainer import Controller
 from grpoflow.controller.traps import RunFacts, config_traps
 from grpoflow.data.dataset import load_rows, prepare_prompts
@@ -103,19 +104,22 @@ def sft_steps(cfg: Config) -> int:
     return DEFAULT_SFT_STEPS if is_builtin_model(cfg.model.path) else 0
 
 
-def setup_run_dir(cfg: Config) -> Path:
-    run_dir = Path(cfg.trainer.output_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+def setup_run_dir(cfg: Config) -> RunFolder:
+    """The locked run folder (run_folder.py: checked, earlier run moved aside or settings compared); nothing
+    else is written yet."""
+    folder = open_run_folder(cfg)
     if cfg.trainer.threads > 0:
         torch.set_num_threads(cfg.trainer.threads)
     torch.manual_seed(cfg.trainer.seed)
-    return run_dir
+    return folder
 
 
 def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None = None) -> str:
     """`grpoflow sft`: warm-start the configured model on the training rows; returns the saved folder."""
-    run_dir = run_dir or setup_run_dir(cfg)
+    if run_dir is None:
+        with setup_run_dir(cfg) as folder:
+            write_config(folder, cfg)
+            return sft_stage(cfg, folder.path, rows)
     base = resolve_model(cfg, run_dir)
     steps = sft_steps(cfg)
     if steps <= 0:
@@ -133,10 +137,15 @@ def train(cfg: Config) -> dict:
     schedule = batch_schedule(cfg)
     check_trackers(cfg.trainer.loggers)
     scorer = build_scorer(cfg)
-    run_dir = setup_run_dir(cfg)
+    with setup_run_dir(cfg) as folder:
+        return _train(cfg, folder, scorer, schedule.describe(), start)
+
+
+def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule: str, start: float) -> dict:
+    run_dir = folder.path
     train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))
     tqdm.write(f"run folder: {run_dir.resolve()}")
-    tqdm.write(schedule.describe())
+    tqdm.write(schedule)
     if cfg.rollout.multi_turn or cfg.rollout.agent:  # the chat template must render token-exactly: checked first
         ChatRenderer(load_tokenizer(resolve_model(cfg, run_dir)))
     model_path = sft_stage(cfg, run_dir, train_rows)
@@ -156,11 +165,12 @@ def train(cfg: Config) -> dict:
                      prompts_overlong=stats.overlong)
     for trap in config_traps(cfg, facts):
         tqdm.write(f"WARNING: {trap}")
+    write_config(folder, cfg)
     with scorer or contextlib.nullcontext():
         controller = Controller(cfg, model_path=model_path, train_items=train_items, val_items=val_items,
                                 scorer=scorer, run_dir=run_dir)
         try:
-            result = controller.fit()
+            result = controller.fit(folder.resume)
         finally:
             controller.close()
     result["wall_s"] = time.perf_counter() - start

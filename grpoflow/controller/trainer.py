@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from functools import partial
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -21,10 +21,12 @@ from tqdm import tqdm
 
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with_available, groups_with_signal,
                                  required_inputs)
-from grpoflow.config import Config
+from grpoflow.config import Config, to_yaml
 from grpoflow.controller.checkpoint import (CheckpointManager, load_state, rng_state, save_state, set_rng_state,
                                            step_dir_name)
 from grpoflow.controller.checks import check_config
+from grpoflow.controller.distill import SELF, Distiller, resolve_teacher
+from grpoflow.controller.judging import Judging, judged, resolve_judge_path
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
 from grpoflow.controller.placement import build_placement
 from grpoflow.controller.preemption import stop_on_signals
@@ -32,11 +34,12 @@ from grpoflow.controller.restart import record_restart, restartable, with_restar
 from grpoflow.controller.rewarding import RewardAssembly
 from grpoflow.controller.rollouts import RolloutQueue, Rollouts
 from grpoflow.controller.step_math import group_rows, partition_groups, token_rewards
+from grpoflow.controller.train_samples import TrainSamples
 from grpoflow.controller.trackers import build_trackers
 from grpoflow.controller.validation import validate
 from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.data.batch import Batch
-from grpoflow.data.sampler import EpochSampler
+from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rollout.protocol import SamplingParams
@@ -44,9 +47,11 @@ from grpoflow.training.engine import NonFiniteLossError
 from grpoflow.training.forward import UpdateSchedule
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
+from grpoflow.workers.judge import JudgeWorker
 from grpoflow.workers.reference import ReferenceWorker
 from grpoflow.workers.reward_model import RewardModelWorker
 from grpoflow.workers.rollout import RolloutWorker
+from grpoflow.workers.teacher import TeacherWorker
 
 
 class TrainingError(RuntimeError):
@@ -64,6 +69,8 @@ class Controller:
         a, alg, r = cfg.actor, cfg.algorithm, cfg.rollout
         # Where the roles run (this process, or Ray actors colocated or split); the rest of the
         # controller cannot tell the difference.
+        teacher = cfg.distill.teacher.path  # checked (same tokenizer) before any worker starts
+        self.teacher_path = resolve_teacher(teacher, self.run_dir, model_path) if teacher else None
         self.placement = build_placement(cfg)
         try:
             self._build_groups(cfg, model_path, needs)
@@ -90,6 +97,8 @@ class Controller:
         self.last_saved: Path | None = None  # the newest checkpoint this run wrote or loaded: where a restart resumes
         self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
+        self.train_samples = TrainSamples(self.run_dir, every=cfg.trainer.log_train_every,
+                                          groups=cfg.trainer.log_train_groups, load_decode=partial(decoder, model_path))
         self.trackers: list = []  # built in fit(), once the resume step is known
 
     def _start_state(self, scorer: RewardScorer | None) -> None:
@@ -99,12 +108,12 @@ class Controller:
         self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
                                            target_kl=kl.target_kl, horizon=kl.horizon)
         self.rollouts.group = self.rollout
-        self.queue = RolloutQueue(self.rollouts, self.train_items, EpochSampler(len(self.train_items),
-                                                                                seed=cfg.trainer.seed),
+        self.queue = RolloutQueue(self.rollouts, self.train_items, build_sampler(cfg, len(self.train_items)),
                                   prompts_per_step=cfg.data.prompts_per_step, params=self.sampling,
                                   ahead=r.max_staleness if self.is_async else 0, last_step=cfg.trainer.total_steps,
                                   seed_of=self.step_seed)
-        self.rewards = RewardAssembly(scorer, self.reward_model, cfg.reward, max_new_tokens=r.max_new_tokens)
+        self.rewards = RewardAssembly(scorer, self.reward_model, cfg.reward, max_new_tokens=r.max_new_tokens,
+                                      judging=Judging(cfg.reward, self.judge) if judged(cfg.reward) else None)
         self.weight_sync = WeightSync(self.actor, self.rollout, queued=self.is_async)
         self.version = 0  # of the weights the engines hold (or, async, have queued)
 
@@ -129,7 +138,8 @@ class Controller:
         self.actor = WorkerGroup("actor", partial(
             ActorWorker, model_path=model_path, cfg=a, seed=seed, temperature=cfg.rollout.temperature,
             horizon=cfg.rollout.max_new_tokens, total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
-            model_cfg=cfg.model), pool=train_pool)
+            model_cfg=cfg.model, topk_kl_coef=cfg.distill.topk_coef if cfg.distill.topk else 0.0,
+            lora_sync=cfg.rollout.lora_sync), pool=train_pool)
         # The reference policy exists only for a KL term; with LoRA the actor serves it (adapters off).
         self.needs_ref = a.kl_coef > 0 or alg.use_kl_in_reward
         self.ref: WorkerGroup[ReferenceWorker] | None = None
@@ -138,6 +148,9 @@ class Controller:
                 ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
                 max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
                 compute_dtype=cfg.model.compute_dtype), pool=train_pool)
+        self.teacher: WorkerGroup[TeacherWorker] | None = None
+        self.distiller = self._build_teacher(cfg, train_pool, model_path, self.teacher_path) \
+            if self.teacher_path else None
         schedule = UpdateSchedule(a.minibatches, a.epochs, a.max_tokens_per_microbatch)
         self.critic = WorkerGroup("critic", partial(
             CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=schedule, seed=seed,
@@ -146,13 +159,26 @@ class Controller:
         self.reward_model = WorkerGroup("reward_model", partial(
             RewardModelWorker, model_path=rm.path, max_length=rm.max_length, batch_size=rm.batch_size),
             pool=train_pool) if rm.path else None
+        j = cfg.reward.judge
+        self.judge = WorkerGroup("judge", partial(
+            JudgeWorker, model_path=resolve_judge_path(j.path, self.run_dir), max_new_tokens=j.max_tokens,
+            engine=cfg.rollout.engine), pool=train_pool) if j.path else None
         # bf16 compute: the rollout copy is stored in bf16 (it never trains, so needs no fp32 master).
         bf16 = "bfloat16" in (cfg.model.dtype, cfg.model.compute_dtype)
         sync_timeout = cfg.rollout.sync_timeout_s
         self.rollout = WorkerGroup("rollout", partial(
             RolloutWorker, model_path=model_path, engine=cfg.rollout.engine, cfg=cfg.rollout, seed=seed,
-            dtype="bfloat16" if bf16 else None, run_config=cfg), pool=self.placement.rollout,
+            dtype="bfloat16" if bf16 else None, run_config=cfg, lora=adapter_layout(cfg)), pool=self.placement.rollout,
             timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
+
+    def _build_teacher(self, cfg: Config, pool: Any, model_path: str, teacher_path: str) -> Distiller:
+        """On-policy distillation's teacher: its own group, placed like the reference (or the actor itself)."""
+        a = cfg.actor
+        self.teacher = None if teacher_path == SELF else WorkerGroup("teacher", partial(
+            TeacherWorker, model_path=teacher_path, temperature=cfg.rollout.temperature,
+            max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
+            compute_dtype=cfg.model.compute_dtype, topk=cfg.distill.topk), pool=pool)
+        return Distiller(cfg.distill, teacher=self.teacher, actor=self.actor, tokenizer=load_tokenizer(model_path))
 
     def step(self, step: int) -> dict[str, float]:
         """One RL step; returns its metrics. Each stage adds the fields it computes to the batch."""
@@ -173,11 +199,15 @@ class Controller:
             if self.needs_ref:
                 with timer("ref"):
                     batch = batch.replace(ref_log_probs=self.ref_log_prob(batch.tensors()))
+            if self.distiller is not None:
+                with timer("teacher"):
+                    batch = self.distiller.score(batch)
             if self.critic is not None:
                 with timer("values"):
                     batch = batch.replace(values=self.critic.call(CriticWorker.compute_values, batch.tensors()))
             with timer("adv"):
-                batch = self.compute_advantages(batch, metrics)
+                scored, batch = batch, self.compute_advantages(batch, metrics)
+            self.train_samples.record(step, scored, batch)  # a copy of a few groups to a writer thread
             if self.critic is not None:
                 with timer("update_critic"):
                     metrics.update(self.critic.call(CriticWorker.update_critic, batch.tensors()))
@@ -214,7 +244,7 @@ class Controller:
                 self.rollout.call(RolloutWorker.sleep)
 
     def groups(self) -> list[WorkerGroup[Any]]:
-        every = [self.actor, self.ref, self.critic, self.reward_model, self.rollout]
+        every = [self.actor, self.ref, self.teacher, self.critic, self.reward_model, self.judge, self.rollout]
         return list({id(g): g for g in every if g is not None}.values())
 
     def step_seed(self, step: int, draw: int = 0) -> int:
@@ -242,7 +272,11 @@ class Controller:
             timer.seconds["gen_busy"] = timer.seconds.get("gen_busy", 0.0) + busy  # the engines' own time
             with timer("reward"):
                 shaped, scored = self.rewards.shaped(batch)
-                batch = batch.replace(scores=shaped)
+                batch = batch.replace(scores=shaped, reward_parts=scored.sample_parts())
+            # each drawn prompt's pass rate -> the curriculum; zero-advantage share (groups of n samples only)
+            raw = torch.tensor(scored.scores, dtype=torch.float32)
+            metrics.update(group_feedback(self.queue.sampler, pending.items, shaped, raw, n,
+                                          self.cfg.data.curriculum.solved_score))
             scores = scored if scores is None else scores.merge(scored)
             if draws == 1:
                 metrics.update({**scores.metrics(), **length_metrics(batch)})
@@ -279,6 +313,9 @@ class Controller:
             norm_adv_by_std=alg.norm_adv_by_std, epsilon=alg.epsilon, gamma=alg.gamma, lam=alg.lam,
             completions=batch.completions, rows=batch.rows)
         advantages, returns = out if isinstance(out, tuple) else (out, None)
+        if self.distiller is not None:  # the teacher's per-token reverse KL, mixed with the task advantage
+            advantages, distill_metrics = self.distiller.advantages(batch, advantages)
+            metrics.update(distill_metrics)
         if returns is None and batch.values is not None:
             returns = advantages + batch.values
         return batch.replace(advantages=advantages, returns=returns, token_level_rewards=rewards)
@@ -323,7 +360,9 @@ class Controller:
             save_state({"step": step, "version": self.version, **self.queue.state_dict(),
                         "kl_ctrl": self.kl_ctrl.state_dict(), "rng": rng_state(),
                         "total_steps": self.cfg.trainer.total_steps}, folder / "controller.pt")
+            (folder / "config.yaml").write_text(to_yaml(self.cfg))  # what a resume compares its settings with
 
+        self.train_samples.flush()  # the training groups of the steps the checkpoint holds are on disk
         self.last_saved = self.checkpoints.save(step, write)
         return self.last_saved
 
@@ -345,12 +384,14 @@ class Controller:
         self.last_saved = folder
         return state["step"]
 
-    def fit(self) -> dict[str, Any]:
+    def fit(self, checkpoint: Path | None | str = "resolve") -> dict[str, Any]:
         """(Resume,) validate, train to `trainer.total_steps` (validating every `val_every`, saving every
         `save_every`), validate again. A worker process or node that dies, or a weight sync that times out,
-        rebuilds the workers and continues from the last checkpoint, up to `trainer.max_restarts` times."""
+        rebuilds the workers and continues from the last checkpoint, up to `trainer.max_restarts` times.
+        `checkpoint`: the one to resume from, as the run folder chose it (default: resolve trainer.resume)."""
         t = self.cfg.trainer
-        start, history = self.resume_from(self.checkpoints.resolve(t.resume))
+        chosen = self.checkpoints.resolve(t.resume) if checkpoint == "resolve" else checkpoint
+        start, history = self.resume_from(Path(chosen) if chosen is not None else None)
         self.trackers = build_trackers(t.loggers, self.run_dir, self.cfg.to_dict(), t.project,
                                        t.run_name or self.run_dir.resolve().name, resume_step=start)
         try:
@@ -366,6 +407,7 @@ class Controller:
                     self.rebuild()
                     start, history = self.resume_from(self.last_saved)
         finally:
+            self.train_samples.close()
             for tracker in self.trackers:
                 tracker.close()
 
@@ -373,6 +415,7 @@ class Controller:
         """Load `checkpoint` (None: start at step 0); the step to continue after, and the kept metric records."""
         start = self.load_checkpoint(checkpoint) if checkpoint is not None else 0
         history = self.logger.start(start)
+        self.train_samples.start(start)
         if not start:
             (self.run_dir / "samples.jsonl").unlink(missing_ok=True)
         if checkpoint is not None:
@@ -444,6 +487,21 @@ class Controller:
         self.logger.log(step, metrics, force_print=force_print)
         for tracker in self.trackers:
             tracker.log(step, metrics)
+
+
+def decoder(model_path: str) -> Callable[[list[int]], str]:
+    """Token ids -> text with the run's tokenizer (special tokens kept: they show where turns end)."""
+    tokenizer = load_tokenizer(model_path)
+    return partial(tokenizer.decode, skip_special_tokens=False)
+
+
+def adapter_layout(cfg: Config) -> dict | None:
+    """What a rollout engine needs to serve the policy's LoRA adapters unmerged (rollout.lora_sync=adapter)."""
+    if cfg.rollout.lora_sync != "adapter":
+        return None
+    lora = cfg.model.lora
+    target = lora.target_modules
+    return {"rank": lora.rank, "alpha": lora.alpha, "target_modules": target[0] if target == ["all-linear"] else target}
 
 
 def schedule_change_warning(saved_total: int, cfg: Config) -> str:

@@ -41,11 +41,15 @@ class Batch:
     # model reads but is not trained on; None: the response is all the model's, so response_mask.
     response_attention: Optional[Tensor] = None
     env_rewards: Optional[Tensor] = None    # [B] float32, multi-turn: the environment's reward (added to scores)
+    teacher_log_probs: Optional[Tensor] = None  # [B, R] distillation: the teacher's log-probs of the sampled tokens
+    teacher_topk_ids: Optional[Tensor] = None   # [B, R, k] int64 distillation: the teacher's k likeliest tokens
+    teacher_topk_log_probs: Optional[Tensor] = None  # [B, R, k] the teacher's log-probs of those tokens
     prompts: list = field(default_factory=list)      # [B] prompt text
     completions: list = field(default_factory=list)  # [B] decoded response text
     rows: list = field(default_factory=list)         # [B] dataset row (dict) of the prompt
     conversations: list = field(default_factory=list)  # [B] multi-turn: the whole conversation (chat messages)
     infos: list = field(default_factory=list)  # [B] multiturn.turns.SampleInfo: turns, tool calls, reward parts
+    reward_parts: list = field(default_factory=list)   # [B] dict: the parts of each sample's score (rewarding.py)
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -76,7 +80,8 @@ class Batch:
     def tensors(self) -> "Batch":
         """The same batch without its texts and dataset rows: what a model worker needs, and all that is
         sent to one."""
-        return dataclasses.replace(self, prompts=[], completions=[], rows=[], conversations=[], infos=[])
+        return dataclasses.replace(self, prompts=[], completions=[], rows=[], conversations=[], reward_parts=[],
+                                   infos=[])
 
     def select(self, index: Tensor | list[int]) -> "Batch":
         """Rows `index` (in that order) of every field."""
@@ -106,7 +111,7 @@ class Batch:
             v = getattr(self, f.name)
             if f.name.startswith("prompt_") and isinstance(v, Tensor):
                 v = v[:, v.shape[1] - p:]
-            elif isinstance(v, Tensor) and v.dim() == 2:
+            elif isinstance(v, Tensor) and v.dim() >= 2:  # [B, R] and [B, R, k] per-token fields
                 v = v[:, :r]
             values[f.name] = v
         return Batch(**values)
@@ -122,7 +127,7 @@ class Batch:
                 values[f.name] = None
             elif any(v is None for v in vs):
                 raise ValueError(f"Batch.concat: field {f.name} is set in some parts and not in others.")
-            elif isinstance(vs[0], Tensor) and vs[0].dim() == 2:
+            elif isinstance(vs[0], Tensor) and vs[0].dim() >= 2:
                 fill = pad_token_id if f.name in ("prompt_ids", "response_ids") else 0
                 values[f.name] = _pad_cat(vs, left=f.name.startswith("prompt_"), fill=fill)
             elif isinstance(vs[0], Tensor):
@@ -144,7 +149,7 @@ def _pad_cat(tensors: list[Tensor], left: bool, fill: float) -> Tensor:
     for t in tensors:
         pad = width - t.shape[1]
         if pad:
-            filler = torch.full((t.shape[0], pad), fill, dtype=t.dtype)
+            filler = torch.full((t.shape[0], pad, *t.shape[2:]), fill, dtype=t.dtype)
             t = torch.cat([filler, t] if left else [t, filler], dim=1)
         out.append(t)
     return torch.cat(out)

@@ -8,7 +8,25 @@ just ``{"epoch", "position"}`` to resume with the same indices.
 
 from __future__ import annotations
 
+from typing import Any, Protocol, Sequence
+
 import torch
+
+
+class PromptSampler(Protocol):
+    """What the rollout queue draws prompts from: this epoch sampler, or the curriculum (data/curriculum.py)."""
+
+    def next_indices(self, k: int) -> list[int]: ...
+
+    def observe(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
+        """Feedback after scoring: each drawn prompt's pass rate (the curriculum uses it)."""
+        ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class EpochSampler:
@@ -52,6 +70,12 @@ class EpochSampler:
                 self._position = 0
                 self._order = self._order_for(self._epoch)
         return out
+
+    def observe(self, indices: Sequence[int], pass_rates: Sequence[float]) -> None:
+        """Epochs ignore how prompts fared."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
 
     def state_dict(self) -> dict:
         """``{"epoch", "position"}``: enough to rebuild the exact position (order comes from seed)."""

@@ -3,7 +3,9 @@
 Only the adapters train. The reference policy is the same module with its adapters disabled,
 so a KL term costs no second copy of the model. The rollout engine receives merged weights
 `W + scale * B @ A` under the base model's parameter names, computed without touching the
-trained weights (merge-then-unmerge would drift by rounding every step).
+trained weights (merge-then-unmerge would drift by rounding every step), or with
+`rollout.lora_sync=adapter` only the adapter tensors (`is_adapter_weight`), which the engine applies
+itself (rollout/hf_adapter.py, vLLM's LoRA requests).
 """
 
 from __future__ import annotations
@@ -53,6 +55,27 @@ def merged_named_weights(model: torch.nn.Module) -> Iterator[tuple[str, Tensor]]
         if name in deltas:
             tensor = tensor + deltas[name].detach()
         yield name.replace(".base_layer.", "."), tensor
+
+
+def is_adapter_weight(name: str) -> bool:
+    """Whether a parameter name (peft's naming) is a LoRA adapter tensor."""
+    return ".lora_A." in name or ".lora_B." in name
+
+
+def peft_file_key(name: str, adapter: str = "default") -> str:
+    """A parameter name as peft's adapter_model.safetensors spells it (no adapter name): what vLLM reads.
+    `base_model.model.layers.0.q_proj.lora_A.default.weight` -> `base_model.model.layers.0.q_proj.lora_A.weight`"""
+    return name.replace(f".lora_A.{adapter}.", ".lora_A.").replace(f".lora_B.{adapter}.", ".lora_B.")
+
+
+def adapter_config(spec: dict, base_path: str, tensor_names: list[str]) -> dict:
+    """peft's adapter_config.json for `spec` (rank, alpha) on the model in `base_path`; the target modules are
+    read from the adapter tensors' names (`...q_proj.lora_A.weight` -> q_proj), so `all-linear` resolves too."""
+    targets = sorted({n.split(".lora_")[0].rsplit(".", 1)[-1] for n in tensor_names if is_adapter_weight(n)})
+    return {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": spec["rank"], "lora_alpha": spec["alpha"],
+            "target_modules": targets, "lora_dropout": 0.0, "bias": "none",
+            "base_model_name_or_path": base_path, "fan_in_fan_out": False, "modules_to_save": None,
+            "use_rslora": False, "use_dora": False}
 
 
 def merge_to_plain_model(base_path: str, adapter_folder: str, dtype: torch.dtype = torch.float32):

@@ -6,7 +6,9 @@ model cannot make it compute `9**9**9` and stall a step; a refused or invalid ex
 ValueError with a message meant for the model (the tool runner sends it back as the tool message).
 
 `python` runs arbitrary code and returns what it printed: it must run sandboxed (a worker process
-with CPU, memory and output limits; tool_runner.py), which is how tools.py registers it.
+with CPU, memory and output limits; tool_runner.py), which is how tools.py registers it. In a
+sandboxed worker it captures fds 1 and 2 themselves, so `os.write(1, ...)` and subprocess-level
+writes are output too; elsewhere (a trusted thread) only sys.stdout/sys.stderr.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import contextlib
 import io
 import math
 import operator
+import sys
 import traceback
-from typing import Callable
+from typing import Callable, TextIO
+
+from grpoflow.sandbox import captured_output, in_sandbox
 
 MAX_EXPRESSION_CHARS = 1000
 MAX_EXPONENT = 1000      # |b| in a ** b
@@ -30,6 +35,7 @@ _BINARY: dict[type, Callable] = {
 }
 _UNARY: dict[type, Callable] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _ALLOWED = "numbers, + - * / // % **, and parentheses"
+MAX_CAPTURE_BYTES = 4 * 2**20  # what `python` keeps of a program's output; more is an error
 
 
 def calculator(expression: str) -> str:
@@ -97,20 +103,31 @@ def python(code: str) -> str:
     Args:
         code: A Python program. Use print() to show results; an exception's traceback is returned as output.
     """
+    if in_sandbox():
+        with captured_output(MAX_CAPTURE_BYTES) as captured:
+            _run_printing_errors(code, sys.stdout)
+        if getattr(captured, "truncated", False):
+            raise ValueError(f"the program printed more than {MAX_CAPTURE_BYTES} bytes; print less.")
+        return captured.getvalue()
     output = io.StringIO()
     with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-        try:
-            _run(code)
-        except MemoryError:
-            raise  # the worker's memory limit: the runner reports it and replaces the worker
-        except BaseException as e:  # the program's own error (SystemExit too) is its output, as in a terminal
-            stack = traceback.extract_tb(e.__traceback__)
-            first = next((i for i, f in enumerate(stack) if f.filename == "<code>"), len(stack))
-            frames = stack[first:]  # from the program's first line on: not _run's frame nor ast.parse's
-            output.write("Traceback (most recent call last):\n" if frames else "")
-            output.write("".join(traceback.format_list(frames)))
-            output.write("".join(traceback.format_exception_only(type(e), e)))
+        _run_printing_errors(code, output)
     return output.getvalue()
+
+
+def _run_printing_errors(code: str, output: TextIO) -> None:
+    """Run `code`; its own error becomes a traceback in `output`, from the program's first frame on."""
+    try:
+        _run(code)
+    except MemoryError:
+        raise  # the worker's memory limit: the runner reports it and replaces the worker
+    except BaseException as e:  # the program's own error (SystemExit too) is its output, as in a terminal
+        stack = traceback.extract_tb(e.__traceback__)
+        first = next((i for i, f in enumerate(stack) if f.filename == "<code>"), len(stack))
+        frames = stack[first:]  # from the program's first line on: not _run's frame nor ast.parse's
+        output.write("Traceback (most recent call last):\n" if frames else "")
+        output.write("".join(traceback.format_list(frames)))
+        output.write("".join(traceback.format_exception_only(type(e), e)))
 
 
 def _run(code: str) -> None:

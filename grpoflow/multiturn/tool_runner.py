@@ -14,10 +14,12 @@ order. `content` is the tool message for the model; `status` is what the agent l
 Where a call runs depends on its Tool's `sandboxed` flag:
 
 - sandboxed (untrusted code, e.g. `python`): in one of `workers` worker processes
-  (grpoflow/process_pool.py, shared with reward scoring) with RLIMIT_CPU and RLIMIT_AS set in the
-  child; a worker that times out, dies or exceeds a limit is SIGKILLed with its process group and
-  replaced, and the other calls go on. The limits stop runaway code; they are not a security
-  boundary (the code can still use the network and the file system).
+  (grpoflow/process_pool.py, shared with reward scoring, with `sandbox=True`): RLIMIT_CPU and a hard
+  RLIMIT_AS, no fork, a minimal environment, a folder of its own, another uid when the trainer is root
+  (grpoflow/sandbox.py). Its reply is JSON data checked to be a (status, content) pair, never
+  unpickled. A worker that times out, dies, exceeds a limit or breaks the reply protocol is SIGKILLed
+  and replaced, and the other calls go on. It can still read world-readable files and use the network
+  (docs/multi-turn.md, "What the sandbox stops").
 - trusted (`sandboxed=False`, e.g. `calculator`): in a daemon thread of this process, bounded by
   the same wall-clock timeout. Python cannot stop a thread, so on timeout the thread is abandoned:
   it runs on in the background (logged), holding what it holds, until it returns or the process ends.
@@ -239,7 +241,16 @@ def _start_pool(tools: list[Tool], max_output_chars: int, limits: ResourceLimits
                 f"in an importable module or a path/to/file.py, or mark it sandboxed=False to run it in this "
                 f"process.") from None
     payload = dumps_function(functools.partial(call_tool, {t.name: t.fn for t in tools}, max_output_chars))
-    return WorkerPool(payload, workers, limits=limits, label="tool")
+    return WorkerPool(payload, workers, limits=limits, label="tool", sandbox=True,
+                      validate=functools.partial(_checked_reply, max_output_chars))
+
+
+def _checked_reply(max_output_chars: int, value: Any) -> tuple[str, str]:
+    """The (status, content) a sandboxed worker sent, if call_tool could have made it; ValueError otherwise."""
+    if (not isinstance(value, list) or len(value) != 2 or value[0] not in ("ok", "error")
+            or not isinstance(value[1], str) or len(value[1]) > max_output_chars + 2 * _MESSAGE_CHARS):
+        raise ValueError(f"{str(value)[:100]!r} is not a (status, content) pair of call_tool")
+    return value[0], value[1]
 
 
 def _signature(tool: Tool) -> str:

@@ -42,6 +42,8 @@ class Scores:
     errors: int = 0      # the function raised or returned NaN/inf or a non-number
     nones: int = 0       # the function returned None
     timeouts: int = 0    # the call ran longer than the scorer's timeout_s
+    parts: list[dict[str, float]] = field(default_factory=list)  # per sample: its dict return's extras ({} if none)
+    counts: dict[str, float] = field(default_factory=dict)  # other stages' counts, logged as they are (reward/judge/*)
 
     def metrics(self) -> dict[str, float]:
         """Failure counts and the means of dict-return extras (the score itself is logged by the caller)."""
@@ -49,13 +51,18 @@ class Scores:
                "reward/timeouts": float(self.timeouts)}
         for k, vs in self.extras.items():
             out[f"reward/{k}/mean"] = sum(vs) / max(len(vs), 1)
-        return out
+        return {**out, **self.counts}
 
     def merge(self, other: "Scores") -> "Scores":
         """Scores of both calls, in order, with counts added (several draws of one step)."""
         extras = {k: self.extras.get(k, []) + other.extras.get(k, []) for k in {*self.extras, *other.extras}}
+        counts = {k: self.counts.get(k, 0.0) + other.counts.get(k, 0.0) for k in {*self.counts, *other.counts}}
         return Scores(self.scores + other.scores, extras, self.errors + other.errors, self.nones + other.nones,
-                      self.timeouts + other.timeouts)
+                      self.timeouts + other.timeouts, self.sample_parts() + other.sample_parts(), counts)
+
+    def sample_parts(self) -> list[dict[str, float]]:
+        """One dict of reward parts per sample (empty dicts when the scores were built without them)."""
+        return self.parts if len(self.parts) == len(self.scores) else [{} for _ in self.scores]
 
 
 class RewardScorer:
@@ -198,7 +205,8 @@ def _collect(outcomes: list[Outcome], error_score: float, timeout_s: float | Non
     result = Scores(scores=[])
     first_error: str | None = None
     for kind, info in outcomes:
-        score = None
+        score: float | None = None
+        extras: dict[str, float] = {}
         if kind == "timeout":
             result.timeouts += 1
         elif kind in ("error", "killed"):  # "killed": a resource limit (none is set for rewards today)
@@ -214,6 +222,7 @@ def _collect(outcomes: list[Outcome], error_score: float, timeout_s: float | Non
                 result.errors += 1
                 first_error = first_error or f"it returned {info!r}, not a finite number or a dict with 'score'"
         result.scores.append(error_score if score is None else score)
+        result.parts.append(extras)
     if first_error:
         log.warning("reward function failed on %d of %d samples (scored %s); first failure:\n%s",
                     result.errors, len(outcomes), error_score, first_error)

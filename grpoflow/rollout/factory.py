@@ -27,14 +27,19 @@ def register_rollout_engine(name: str, *, override: bool = False) -> Callable[[C
 
 @register_rollout_engine("hf")
 def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
-              kv_reuse_mb: int = 1024, **gpu_options: Any) -> RolloutEngine:
+              kv_reuse_mb: int = 1024, lora: dict | None = None, **gpu_options: Any) -> RolloutEngine:
     """The transformers engine on the loaded model, on this process's CUDA device when there is one (Ray gives
-    each rank one); the vllm/sglang options do not apply."""
+    each rank one); the vllm/sglang options do not apply. `lora` (rollout.lora_sync=adapter): the model gets
+    the policy's adapter layout and receives adapter tensors only (rollout/hf_adapter.py)."""
     from grpoflow.rollout.hf import HFRolloutEngine
 
     model = load_causal_lm(model_path, dtype=getattr(torch, dtype))  # sdpa: grouped attention does not pay when decoding
     if torch.cuda.is_available():
         model = model.to(torch.device("cuda", torch.cuda.current_device()))
+    if lora is not None:
+        from grpoflow.rollout.hf_adapter import HFAdapterEngine
+        return HFAdapterEngine(model, lora=lora, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
+                               kv_reuse_mb=kv_reuse_mb)
     return HFRolloutEngine(model, pad_token_id=pad_token_id, eos_token_id=eos_token_id, kv_reuse_mb=kv_reuse_mb)
 
 
@@ -46,22 +51,27 @@ def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, **options: Any) -> Rol
 
 
 @register_rollout_engine("sglang")
-def sglang_engine(model_path: str, *, kv_reuse_mb: int = 0, **options: Any) -> RolloutEngine:
+def sglang_engine(model_path: str, lora: dict | None = None, *, kv_reuse_mb: int = 0, **options: Any) -> RolloutEngine:
     from grpoflow.rollout.sglang import SGLangRolloutEngine  # imports sglang: only when chosen
 
+    if lora is not None:
+        raise NotImplementedError("rollout.lora_sync=adapter is implemented for rollout.engine=hf and vllm; use "
+                                  "rollout.lora_sync=merged with sglang.")
     return SGLangRolloutEngine(model_path, **options)
 
 
 def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "float32", seed: int = 0,
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, enforce_eager: bool = True,
-                 free_cache_engine: bool = True, sync_timeout_s: float = 120.0, kv_reuse_mb: int = 1024
-                 ) -> RolloutEngine:
+                 free_cache_engine: bool = True, sync_timeout_s: float = 120.0, kv_reuse_mb: int = 1024,
+                 lora: dict | None = None, lora_versions: int = 2) -> RolloutEngine:
     """The rollout engine `name` (hf | vllm | sglang | a registered or `file.py:fn` builder) for the model
     saved in `model_path`.
 
     dtype: the engine's weights and compute, float32 or bfloat16 — that of the trainer, so that the
     sampling log-probs match the trainer's (vLLM's own `auto` would pick bf16 for an fp32 checkpoint).
-    The remaining options are `rollout.*` config fields (see RolloutConfig); hf ignores them.
+    The remaining options are `rollout.*` config fields (see RolloutConfig); hf ignores them. `lora` (rank, alpha,
+    target_modules; rollout.lora_sync=adapter): the engine serves the base model with unmerged adapters and
+    receives adapter tensors only; vllm keeps the last `lora_versions` of them loaded.
     """
     try:
         builder = ROLLOUT_ENGINES.resolve(name)
@@ -70,4 +80,4 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
     return builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, dtype=dtype,
                    seed=seed, gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
                    enforce_eager=enforce_eager, free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s,
-                   kv_reuse_mb=kv_reuse_mb)
+                   kv_reuse_mb=kv_reuse_mb, **({"lora": lora, "lora_versions": lora_versions} if lora is not None else {}))

@@ -10,6 +10,13 @@ Log-probs are vLLM's `processed_logprobs`: the distribution tokens were sampled 
 temperature; with top_p < 1 also after the nucleus cut, where the HF engine reports the
 temperature-only distribution — the controller refuses importance sampling with top_p < 1).
 
+LoRA adapters unmerged (rollout.lora_sync=adapter, `lora` given): vLLM starts with `enable_lora` on the
+base model, and each sync receives the adapter tensors only; they are written as a peft adapter folder
+(`adapter_model.safetensors` + `adapter_config.json`, `adapter_v<version>`) and every later generate
+call passes a `LoRARequest` for the engine's current version. The last `lora_versions` adapters stay
+loaded (vLLM's `max_loras`), older ones are removed from vLLM and from disk, so an async run's queued
+generations use the version they were scheduled after. The base weights never move.
+
 Sleep mode (GPU, rollout.free_cache_engine): `sleep()` offloads the weights to CPU and frees
 the KV cache (level 1); a weight sync while asleep wakes the weights, loads, then wakes the KV
 cache, so the cache is never allocated next to a second copy of the weights.
@@ -18,8 +25,12 @@ cache, so the cache is never allocated next to a second copy of the weights.
 from __future__ import annotations
 
 import itertools
+import json
 import os
-from typing import Iterable, Iterator
+import shutil
+import tempfile
+from collections import OrderedDict
+from typing import Any, Iterable, Iterator
 
 import torch
 from torch import Tensor
@@ -39,7 +50,7 @@ class VLLMRolloutEngine:
     def __init__(self, model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str = "float32",
                  seed: int = 0, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
                  enforce_eager: bool = True, free_cache_engine: bool = True, sync_timeout_s: float = 120.0,
-                 bucket_bytes: int = 256 << 20) -> None:
+                 bucket_bytes: int = 256 << 20, lora: dict | None = None, lora_versions: int = 2) -> None:
         if tensor_parallel_size != 1:
             raise NotImplementedError(
                 f"rollout.tensor_parallel_size={tensor_parallel_size} with rollout.engine=vllm: weight sync streams "
@@ -54,10 +65,17 @@ class VLLMRolloutEngine:
         self._sleep_mode = free_cache_engine and self._device is not None  # CPU: sleep/wake are no-ops
         self._asleep = False
         self._broken: str | None = None  # set when a sync failed half-way
+        self.model_path, self.lora, self.lora_versions = model_path, lora, lora_versions
+        self._adapters: OrderedDict[int, tuple[Any, str]] = OrderedDict()  # version -> (LoRARequest, its folder)
+        self._adapter_root = tempfile.mkdtemp(prefix="grpoflow-adapters-") if lora is not None else None
+        self.last_sync_bytes = 0
+        lora_options: dict[str, Any] = dict(enable_lora=True, max_lora_rank=_lora_rank_slot(lora["rank"]),
+                                            max_loras=lora_versions) if lora is not None else {}
         self.llm = vllm.LLM(
             model=model_path, skip_tokenizer_init=True, dtype=dtype, seed=seed,
             gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=1, enforce_eager=enforce_eager,
-            enable_sleep_mode=self._sleep_mode, logprobs_mode="processed_logprobs", disable_log_stats=True)
+            enable_sleep_mode=self._sleep_mode, logprobs_mode="processed_logprobs", disable_log_stats=True,
+            **lora_options)
         self._sampling_cls = vllm.SamplingParams
         from vllm.inputs import TokensPrompt
         self._prompt_cls = TokensPrompt
@@ -84,8 +102,9 @@ class VLLMRolloutEngine:
                 [s % (2**31 - 1 - params.n) for s in seeds]
             requests = [self._sampling_cls(n=params.n, temperature=params.temperature, top_p=params.top_p,
                                            seed=start, **common) for start in starts]
+        adapter = self._adapters[self.version][0] if self.version in self._adapters else None
         outputs = self.llm.generate([self._prompt_cls(prompt_token_ids=list(p)) for p in inputs], requests,
-                                    use_tqdm=False)
+                                    use_tqdm=False, lora_request=adapter)
         responses, log_probs = samples_from_vllm(outputs, per_request)
         return pack_samples(prompts, params.n, responses, log_probs, pad_token_id=self.pad_token_id,
                             eos_token_id=eos)
@@ -94,6 +113,9 @@ class VLLMRolloutEngine:
         """Load the actor's weights (HF names, any dtype) into vLLM's model, in buckets, within
         `sync_timeout_s`; then drop the prefix cache, whose KV came from the old weights."""
         self._check_usable()
+        if self.lora is not None:
+            self._load_adapter(named_tensors, version)
+            return
         if self._asleep:
             self.llm.wake_up(tags=["weights"])
         buckets = weight_buckets(named_tensors, engine=self.name, timeout_s=self.sync_timeout_s, version=version,
@@ -109,6 +131,35 @@ class VLLMRolloutEngine:
         if self._asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self._asleep = False
+        self.version = version
+
+    def _load_adapter(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None:
+        """Write the adapter tensors as a peft folder and register it as `version`'s LoRA request (within
+        `sync_timeout_s`); drop the versions beyond the last `lora_versions`."""
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        from grpoflow.models.lora import adapter_config, peft_file_key
+
+        assert self.lora is not None and self._adapter_root is not None
+        tensors: dict[str, Tensor] = {}
+        for bucket in weight_buckets(named_tensors, engine=self.name, timeout_s=self.sync_timeout_s, version=version,
+                                     bucket_bytes=self.bucket_bytes):
+            tensors.update({peft_file_key(n): t.detach().to("cpu", torch.float32).contiguous() for n, t in bucket})
+        if not tensors:
+            raise RuntimeError(f"adapter sync to version {version}: the actor sent no LoRA adapter tensors.")
+        folder = os.path.join(self._adapter_root, f"adapter_v{version}")
+        os.makedirs(folder, exist_ok=True)
+        save_file(tensors, os.path.join(folder, "adapter_model.safetensors"))
+        with open(os.path.join(folder, "adapter_config.json"), "w") as f:
+            json.dump(adapter_config(self.lora, self.model_path, list(tensors)), f)
+        # vLLM's LoRA ids must be positive and unique per adapter: the version (>= 1 after the first update)
+        self._adapters[version] = (LoRARequest(f"policy-v{version}", version, folder), folder)
+        self.last_sync_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        while len(self._adapters) > self.lora_versions:
+            old, (_, old_folder) = self._adapters.popitem(last=False)
+            self.llm.llm_engine.remove_lora(old)
+            shutil.rmtree(old_folder, ignore_errors=True)
         self.version = version
 
     def _stream(self, first: list[tuple[str, Tensor]], rest: Iterator[list[tuple[str, Tensor]]]
@@ -134,6 +185,14 @@ class VLLMRolloutEngine:
         if self._broken:
             raise RuntimeError(f"rollout engine 'vllm' cannot be used: {self._broken}, leaving its model with a "
                                "partial update; rebuild the engine (restart the run from its last checkpoint).")
+
+
+def _lora_rank_slot(rank: int) -> int:
+    """The smallest of vLLM's supported max_lora_rank values that holds `rank`."""
+    for slot in (8, 16, 32, 64, 128, 256, 320, 512):
+        if rank <= slot:
+            return slot
+    raise ValueError(f"model.lora.rank={rank}: vLLM serves LoRA ranks up to 512.")
 
 
 def samples_from_vllm(outputs: list, n: int) -> tuple[list[list[int]], list[list[float]]]:

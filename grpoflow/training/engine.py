@@ -35,7 +35,7 @@ from grpoflow.training.collectives import current_device, global_max, global_sum
     world_size
 from grpoflow.training.microbatch import PaddingBatch
 from grpoflow.models.loading import load_saved_weights, saved_state
-from grpoflow.models.lora import is_lora, merged_named_weights
+from grpoflow.models.lora import is_adapter_weight, is_lora, merged_named_weights
 
 __all__ = ["NonFiniteLossError", "TrainEngine", "global_sum", "lr_multiplier", "place_model"]
 
@@ -179,6 +179,16 @@ class TrainEngine:
             return
         for name, p in self.model.named_parameters():
             yield name, _full(p.detach())
+
+    def named_adapter_weights(self) -> Iterator[tuple[str, Tensor]]:
+        """Only the LoRA adapter tensors, (peft name, full tensor) one at a time (rollout.lora_sync=adapter);
+        sharded, each is gathered: every rank must iterate to the end."""
+        if not is_lora(self.model):
+            raise RuntimeError("rollout.lora_sync=adapter sends LoRA adapters, but the policy has none; set "
+                               "model.lora.rank > 0 or rollout.lora_sync=merged.")
+        for name, p in self.model.named_parameters():
+            if is_adapter_weight(name):
+                yield name, _full(p.detach())
 
     @contextmanager
     def _unsharded(self) -> Iterator[None]:

@@ -16,26 +16,30 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from grpoflow.algorithms import POLICY_LOSSES, aggregate_loss, call_with_available, kl_penalty, truncated_is_weights
+from grpoflow.algorithms import (POLICY_LOSSES, aggregate_loss, call_with_available, kl_penalty, topk_forward_kl,
+                                 truncated_is_weights)
 from grpoflow.config import ActorConfig, ModelConfig
 from grpoflow.data.batch import Batch
 from grpoflow.models import attention
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.models.lora import add_lora, is_lora
+from grpoflow.models.topk import log_probs_at, response_log_softmax
 from grpoflow.training.engine import TrainEngine, lr_multiplier
 from grpoflow.training.forward import Counts, UpdateSchedule, accumulate_gradients, batch_log_probs, train_on_batch
 
 
 class ActorWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: ActorConfig, temperature: float,
-                 horizon: int, seed: int, total_optimizer_steps: int = 0, model_cfg: ModelConfig | None = None
-                 ) -> None:
+                 horizon: int, seed: int, total_optimizer_steps: int = 0, model_cfg: ModelConfig | None = None,
+                 topk_kl_coef: float = 0.0, lora_sync: str = "merged") -> None:
         torch.manual_seed(seed)
         self.rank, self.world_size = rank, world_size
         self.cfg, self.model_path = cfg, model_path
         self.temperature = temperature
         self.horizon = horizon  # max response length, the Dr.GRPO normaliser
+        self.topk_kl_coef = topk_kl_coef  # distillation's top-k forward-KL term (distill.topk_coef; 0: off)
+        self.lora_sync = lora_sync  # rollout.lora_sync: merged full weights, or the LoRA adapters only
         self.policy_loss = POLICY_LOSSES.resolve(cfg.policy_loss)
         self.schedule = UpdateSchedule(cfg.minibatches, cfg.epochs, cfg.max_tokens_per_microbatch)
         lr_schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
@@ -70,10 +74,19 @@ class ActorWorker:
     def _loss(self, model: torch.nn.Module, mb: Batch, counts: Counts) -> tuple[Tensor, dict[str, Tensor]]:
         """This micro-batch's share of the mini-batch loss, and its share of each metric."""
         cfg = self.cfg
-        log_probs, entropy = response_log_probs(
-            model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_attention_mask,
-            temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
-            entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype)
+        student_topk: Tensor | None = None
+        entropy: Tensor | None
+        if self.topk_kl_coef > 0 and mb.teacher_topk_ids is not None:  # full logits, for the teacher's top-k ids
+            logp = response_log_softmax(model, mb.prompt_ids, mb.prompt_mask, mb.response_ids,
+                                        mb.response_attention_mask, temperature=self.temperature,
+                                        compute_dtype=self.compute_dtype)
+            log_probs, entropy, student_topk = log_probs_at(logp, mb.response_ids, mb.teacher_topk_ids,
+                                                            entropy_grad=cfg.entropy_coeff > 0)
+        else:
+            log_probs, entropy = response_log_probs(
+                model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_attention_mask,
+                temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
+                entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype)
         assert entropy is not None and mb.advantages is not None, "the update needs entropy and advantages"
         return actor_loss(
             self.policy_loss, log_probs=log_probs, entropy=entropy, old_log_probs=mb.old_log_probs,
@@ -82,7 +95,8 @@ class ActorWorker:
             horizon=self.horizon, loss_agg_mode=cfg.loss_agg_mode, clip_ratio_low=cfg.clip_ratio_low,
             clip_ratio_high=cfg.clip_ratio_high, clip_ratio_c=cfg.clip_ratio_c, rollout_is=cfg.rollout_is,
             rollout_is_cap=cfg.rollout_is_cap, entropy_coeff=cfg.entropy_coeff, kl_coef=cfg.kl_coef,
-            kl_estimator=cfg.kl_estimator)
+            kl_estimator=cfg.kl_estimator, teacher_topk_log_probs=mb.teacher_topk_log_probs,
+            student_topk_log_probs=student_topk, topk_kl_coef=self.topk_kl_coef)
 
     def save_checkpoint(self, folder: str) -> None:
         """Rank 0 writes the policy as an HF folder (weights, config, tokenizer) + optimizer state.
@@ -96,12 +110,13 @@ class ActorWorker:
 
     def named_weights(self) -> Iterator[tuple[str, Tensor]]:
         """The policy's parameters, one (name, full tensor) at a time, for a colocated rollout engine (LoRA:
-        merged). Every rank iterates it to the end: gathering a sharded tensor is a collective."""
-        return self.engine.named_weights()
+        merged; with rollout.lora_sync=adapter the adapter tensors only). Every rank iterates it to the end:
+        gathering a sharded tensor is a collective."""
+        return self.engine.named_adapter_weights() if self.lora_sync == "adapter" else self.engine.named_weights()
 
     def open_weight_stream(self) -> None:
         """Start a bucketed weight stream (split placement: the weights travel through the controller)."""
-        self._weights = self.engine.named_weights()
+        self._weights = self.named_weights()
 
     def next_weight_bucket(self, bucket_bytes: int) -> list[tuple[str, Tensor]]:
         """The next (name, tensor) pairs of the open stream: tensors are added until the bucket holds at least
@@ -124,18 +139,21 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
                advantages: Tensor, ref_log_probs: Tensor | None, rollout_log_probs: Tensor | None,
                response_mask: Tensor, num_tokens: float, num_seqs: float, horizon: int, loss_agg_mode: str,
                clip_ratio_low: float, clip_ratio_high: float, clip_ratio_c: float, rollout_is: str | None,
-               rollout_is_cap: float, entropy_coeff: float, kl_coef: float, kl_estimator: str
-               ) -> tuple[Tensor, dict[str, Tensor]]:
+               rollout_is_cap: float, entropy_coeff: float, kl_coef: float, kl_estimator: str,
+               teacher_topk_log_probs: Tensor | None = None, student_topk_log_probs: Tensor | None = None,
+               topk_kl_coef: float = 0.0) -> tuple[Tensor, dict[str, Tensor]]:
     """The actor's objective on one micro-batch: a pure function of per-token tensors [b, R].
 
         loss = agg(w * pg) - entropy_coeff * agg(entropy) + kl_coef * agg(kl(log_probs, ref_log_probs))
+               + topk_kl_coef * agg(topk_forward_kl(teacher_topk_log_probs, student_topk_log_probs))
 
     `pg` is the per-token policy loss (`policy_loss`, e.g. PPO's clipped surrogate); `w` the truncated
     importance weight min(pi_old / pi_rollout, cap) when `rollout_is` is token/sequence, else 1;
     `agg` the configured aggregation (`loss_agg_mode`) normalised by the mini-batch's GLOBAL counts
     `num_tokens` / `num_seqs`, so micro-batch losses add up to the mini-batch's. Strictly on-policy
     (`old_log_probs` None: one optimizer step per RL step) the ratio is exactly 1 and the detached
-    current log-probs stand in for the old ones. Metrics are this micro-batch's share of token means
+    current log-probs stand in for the old ones. The last term is on-policy distillation's top-k forward KL
+    (`[b, R, k]` teacher and student log-probs of the teacher's k likeliest tokens). Metrics are this micro-batch's share of token means
     (`actor/entropy`, `actor/pg_clipfrac`, ...) and of `actor/pg_loss`, `actor/kl_loss`.
     """
     mask = response_mask
@@ -167,6 +185,12 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
         kl_loss = agg(kl_penalty(log_probs, ref_log_probs, kl_estimator))
         loss = loss + kl_coef * kl_loss
         metrics["actor/kl_loss"] = kl_loss.detach()
+    if topk_kl_coef > 0 and student_topk_log_probs is not None:
+        if teacher_topk_log_probs is None:
+            raise ValueError("topk_kl_coef > 0 needs the teacher's top-k log-probs.")
+        topk_loss = agg(topk_forward_kl(teacher_topk_log_probs, student_topk_log_probs))
+        loss = loss + topk_kl_coef * topk_loss
+        metrics["actor/distill_topk_kl"] = topk_loss.detach()
     for name, per_token in pg_metrics.items():
         metrics[f"actor/{name}"] = agg(per_token, "token-mean")
     return loss, metrics

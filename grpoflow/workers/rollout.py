@@ -24,10 +24,11 @@ from grpoflow.models.loading import load_tokenizer
 class RolloutWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, engine: str = "hf",
                  cfg: Optional[RolloutConfig] = None, dtype: Optional[str] = None, seed: int = 0,
-                 run_config: Optional[Config] = None) -> None:
+                 run_config: Optional[Config] = None, lora: Optional[dict] = None) -> None:
         """`engine` names the engine, `dtype` its precision (None: float32); `cfg` (default:
         RolloutConfig()) supplies the vllm/sglang options; `run_config` (default: a single-turn run) says what
-        kind of trajectories `rollout` plays (environment, tools, agent)."""
+        kind of trajectories `rollout` plays (environment, tools, agent); `lora` (rollout.lora_sync=adapter) the
+        adapter layout."""
         cfg = cfg or RolloutConfig()
         self.run_config = run_config
         self.tokenizer = load_tokenizer(model_path)
@@ -35,7 +36,7 @@ class RolloutWorker:
             engine, model_path, self.tokenizer, dtype=dtype or "float32", seed=seed,
             gpu_memory_utilization=cfg.gpu_memory_utilization, tensor_parallel_size=cfg.tensor_parallel_size,
             enforce_eager=cfg.enforce_eager, free_cache_engine=cfg.free_cache_engine,
-            sync_timeout_s=cfg.sync_timeout_s, kv_reuse_mb=cfg.kv_reuse_mb)
+            sync_timeout_s=cfg.sync_timeout_s, kv_reuse_mb=cfg.kv_reuse_mb, lora=lora, lora_versions=cfg.lora_versions)
         self.sync_timeout_s = cfg.sync_timeout_s
         self.deterministic = cfg.deterministic
         self._pushed: PushedWeights | None = None  # an update fed bucket by bucket (split placement)

@@ -52,7 +52,7 @@ def test_a_loss_that_overflows_stops_clearly_and_keeps_the_last_checkpoint(tmp_p
 
 
 def reward_workers(parent: int) -> set[int]:
-    """PIDs of the reward worker processes `parent` started (children running grpoflow.process_pool)."""
+    """PIDs of the reward worker processes `parent` started (children running grpoflow.process_worker)."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -63,7 +63,7 @@ def reward_workers(parent: int) -> set[int]:
         except OSError:  # the process ended while we looked
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"grpoflow.process_pool" in cmdline:
+        if ppid == parent and b"grpoflow.process_worker" in cmdline:
             pids.add(int(entry.name))
     return pids
 

@@ -108,6 +108,17 @@ def test_a_run_logs_turns_and_whole_conversations(tmp_path, warm_model):
     samples = [json.loads(line) for line in open(tmp_path / "samples.jsonl")]
     assert samples and all(s["conversation"][0] == {"role": "user", "content": "Guess 1-8"} for s in samples)
     assert all(s["conversation"][1]["role"] == "assistant" for s in samples)
+    # the training groups: whole conversations, and the response split into the model's (trained) tokens and the
+    # environment's (not trained)
+    groups = [json.loads(line) for line in open(tmp_path / "train_samples.jsonl")]
+    assert [g["step"] for g in groups] == [1] * 4 + [2] * 4 and all(len(g["samples"]) == 4 for g in groups)
+    trained = [s for g in groups for s in g["samples"]]
+    assert all(s["conversation"][0] == {"role": "user", "content": "Guess 1-8"} for s in trained)
+    replied = [s for s in trained if len(s["conversation"]) > 2]
+    assert replied and all({(seg["source"], seg["trained"]) for seg in s["segments"]} >= {("model", True),
+                                                                                      ("env", False)}
+                           for s in replied)
+    assert all("env" in s["reward_parts"] for s in trained)
 
 
 def test_a_system_prompt_opens_the_conversations_of_plain_string_prompts(tmp_path, warm_model):

@@ -26,7 +26,7 @@ import grpoflow.controller.checkpoint as ckpt
 real = ckpt._fsync_tree
 def fsync_then_die(folder):
     real(folder)
-    if folder.name == ".tmp-step_000004":
+    if folder.name.startswith(".tmp-step_000004-"):  # the writer's own name: .tmp-step_000004-<pid>-<random>
         os.kill(os.getpid(), signal.SIGKILL)
 ckpt._fsync_tree = fsync_then_die
 from grpoflow.cli import main
@@ -38,11 +38,16 @@ def comparable(run_dir):
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(run_dir)]
 
 
+def train_groups(run_dir):
+    """The training groups the run wrote (train_samples.jsonl), as parsed lines."""
+    return [json.loads(line) for line in (run_dir / "train_samples.jsonl").read_text().splitlines()]
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("full")
     train(load_config(None, [f"trainer.output_dir={out}", *ARGS]))
-    return comparable(out)
+    return comparable(out), train_groups(out)
 
 
 def start(out, script=None):
@@ -64,7 +69,10 @@ def test_sigkill_at_a_random_step_then_resume_equals_uninterrupted(tmp_path, uni
     proc.wait()
     assert CheckpointManager(tmp_path).latest() is not None, "no checkpoint was written before the kill"
     train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))   # trainer.resume=auto
-    assert comparable(tmp_path) == uninterrupted
+    metrics, groups = uninterrupted
+    assert comparable(tmp_path) == metrics
+    # the training groups too: those of steps up to the checkpoint kept once, the later ones written again
+    assert train_groups(tmp_path) == groups and {g["step"] for g in groups} == set(range(1, 7))
 
 
 def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, uninterrupted):
@@ -72,10 +80,10 @@ def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, unint
     proc.wait(timeout=300)
     assert proc.returncode == -signal.SIGKILL
     assert CheckpointManager(tmp_path).latest().name == "step_000002"    # step 4 never became visible
-    assert (tmp_path / "checkpoints" / ".tmp-step_000004").exists()
+    assert list((tmp_path / "checkpoints").glob(".tmp-step_000004-*"))
     train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))
-    assert comparable(tmp_path) == uninterrupted
-    assert not (tmp_path / "checkpoints" / ".tmp-step_000004").exists()
+    assert comparable(tmp_path) == uninterrupted[0]
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))  # the next run (holding the lock) removed it
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == \
         ["step_000002", "step_000004", "step_000006"]
 

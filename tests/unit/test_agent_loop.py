@@ -1,4 +1,4 @@
-"""multiturn.loop.AgentLoop with a scripted engine (the model's reply is a function of the conversation so far):
+"""multiturn.loop.EnvLoop with a scripted engine (the model's reply is a function of the conversation so far):
 segments, masks, budgets, turn limits, environment seeds, tool calls and their failures, counted exactly."""
 
 import re

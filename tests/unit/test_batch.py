@@ -43,6 +43,7 @@ def make_batch(prompt_lengths, response_lengths, width_p=None, width_r=None, see
         rows=[{"answer": str(i)} for i in range(b)],
         conversations=[[{"role": "user", "content": f"turn {i}"}] for i in range(b)],
         infos=[{"turns": i} for i in range(b)],
+        reward_parts=[{"part": i / 10} for i in range(b)],
     )
 
 

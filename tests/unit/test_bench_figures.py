@@ -26,16 +26,20 @@ def test_summarize_uses_the_peak_of_the_compute_dtype(bench):
     compare, _ = bench
     # 3 steps; the first 2 are warm-up. Step 3: 1 s, 60 prompt + 40 completion tokens, P = 1e6:
     # FLOPs = 6e6 * 100 + 2e6 * 40 = 6.8e8 per second; bf16 peak 1 GFLOP/s -> MFU 68 %
-    step = {"seconds": 1.0, "gen_seconds": 0.25, "prompt_tokens": 60, "completion_tokens": 40, "reward": 0.5,
-            "stages": {"step": 1.0}}
+    step = {"seconds": 1.0, "gen_seconds": 0.25, "prompt_tokens": 60, "completion_tokens": 40, "max_completion": 8,
+            "reward": 0.5, "stages": {"step": 1.0}}
     run = {"steps": [step] * 3, "params": 10**6, "peak_rss_mb": 1.0, "accuracy": 0.5, "threads": 2,
            "run_wall_s": 9.0, "compute_dtype": "bfloat16"}
-    f = compare.summarize(run, kl=0.0, peak_gflops={"fp32": 0.5, "bf16": 1.0})
+    peak = {"fp32": 0.5, "bf16": 1.0}
+    f = compare.summarize(run, kl=0.0, peak_gflops=peak, bandwidth_gbs=1.0)
     assert f["mfu"] == pytest.approx(0.68) and f["tokens_per_s"] == 100 and f["rest_s"] == 0.75
+    # limit: update 6e6 * 100 / 1e9 = 0.6 s; generation max(2e6 * 40 / 1e9 = 0.08 s, 8 steps * 1e6 * 2 B / 1e9 B/s
+    # = 0.016 s) = 0.08 s; 0.68 s in all, and the 1 s step is 1/0.68 = 1.47x it
+    assert f["limit_s"] == pytest.approx(0.68) and f["x_limit"] == pytest.approx(1 / 0.68)
     # with KL the reference forward adds 2 P per token: 8.8e8
-    assert compare.summarize(run, kl=0.1, peak_gflops={"fp32": 0.5, "bf16": 1.0})["mfu"] == pytest.approx(0.88)
-    assert compare.summarize({**run, "compute_dtype": "float32"}, kl=0.0,
-                             peak_gflops={"fp32": 0.5, "bf16": 1.0})["mfu"] == pytest.approx(1.36)
+    assert compare.summarize(run, kl=0.1, peak_gflops=peak, bandwidth_gbs=1.0)["mfu"] == pytest.approx(0.88)
+    assert compare.summarize({**run, "compute_dtype": "float32"}, kl=0.0, peak_gflops=peak,
+                             bandwidth_gbs=1.0)["mfu"] == pytest.approx(1.36)
 
 
 def test_model_math_leaves_the_rest_as_dataflow(bench):
@@ -58,10 +62,39 @@ def test_scaling_rows_vary_one_factor_around_the_default_row(bench):
 
 def test_each_compute_dtype_is_its_own_grpoflow_run_then_trl(bench):
     compare, _ = bench
-    assert compare.frameworks(compare.parse_args([]).compute_dtype) == [
-        ("grpoflow", "grpoflow", "float32"), ("grpoflow-bf16", "grpoflow", "bfloat16"), ("trl", "trl", "float32")]
+    step = {"microbatch": "step"}
+    assert compare.frameworks(compare.parse_args([])) == [
+        ("grpoflow", "grpoflow", "float32", step), ("grpoflow-bf16", "grpoflow", "bfloat16", step),
+        ("trl", "trl", "float32", {})]
     with pytest.raises(SystemExit):
         compare.parse_args(["--compute-dtype", "float16"])
+    # the real-model row: grpoflow with the step-sized and the default micro-batch, TRL in float32 and bf16
+    labels = [r[0] for r in compare.frameworks(compare.parse_args(["--real-model", "m", "--compute-dtype", "bfloat16"]))]
+    assert labels == ["grpoflow-bf16", "grpoflow-bf16-mb4096", "trl", "trl-bf16"]
+
+
+def test_ratios_are_against_the_fastest_trl_run(bench):
+    compare, _ = bench
+    med = {label: {"s_per_step": s, "tokens_per_s": 100 / s, "peak_rss_mb": 1.0, "mfu": 0.1}
+           for label, s in (("grpoflow-bf16", 2.0), ("trl", 40.0), ("trl-bf16", 25.0))}
+    best, ratios = compare.over_best_trl(med)
+    assert best == "trl-bf16" and set(ratios) == {"grpoflow-bf16", "trl"}
+    assert ratios["grpoflow-bf16"]["tokens_per_s"] == pytest.approx(12.5)  # 25 / 2
+    assert ratios["trl"]["s_per_step"] == pytest.approx(1.6)
+
+
+def test_step_limit_bytes_bound_generation(bench):
+    import limits
+    # 1e8 parameters in bf16 (2 bytes), 24 decode steps at 10 GB/s: 24 * 2e8 B / 1e10 B/s = 0.48 s, above the
+    # compute bound 2e8 * 100 tokens / 1e12 = 0.02 s; update 6e8 * 1100 / 1e12 = 0.66 s
+    record = {"prompt_tokens": 1000, "completion_tokens": 100, "max_completion": 24}
+    out = limits.step_limit(record, params=10**8, dtype="bfloat16", kl=0.0, peak_gflops={"fp32": 500, "bf16": 1000},
+                            bandwidth_gbs=10.0)
+    assert out == pytest.approx({"update_s": 0.66, "gen_s": 0.48, "total_s": 1.14})
+    # float32 reads 4 bytes a weight and computes at the fp32 peak
+    out = limits.step_limit(record, params=10**8, dtype="float32", kl=0.0, peak_gflops={"fp32": 500, "bf16": 1000},
+                            bandwidth_gbs=10.0)
+    assert out == pytest.approx({"update_s": 1.32, "gen_s": 0.96, "total_s": 2.28})
 
 
 def test_real_model_row_and_its_defaults(bench):

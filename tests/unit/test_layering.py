@@ -4,7 +4,8 @@
         -> distributed -> controller -> cli
 
 `training` and `rollout` sit side by side and never import each other; `config` imports only `plugins`.
-`process_pool` (worker processes for rewards and tools) is standard library + `plugins`.
+`process_pool` (worker processes for rewards and tools) is standard library + `plugins`, `process_worker` (its
+child side) and `sandbox` (what a sandboxed worker gives up; stdlib only).
 
 Every import counts, including lazy ones inside functions: a lazy import is still a dependency.
 """
@@ -22,25 +23,34 @@ ROOT = Path(grpoflow.__file__).parent
 
 # The parts of grpoflow, and the grpoflow parts each may NOT import. `tasks` (built-in task data)
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
-UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "cli", "plotting"}
-EVERY_PART = {"plugins", "process_pool", "plotting", "algorithms", "rewards", "data", "models", "tasks", "training",
-              "rollout", "multiturn", "workers", "distributed", "controller", "config", "cli"}
+UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "tinker_server", "cli",
+                 "plotting", "viewer"}
+EVERY_PART = {"plugins", "sandbox", "process_worker", "process_pool", "plotting", "algorithms", "rewards", "data",
+              "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
+              "tinker_server", "config", "cli", "viewer"}
 FORBIDDEN_PARTS = {
     "plugins": None,  # None: nothing from any other grpoflow part (registries, user-file loading; stdlib only)
-    "process_pool": EVERY_PART - {"plugins", "process_pool"},
-    "plotting": {"training", "rollout", "workers", "distributed", "cli"},  # reads metrics.jsonl via controller.metrics
+    "sandbox": EVERY_PART - {"sandbox"},  # stdlib only: what a sandboxed worker gives up, the reply format
+    "process_worker": EVERY_PART - {"sandbox", "process_worker"},
+    "process_pool": EVERY_PART - {"plugins", "sandbox", "process_worker", "process_pool"},
+    # reads metrics.jsonl via controller.metrics
+    "plotting": {"training", "rollout", "workers", "distributed", "tinker_server", "cli"},
+    # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
+    "viewer": EVERY_PART - {"plugins", "config", "viewer"},
     "algorithms": EVERY_PART - {"plugins", "algorithms"},
     "rewards": EVERY_PART - {"plugins", "process_pool", "rewards"},
     "data": UPPER_OF_DATA,
     "models": UPPER_OF_DATA,
     "tasks": UPPER_OF_DATA,
-    "training": {"rollout", "multiturn", "workers", "distributed", "controller", "cli", "plotting"},
-    "rollout": {"training", "multiturn", "workers", "distributed", "controller", "cli", "plotting"},
+    "training": {"rollout", "multiturn", "workers", "distributed", "controller", "tinker_server", "cli", "plotting"},
+    "rollout": {"training", "multiturn", "workers", "distributed", "controller", "tinker_server", "cli", "plotting"},
     # the agent loop drives the engines through a generate function it is given: no workers, no placement
-    "multiturn": {"training", "workers", "distributed", "controller", "cli", "plotting"},
-    "workers": {"distributed", "controller", "cli", "plotting"},
-    "distributed": {"controller", "cli", "plotting"},
-    "controller": {"cli"},
+    "multiturn": {"training", "workers", "distributed", "controller", "tinker_server", "cli", "plotting"},
+    "workers": {"distributed", "controller", "tinker_server", "cli", "plotting"},
+    "distributed": {"controller", "tinker_server", "cli", "plotting"},
+    "controller": {"cli", "tinker_server"},
+    # the Tinker API server: a command like train, on the engines and checkpoints; only the cli starts it
+    "tinker_server": {"cli", "workers", "distributed", "multiturn"},
     "config": EVERY_PART - {"plugins", "config"},  # the schema: plain values, no torch, no registries
     "cli": set(),
 }
@@ -166,10 +176,12 @@ def test_pure_parts_never_import_distributed_ray_vllm_or_config(part):
 
 
 def test_only_controller_cli_and_workers_import_the_config():
-    """Workers take their own typed section (e.g. ActorConfig); nothing below them sees the config."""
+    """Workers take their own typed section (e.g. ActorConfig); nothing below them sees the config (the viewer,
+    at the top, reads a run's config.yaml; the Tinker server, a command beside the controller, takes its own
+    TinkerConfig section)."""
     bad = []
     for module, part, path in all_modules():
-        if part in ("controller", "cli", "config", "workers"):
+        if part in ("controller", "cli", "config", "workers", "viewer", "tinker_server"):
             continue
         bad += [f"{module} -> {name}" for name in _imports(module, path) if _matches(name, "grpoflow.config")]
     assert not bad, bad

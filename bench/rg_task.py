@@ -1,0 +1,49 @@
+"""Reasoning-gym tasks for the learning bench (bench/learning.py), as chat rows both frameworks read.
+
+`reasoning_gym.create_dataset(name, size=, seed=, **options)` draws procedural questions with
+their answers; a training split and a held-out split come from two seeds, with held-out questions
+that also occur in the training split dropped. Rows are grpoflow's and TRL's common shape:
+`{"prompt": [user message], "answer": "...", "data_source": "rg_<name>"}`, written once as a
+jsonl file that grpoflow reads as `data.train_files` (TRL gets the same rows as a `Dataset`).
+
+Both frameworks score them with grpoflow's `gsm8k_flexible` (the last number of the completion
+equals the answer), not reasoning-gym's `score_answer`, which wants the bare answer string or an
+`<answer>` tag that a 135M chat model rarely writes; the options below keep every answer an integer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# task label -> (reasoning-gym dataset, its options). Small sums and differences: SmolLM2-135M-Instruct gets about
+# a third of them right greedy, and a few GRPO steps can move that.
+RG_TASKS = {"rg_chain_sum": ("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2})}
+TRAIN_SIZE, HELDOUT_SIZE = 1000, 200
+TRAIN_SEED, HELDOUT_SEED = 1, 2
+
+
+def rg_splits(task: str) -> tuple[list[dict], list[dict]]:
+    """(training rows, held-out rows) of a reasoning-gym task; held-out questions are not in the training rows."""
+    import reasoning_gym
+    name, options = RG_TASKS[task]
+
+    def rows(size: int, seed: int) -> list[dict]:
+        return [{"prompt": [{"role": "user", "content": e["question"]}], "answer": str(e["answer"]),
+                 "data_source": task} for e in reasoning_gym.create_dataset(name, size=size, seed=seed, **options)]
+
+    train = rows(TRAIN_SIZE, TRAIN_SEED)
+    seen = {r["prompt"][0]["content"] for r in train}
+    held = [r for r in rows(2 * HELDOUT_SIZE, HELDOUT_SEED) if r["prompt"][0]["content"] not in seen]
+    return train, held[:HELDOUT_SIZE]
+
+
+def rg_train_file(task: str, cache: Path) -> Path:
+    """The training rows as jsonl under `cache` (written once), for grpoflow's `data.train_files`."""
+    path = cache / f"{task}-train.jsonl"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rg_splits(task)[0]))
+        tmp.rename(path)
+    return path

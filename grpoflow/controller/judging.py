@@ -1,0 +1,102 @@
+"""The judging stage of reward assembly (reward.judge, docs/data-and-rewards.md "LLM judges").
+
+Before the rule rewards run, the samples whose reward names `judge` (in reward.function(s), or in the
+route of their data_source) are judged as one batch: by an OpenAI-compatible server (bounded
+concurrency, timeouts, retries) or by a local model in its own worker group (one batched generate).
+Each judged sample's row, copied, gets its score in `JUDGE_COLUMN`, which the `judge` reward returns, so
+the judge is weighted and routed like any other reward part. A failed or unparsable judgement scores
+reward.error_score and is counted (reward/judge/failed, reward/judge/unparsable).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from grpoflow.config import ConfigError, RewardConfig
+from grpoflow.distributed.worker_group import WorkerGroup, broadcast
+from grpoflow.models.gguf import convert_gguf, is_gguf
+from grpoflow.rewards.judge import (JUDGE_COLUMN, JudgeConfigError, JudgeStats, OpenAIJudge, ScoreParser,
+                                    judge_scores, render_judge_prompt)
+from grpoflow.workers.judge import JudgeWorker
+
+JUDGE = "judge"  # the reward name that reads the judge's score
+
+
+def names_judge(spec: str | Sequence[str] | None) -> bool:
+    """Whether a reward spec (a name, or a list of names) includes the `judge` reward."""
+    if not spec:
+        return False
+    return JUDGE in ([spec] if isinstance(spec, str) else list(spec))
+
+
+def judged(r: RewardConfig) -> bool:
+    """Whether a judge is configured (reward.judge.url or reward.judge.path)."""
+    return bool(r.judge.url or r.judge.path)
+
+
+def check_judge(r: RewardConfig) -> None:
+    """The judge is configured exactly when some reward names it; its parser loads."""
+    named = names_judge(r.functions or r.function) or any(names_judge(s) for s in (r.routes or {}).values())
+    configured = judged(r)
+    if named and not configured:
+        raise ConfigError("a reward names `judge` but no judge is configured: set reward.judge.url (an "
+                          "OpenAI-compatible server) or reward.judge.path (a local model folder).")
+    if configured and not named:
+        raise ConfigError("reward.judge is configured but no reward uses it: add `judge` to reward.functions (with "
+                          "reward.weights), set reward.function=judge, or route a data_source to it in reward.routes.")
+    if configured:
+        try:
+            ScoreParser(r.judge.parser, r.judge.max_score)
+        except (JudgeConfigError, ValueError, FileNotFoundError) as e:
+            raise ConfigError(str(e)) from None
+
+
+def resolve_judge_path(path: str, run_dir: Path) -> str:
+    """reward.judge.path as a local model folder (a .gguf file is dequantized into <run folder>/judge_model)."""
+    if is_gguf(path):
+        return convert_gguf(path, run_dir.resolve() / "judge_model")
+    if not Path(path).is_dir():
+        raise ConfigError(f"reward.judge.path={path} is not a folder; give a local HF model folder or a .gguf file "
+                          "(or serve the judge and set reward.judge.url).")
+    return str(Path(path).resolve())
+
+
+class Judging:
+    """Judge scores for the samples whose reward names `judge`, written into copies of their rows."""
+
+    def __init__(self, cfg: RewardConfig, group: WorkerGroup[JudgeWorker] | None) -> None:
+        j = cfg.judge
+        self.cfg, self.group = cfg, group
+        self.parser = ScoreParser(j.parser, j.max_score)
+        self.client = OpenAIJudge(j.url, model=j.model, api_key_env=j.api_key_env, max_concurrency=j.max_concurrency,
+                                  timeout_s=j.timeout_s, retries=j.retries, max_tokens=j.max_tokens,
+                                  temperature=j.temperature) if j.url else None
+        self.default = names_judge(cfg.functions or cfg.function)
+        self.routes = {source: names_judge(spec) for source, spec in (cfg.routes or {}).items()}
+
+    def judged(self, row: dict) -> bool:
+        """Whether this row's reward (its data_source's route, else the default) includes the judge."""
+        source = row.get("data_source")
+        return self.routes[source] if isinstance(source, str) and source in self.routes else self.default
+
+    def rows(self, prompts: list[str], completions: list[str], rows: list[dict]) -> tuple[list[dict], dict[str, float]]:
+        """The rows with `JUDGE_COLUMN` set on the judged ones (copies; the dataset's rows are untouched), and
+        the judge's counts."""
+        which = [i for i, row in enumerate(rows) if self.judged(row)]
+        stats = JudgeStats()
+        if not which:
+            return rows, stats.metrics()
+        texts = [render_judge_prompt(self.cfg.judge.template, prompts[i], completions[i], rows[i]) for i in which]
+        replies = self.complete(texts, stats)
+        scores = judge_scores(replies, self.parser, self.cfg.error_score, stats)
+        out = list(rows)
+        for i, score in zip(which, scores):
+            out[i] = {**rows[i], JUDGE_COLUMN: score}
+        return out, stats.metrics()
+
+    def complete(self, texts: list[str], stats: JudgeStats) -> list[Any]:
+        if self.client is not None:
+            return self.client.complete(texts, stats)
+        assert self.group is not None
+        return self.group.call(JudgeWorker.complete, broadcast(texts))

@@ -1,0 +1,202 @@
+"""The HTTP routes the Tinker SDK calls (FastAPI), each a thin shell around `TinkerService`.
+
+Request bodies are parsed into the SDK's own request types (JSON) or its protobuf schema (`forward_backward`);
+responses are the SDK's response types. A request the server cannot run answers 400 with
+`{"error": <sentence>, "category": "user"}` (the SDK's `RequestFailedResponse` shape), a route it does not have
+404 with a sentence; 4xx answers are final for the SDK, so nothing retries or hangs. Work that fails after it was
+queued resolves its future to the same error shape, which the SDK raises as `RequestFailedError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from tinker import types
+from tinker.types.try_again_response import TryAgainResponse
+
+from grpoflow.config import TinkerConfig
+from grpoflow.tinker_server.futures import UserError
+from grpoflow.tinker_server.service import TinkerService
+from grpoflow.tinker_server.wire import decode_forward_backward
+
+API = "/api/v1"
+POLL_S = 25.0  # a retrieve_future waits this long for a result before answering try-again (the SDK waits 45 s)
+
+
+def _error(status: int, message: str, category: str = "user") -> JSONResponse:
+    return JSONResponse({"error": message, "category": category}, status_code=status)
+
+
+def _json(model: Any) -> Response:
+    return Response(model.model_dump_json(exclude_none=True), media_type="application/json")
+
+
+async def _parse(request: Request, kind: Any) -> Any:
+    try:
+        return kind.model_validate(await request.json())
+    except (ValidationError, ValueError) as e:
+        raise UserError(f"{request.url.path}: the body is not a valid {kind.__name__} ({e}).".replace("\n", " ")
+                        ) from None
+
+
+def build_app(cfg: TinkerConfig, model_path: str, seed: int = 0) -> FastAPI:
+    """The app; the service (models, futures, the worker thread) is made when the server starts."""
+    state: dict[str, TinkerService] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI):
+        state["service"] = TinkerService(cfg, model_path, seed, asyncio.get_running_loop())
+        yield
+
+    app = FastAPI(title="grpoflow serve tinker", lifespan=lifespan)
+
+    def service() -> TinkerService:
+        return state["service"]
+
+    @app.middleware("http")
+    async def check_key(request: Request, call_next: Callable):
+        key = request.headers.get("x-api-key")
+        if cfg.api_key is not None and request.url.path != f"{API}/healthz" and key != cfg.api_key:
+            return _error(401, "wrong or missing API key: set TINKER_API_KEY to the key this server was started with "
+                               "(tinker.api_key).")
+        return await call_next(request)
+
+    @app.exception_handler(UserError)
+    async def user_error(_: Request, e: UserError):
+        return _error(400, str(e))
+
+    @app.exception_handler(404)
+    async def not_found(request: Request, _: Exception):
+        return _error(404, f"grpoflow serve tinker has no {request.method} {request.url.path}: that part of the "
+                           "Tinker API is not supported here (docs/tinker.md lists what is).")
+
+    _service_routes(app, service)
+    _training_routes(app, service)
+    _sampling_routes(app, service)
+    return app
+
+
+def _service_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
+    @app.get(f"{API}/healthz")
+    async def healthz():
+        return _json(types.HealthResponse(status="ok"))
+
+    @app.post(f"{API}/client/config")
+    async def client_config():
+        # API keys (no JWT exchange), plain httpx, JSON futures polled one by one, custom losses run in the SDK
+        return _json(types.ClientConfigResponse(pjwt_auth_enabled=False, use_pyqwest_transport=False,
+                                                proto_compress_fwdbwd=False, sample_use_retrieve_futures=False,
+                                                custom_loss_server_side=False, sample_join_sampling_session=False))
+
+    @app.post(f"{API}/client/dynamic_config")
+    async def dynamic_config():
+        return _json(types.ClientDynamicConfigResponse(sample_cancel_enabled=False))
+
+    @app.get(f"{API}/get_server_capabilities")
+    async def capabilities():
+        return _json(service().capabilities())
+
+    @app.post(f"{API}/create_session")
+    async def create_session(request: Request):
+        await _parse(request, types.CreateSessionRequest)
+        return _json(service().create_session())
+
+    @app.post(f"{API}/session_heartbeat")
+    async def heartbeat(request: Request):
+        await _parse(request, types.SessionHeartbeatRequest)
+        return _json(types.SessionHeartbeatResponse())
+
+    @app.post(f"{API}/sessions/{{session_id}}/finish")
+    async def finish(session_id: str):
+        service().sessions.discard(session_id)
+        return JSONResponse(None)
+
+    @app.post(f"{API}/telemetry")
+    async def telemetry():
+        return _json(types.TelemetryResponse(status="accepted"))
+
+    @app.post(f"{API}/retrieve_future")
+    async def retrieve_future(request: Request):
+        req = await _parse(request, types.FutureRetrieveRequest)
+        futures = service().futures
+        if not futures.known(req.request_id):
+            return _error(404, f"unknown request id {req.request_id}: this server did not issue it (or was restarted "
+                               "since); send the request again.")
+        outcome = await futures.wait(req.request_id, POLL_S)
+        if outcome is None:
+            return Response(TryAgainResponse(request_id=req.request_id, queue_state="active").model_dump_json(),
+                            status_code=408, media_type="application/json")
+        if outcome.error is not None:
+            category = types.RequestErrorCategory(outcome.category)
+            return _json(types.RequestFailedResponse(error=outcome.error, category=category))
+        return Response(outcome.body, media_type=outcome.media_type)
+
+    @app.post(f"{API}/cancel_future")
+    async def cancel_future():
+        return JSONResponse(None)  # work already queued runs to the end; its result is simply never fetched
+
+
+def _training_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
+    @app.post(f"{API}/create_model")
+    async def create_model(request: Request):
+        return _json(service().create_model(await _parse(request, types.CreateModelRequest)))
+
+    @app.post(f"{API}/get_info")
+    async def get_info(request: Request):
+        return _json(service().get_info((await _parse(request, types.GetInfoRequest)).model_id))
+
+    @app.post(f"{API}/forward_backward")
+    async def forward_backward(request: Request):
+        body = await request.body()
+        if request.headers.get("content-encoding") == "zstd":
+            import zstandard
+
+            body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
+        if "protobuf" not in request.headers.get("content-type", ""):
+            raise UserError("forward_backward takes the SDK's protobuf ForwardBackwardRequest "
+                            "(Content-Type: application/x-protobuf).")
+        try:
+            call = decode_forward_backward(body)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        return _json(service().forward_backward(call))
+
+    @app.post(f"{API}/optim_step")
+    async def optim_step(request: Request):
+        return _json(service().optim_step(await _parse(request, types.OptimStepRequest)))
+
+    @app.post(f"{API}/save_weights")
+    async def save_weights(request: Request):
+        return _json(service().save_weights(await _parse(request, types.SaveWeightsRequest)))
+
+    @app.post(f"{API}/load_weights")
+    async def load_weights(request: Request):
+        return _json(service().load_weights(await _parse(request, types.LoadWeightsRequest)))
+
+    @app.post(f"{API}/save_weights_for_sampler")
+    async def save_for_sampler(request: Request):
+        return _json(service().save_for_sampler(await _parse(request, types.SaveWeightsForSamplerRequest)))
+
+
+def _sampling_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
+    @app.post(f"{API}/create_sampling_session")
+    async def create_sampling_session(request: Request):
+        req = await _parse(request, types.CreateSamplingSessionRequest)
+        return _json(await asyncio.to_thread(service().create_sampling_session, req))  # may build a base model
+
+    @app.post(f"{API}/join_sampling_session")
+    async def join(request: Request):
+        return _json(service().join((await _parse(request, types.JoinSamplingSessionRequest)).sampling_session_id))
+
+    @app.get(f"{API}/samplers/{{session_id}}")
+    async def sampler(session_id: str):
+        return _json(service().sampler_info(session_id))
+
+    @app.post(f"{API}/asample")
+    async def asample(request: Request):
+        return _json(service().asample(await _parse(request, types.SampleRequest)))

@@ -1,0 +1,171 @@
+"""Base models by name, and the training models made from them (LoRA or full), saved and loaded as states.
+
+A `base_model` name is resolved, in order, as: the alias `tinker.model_name` (meaning `model.path`); a
+`builtin:tiny-<size>` model (built once into `<root>/base_models/`); a local HF folder or `.gguf` file (converted
+once into `<root>/base_models/`); a name in the local Hugging Face cache (offline). The SDK's `get_tokenizer()`
+loads `model_data.tokenizer_id`, which is always the local folder, so it works offline; builtin: models are
+reported under their folder's path, because a sampling client loads its tokenizer from the model name.
+
+Saved states (`save_state`, `tinker://<model_id>/weights/<name>`) are grpoflow's atomic checkpoint folders:
+the engine's HF folder (adapters or full weights + optimizer.pt) and `tinker_model.json` (base model, LoRA).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from grpoflow.controller.checkpoint import damaged_file, publish_folder
+from grpoflow.models.gguf import convert_gguf, is_gguf
+from grpoflow.models.loading import load_causal_lm, load_tokenizer
+from grpoflow.models.lora import add_lora
+from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
+from grpoflow.training.engine import TrainEngine
+from grpoflow.tinker_server.futures import SeqGate, UserError
+
+MODEL_FILE = "tinker_model.json"
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
+MLP = ["gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass(frozen=True)
+class BaseModel:
+    name: str      # as the client reports it (model_data.model_name)
+    folder: str    # local HF folder with the tokenizer (model_data.tokenizer_id)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a training model is: its base model and adapters (None: full fine-tuning). Saved with every state."""
+    base_model: str
+    lora_rank: int | None = None
+    lora_alpha: float = 32.0
+    train_attn: bool = True
+    train_mlp: bool = True
+    train_unembed: bool = True
+    seed: int | None = None
+
+
+class BaseModels:
+    """base_model name -> BaseModel, resolved once (building builtin: models, converting GGUF files)."""
+
+    def __init__(self, root: Path, default_path: str, alias: str | None, seed: int = 0) -> None:
+        self.root, self.default_path, self.alias, self.seed = root, default_path, alias, seed
+        self._known: dict[str, BaseModel] = {}
+
+    def served(self) -> list[str]:
+        return [n for n in (self.alias, self.default_path) if n]
+
+    def resolve(self, name: str) -> BaseModel:
+        if name not in self._known:
+            self._known[name] = self._resolve(name)
+        return self._known[name]
+
+    def _resolve(self, name: str) -> BaseModel:
+        path = self.default_path if name == self.alias else name
+        if path.startswith("builtin:"):
+            size = path.removeprefix("builtin:tiny-")
+            if size not in TINY_SIZES:
+                raise UserError(f"base_model={name!r}: unknown built-in; use one of "
+                                f"{['builtin:tiny-' + s for s in TINY_SIZES]}.")
+            folder = self.root / "base_models" / f"builtin-tiny-{size}-seed{self.seed}"
+            if not (folder / "config.json").exists():
+                save_tiny_model(folder, size=size, seed=self.seed)
+            folder_s = str(folder.resolve())
+            return BaseModel(name=name if name == self.alias else folder_s, folder=folder_s)
+        if is_gguf(path) and Path(path).is_file():
+            folder = self.root / "base_models" / Path(path).stem
+            return BaseModel(name=name, folder=convert_gguf(path, folder))
+        if Path(path).is_dir():
+            return BaseModel(name=name, folder=str(Path(path).resolve()))
+        cached = _hub_cache_folder(path)
+        if cached is not None:
+            return BaseModel(name=name, folder=cached)
+        raise UserError(f"base_model={name!r} is not a model this server can load: give a local HF folder, a .gguf "
+                        f"file, builtin:tiny-4m, a name in the local Hugging Face cache, or one of {self.served()} "
+                        "(this machine has no model hub; see docs/tinker.md).")
+
+
+def _hub_cache_folder(name: str) -> str | None:
+    """The snapshot folder of `name` in the local Hugging Face cache, never downloading; None if absent."""
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(name, local_files_only=True)
+    except Exception:  # not cached (LocalEntryNotFoundError) or no hub library: not a cached model
+        return None
+    return folder if (Path(folder) / "config.json").exists() else None
+
+
+def lora_targets(spec: ModelSpec, model: torch.nn.Module) -> list[str]:
+    """Module names for the adapters: the attention and/or MLP projections. `train_unembed` adds none: an adapter
+    on the output head makes PEFT save the head's full weight beside the adapters, which grpoflow's checkpoints
+    (adapters only) do not hold; the head trains with full fine-tuning (lora_config=None)."""
+    targets = (ATTENTION if spec.train_attn else []) + (MLP if spec.train_mlp else [])
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [t for t in targets if t in present]
+    if not targets:
+        raise UserError("the LoRA config selects no layer of this model (train_attn and train_mlp are both off); "
+                        "enable one of them.")
+    return targets
+
+
+class TrainingModel:
+    """One training client's model: the engine, its spec and the order its requests run in."""
+
+    def __init__(self, model_id: str, base: BaseModel, spec: ModelSpec, gate: SeqGate) -> None:
+        self.model_id, self.base, self.spec, self.gate = model_id, base, spec, gate
+        model = load_causal_lm(base.folder)
+        if spec.lora_rank is not None:
+            if spec.lora_rank < 1:
+                raise UserError(f"lora rank {spec.lora_rank}: give a rank of 1 or more.")
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0 if spec.seed is None else spec.seed)
+                model = add_lora(model, rank=spec.lora_rank, alpha=spec.lora_alpha,
+                                 target_modules=lora_targets(spec, model))
+        # Tinker's Adam defaults; every optim_step sets its own learning rate, betas, eps, decay and clip
+        self.engine = TrainEngine(model, lr=1e-4, weight_decay=0.0, grad_clip=0.0, betas=(0.9, 0.95))
+        self.tokenizer = load_tokenizer(base.folder)
+
+    def save(self, folder: Path, optimizer: bool = True) -> None:
+        """An atomic state folder: the engine's HF folder + optimizer.pt, and the spec."""
+        def write(tmp: Path) -> None:
+            self.engine.save(tmp)
+            if not optimizer:
+                (tmp / "optimizer.pt").unlink(missing_ok=True)
+            (tmp / MODEL_FILE).write_text(json.dumps(asdict(self.spec), indent=1))
+        publish_folder(folder, write)
+
+    def load(self, folder: Path, optimizer: bool) -> None:
+        check_state(folder)
+        if optimizer:
+            self.engine.load(folder)
+            return
+        from grpoflow.models.loading import load_saved_weights
+
+        load_saved_weights(self.engine.model, folder)
+
+
+def check_state(folder: Path) -> ModelSpec:
+    """The spec of a saved state; UserError if the folder is not a complete one."""
+    if not (folder / MODEL_FILE).is_file():
+        raise UserError(f"no saved state at {folder}: save one with training_client.save_state(name) first.")
+    damage = damaged_file(folder)
+    if damage is not None:
+        raise UserError(f"the saved state {folder} is damaged ({damage}); load an earlier one.")
+    return ModelSpec(**json.loads((folder / MODEL_FILE).read_text()))
+
+
+def safe_name(name: str) -> str:
+    """A checkpoint or model name as one folder name: no separators, no `..`."""
+    cleaned = re.sub(r"[^\w.:-]", "_", name).replace(":", "_")
+    if cleaned in ("", ".", "..") or os.sep in cleaned:
+        raise UserError(f"{name!r} is not a usable checkpoint name; use letters, digits, '-', '_' and '.'.")
+    return cleaned

@@ -1,0 +1,168 @@
+"""Sampling sessions: which weights a sampling client samples from, and `asample` on grpoflow's HF engine.
+
+Weights for the sampler are a snapshot of a training model's (LoRA merged) weights, taken when
+`save_weights_for_sampler` runs: named ones are written to `<root>/sampler_weights/...` (safetensors), the
+unnamed ones of `save_weights_and_get_sampling_client` stay in memory (the last `tinker.sampler_snapshots`).
+One rollout engine per base model holds one set of weights at a time and is handed a session's snapshot
+(`update_weights`, an exact copy) before it samples for it, so a sample uses the saved weights bit for bit.
+Sampling goes through the engine's public `generate`; queued requests with the same weights and parameters
+run as one batch (futures.Runner).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tinker import types
+
+from grpoflow.models.loading import load_causal_lm, load_tokenizer
+from grpoflow.rollout.hf import HFRolloutEngine
+from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.tinker_server.futures import UserError
+from grpoflow.tinker_server.models import BaseModel
+from grpoflow.tinker_server.wire import Sequence
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class Session:
+    """A sampling session: its weights (`snapshot` key) and where they come from."""
+    session_id: str
+    base: BaseModel
+    snapshot: str            # "base:<folder>", "mem:<id>" or the sampler_weights folder
+    model_path: str | None   # the tinker:// path, when there is one
+
+
+class Samplers:
+    """Rollout engines (one per base model), weight snapshots and sampling sessions."""
+
+    def __init__(self, keep_in_memory: int, seed: int = 0) -> None:
+        self.keep_in_memory = keep_in_memory
+        self._engines: dict[str, tuple[HFRolloutEngine, object, str]] = {}  # folder -> engine, tokenizer, loaded key
+        self._base_weights: dict[str, dict[str, torch.Tensor]] = {}
+        self._memory: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
+        self.sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self._rng = random.Random(seed)
+        self._version = 0
+
+    def add_session(self, session: Session) -> None:
+        with self._lock:
+            self.sessions[session.session_id] = session
+
+    def session(self, session_id: str) -> Session:
+        with self._lock:
+            if session_id not in self.sessions:
+                raise UserError(f"unknown sampling session {session_id!r} (a restarted server forgets unnamed "
+                                "sampler weights; create the sampling client again from a saved model_path).")
+            return self.sessions[session_id]
+
+    def remember(self, key: str, tensors: dict[str, torch.Tensor]) -> None:
+        """Keep an unnamed snapshot in memory, dropping the oldest beyond `keep_in_memory`."""
+        with self._lock:
+            self._memory[key] = tensors
+            while len(self._memory) > self.keep_in_memory:
+                self._memory.popitem(last=False)
+
+    def engine_for(self, session: Session) -> tuple[HFRolloutEngine, object]:
+        """The base model's engine holding the session's weights (loaded into it if it held others)."""
+        folder = session.base.folder
+        if folder not in self._engines:
+            model = load_causal_lm(folder)
+            tokenizer = load_tokenizer(folder)
+            engine = HFRolloutEngine(model, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            self._base_weights[folder] = {n: p.detach().clone() for n, p in model.named_parameters()}
+            self._engines[folder] = (engine, tokenizer, f"base:{folder}")
+        engine, tokenizer, loaded = self._engines[folder]
+        if loaded != session.snapshot:
+            self._version += 1
+            engine.update_weights(self._weights(session).items(), version=self._version)
+            self._engines[folder] = (engine, tokenizer, session.snapshot)
+        return engine, tokenizer
+
+    def _weights(self, session: Session) -> dict[str, torch.Tensor]:
+        key = session.snapshot
+        if key.startswith("base:"):
+            return self._base_weights[session.base.folder]
+        if key.startswith("mem:"):
+            with self._lock:
+                if key not in self._memory:
+                    raise UserError(f"the weights of sampling session {session.session_id} are no longer kept (only "
+                                    "the newest tinker.sampler_snapshots unnamed snapshots are); save with "
+                                    "save_weights_for_sampler(name) to keep them.")
+                return self._memory[key]
+        from safetensors.torch import load_file
+
+        return load_file(str(Path(key) / WEIGHTS_FILE))
+
+    def next_seed(self) -> int:
+        with self._lock:
+            return self._rng.randrange(2**31)
+
+
+def engine_params(request: types.SampleRequest, default_max_tokens: int) -> tuple[SamplingParams, list[str]]:
+    """grpoflow sampling parameters for a request, and its stop strings (matched on the decoded text);
+    UserError for what the HF engine cannot do."""
+    p = request.sampling_params
+    unsupported = [name for name, on in (("top_k", p.top_k not in (-1, 0)),
+                                         ("topk_prompt_logprobs", request.topk_prompt_logprobs > 0),
+                                         ("topk_sample_logprobs", request.topk_sample_logprobs > 0),
+                                         ("target_prompt_logprobs", request.target_prompt_logprobs is not None),
+                                         ("prompt_alt_tokens_k", request.prompt_alt_tokens_k > 0)) if on]
+    if unsupported:
+        raise UserError(f"sampling with {unsupported} is not supported by grpoflow serve tinker (its sampler has "
+                        "temperature, top_p, stop sequences, seeds and prompt log-probs).")
+    if request.num_samples < 1:
+        raise UserError(f"num_samples={request.num_samples}: ask for at least one sample.")
+    stops = [] if p.stop is None else [p.stop] if isinstance(p.stop, str) else list(p.stop)
+    stop_ids = tuple(int(s) for s in stops if isinstance(s, int))
+    stop_strings = [s for s in stops if isinstance(s, str)]
+    max_tokens = default_max_tokens if p.max_tokens is None else p.max_tokens
+    if max_tokens < 1:
+        raise UserError(f"max_tokens={p.max_tokens}: ask for at least one token.")
+    return SamplingParams(n=request.num_samples, max_new_tokens=max_tokens, temperature=p.temperature,
+                          top_p=p.top_p, stop_token_ids=stop_ids), stop_strings
+
+
+def cut_at_stop(tokens: list[int], stop_strings: list[str], decode) -> int | None:
+    """The length of the shortest prefix of `tokens` whose text contains a stop string, or None."""
+    if not stop_strings:
+        return None
+    for k in range(1, len(tokens) + 1):
+        text = decode(tokens[:k])
+        if any(s in text for s in stop_strings):
+            return k
+    return None
+
+
+def sequences(generation, rows: range, stop_strings: list[str], decode) -> list[Sequence]:
+    """The samples of one prompt (rows of a Generation), cut after their first stop string."""
+    out = []
+    for row in rows:
+        keep = generation.response_mask[row].bool()
+        tokens = generation.response_ids[row][keep].tolist()
+        logprobs = generation.log_probs[row][keep].tolist()
+        stopped = not bool(generation.truncated[row])
+        cut = cut_at_stop(tokens, stop_strings, decode)
+        if cut is not None:
+            tokens, logprobs, stopped = tokens[:cut], logprobs[:cut], True
+        out.append(Sequence(tokens=tokens, logprobs=logprobs, stopped=stopped))
+    return out
+
+
+@torch.no_grad()
+def prompt_logprobs(model: torch.nn.Module, prompt: list[int], last_n: int | None) -> list[float]:
+    """log p(prompt[i] | prompt[:i]); NaN at position 0 (and before the last `last_n` when given)."""
+    device = next(model.parameters()).device
+    logits = model(input_ids=torch.tensor([prompt], device=device)).logits[0].float()
+    picked = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(prompt[1:], device=device)[:, None])[:, 0]
+    values = [float("nan")] + picked.cpu().tolist()
+    if last_n is not None:
+        values[:len(prompt) - last_n] = [float("nan")] * (len(prompt) - last_n)
+    return values

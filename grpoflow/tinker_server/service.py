@@ -1,0 +1,284 @@
+"""What each Tinker request does: check it, queue the work, answer with a future (or at once for light ones).
+
+State kept in memory: sessions, training models, sampling sessions, futures. State kept on disk under
+`tinker.root` (so a restarted server serves it): saved states (`tinker://<model_id>/weights/<name>`) and named
+sampler weights (`tinker://<model_id>/sampler_weights/<name>`), each an atomic grpoflow checkpoint folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tinker import types
+from tinker.types.checkpoint import ParsedCheckpointTinkerPath
+
+from grpoflow.config import TinkerConfig
+from grpoflow.controller.checkpoint import publish_folder
+from grpoflow.tinker_server import sampling, training
+from grpoflow.tinker_server.futures import Futures, Job, Outcome, Runner, SeqGate, UserError
+from grpoflow.tinker_server.models import MODEL_FILE, BaseModels, ModelSpec, TrainingModel, check_state, safe_name
+from grpoflow.tinker_server.wire import PROTOBUF, ForwardBackwardCall, encode_forward_backward, encode_sample
+
+
+def json_outcome(model) -> Outcome:
+    return Outcome(body=model.model_dump_json(exclude_none=True).encode())
+
+
+class TinkerService:
+    def __init__(self, cfg: TinkerConfig, model_path: str, seed: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.cfg = cfg
+        self.root = Path(cfg.root)
+        self.bases = BaseModels(self.root, model_path, cfg.model_name, seed=seed)
+        self.futures = Futures(loop)
+        self.runner = Runner(self.futures)
+        self.samplers = sampling.Samplers(cfg.sampler_snapshots, seed=seed)
+        self.models: dict[str, TrainingModel] = {}
+        self.gates: dict[str, SeqGate] = {}
+        self.sessions: set[str] = set()
+        self._lock = threading.Lock()
+        self._counter = itertools.count()
+        self._clients: dict[str, itertools.count] = {}
+
+    # --- sessions -------------------------------------------------------------------------------------------
+    def create_session(self) -> types.CreateSessionResponse:
+        session_id = uuid.uuid4().hex[:16]
+        self.sessions.add(session_id)
+        return types.CreateSessionResponse(session_id=session_id, info_message=(
+            f"grpoflow serve tinker: session {session_id}; states are kept in {self.root.resolve()}"))
+
+    def capabilities(self) -> types.GetServerCapabilitiesResponse:
+        from tinker.types.get_server_capabilities_response import SupportedModel
+
+        return types.GetServerCapabilitiesResponse(supported_models=[
+            SupportedModel(model_name=name, trainable=True, sampleable=True) for name in self.bases.served()])
+
+    # --- futures ---------------------------------------------------------------------------------------------
+    def _queue(self, run, payload=None, *, model_id: str | None = None, seq_id: int | None = None,
+               batch_key=None, max_batch: int = 1, sequence_ids: list[str] | None = None) -> types.UntypedAPIFuture:
+        request_id = self.futures.new()
+        job = Job(request_id, run, payload, batch_key, max_batch)
+        if model_id is None:
+            self.runner.submit(job)
+        else:
+            self._gate(model_id).offer(seq_id, job)
+        return types.UntypedAPIFuture(request_id=request_id, model_id=model_id, sample_sequence_ids=sequence_ids)
+
+    def _gate(self, model_id: str) -> SeqGate:
+        with self._lock:
+            if model_id not in self.gates:
+                self.gates[model_id] = SeqGate(self.runner.submit)
+            return self.gates[model_id]
+
+    def model(self, model_id: str) -> TrainingModel:
+        if model_id not in self.models:
+            raise UserError(f"unknown model_id {model_id!r}: create it with create_lora_training_client (a restarted "
+                            "server keeps saved states only: create_training_client_from_state(path)).")
+        return self.models[model_id]
+
+    # --- training models -------------------------------------------------------------------------------------
+    def create_model(self, req: types.CreateModelRequest) -> types.UntypedAPIFuture:
+        if getattr(req.optimizer_config, "type", "adamw") != "adamw":
+            raise UserError(f"optimizer {req.optimizer_config.type!r} is not supported; this server runs AdamW.")
+        lora = req.lora_config
+        spec = ModelSpec(base_model=req.base_model, lora_rank=None if lora is None else lora.rank,
+                         lora_alpha=self.cfg.lora_alpha, train_attn=True if lora is None else lora.train_attn,
+                         train_mlp=True if lora is None else lora.train_mlp,
+                         train_unembed=True if lora is None else lora.train_unembed,
+                         seed=None if lora is None else lora.seed)
+        model_id = f"{req.session_id}:train:{req.model_seq_id}"
+
+        def run(_):
+            self._new_model(model_id, spec)
+            return [json_outcome(types.CreateModelResponse(model_id=model_id))]
+        return self._queue(run)
+
+    def _new_model(self, model_id: str, spec: ModelSpec) -> TrainingModel:
+        if model_id in self.models:
+            raise UserError(f"model {model_id} exists already; each training client needs a new model_seq_id.")
+        tm = TrainingModel(model_id, self.bases.resolve(spec.base_model), spec, self._gate(model_id))
+        self.models[model_id] = tm
+        return tm
+
+    def get_info(self, model_id: str) -> types.GetInfoResponse:
+        tm = self.model(model_id)
+        model = tm.engine.model
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
+        arch = type(base).__name__
+        data = types.ModelData(arch=arch, model_name=tm.base.name, tokenizer_id=tm.base.folder)
+        return types.GetInfoResponse(model_data=data, model_id=model_id, is_lora=tm.spec.lora_rank is not None,
+                                     lora_rank=tm.spec.lora_rank, model_name=tm.base.name)
+
+    def forward_backward(self, call: ForwardBackwardCall) -> types.UntypedAPIFuture:
+        tm = self.model(call.model_id)
+
+        def run(_):
+            outputs, metrics = training.forward_backward(tm, call.data, call.loss_fn, call.loss_fn_config,
+                                                         forward_only=call.forward_only,
+                                                         microbatch_tokens=self.cfg.microbatch_tokens)
+            return [Outcome(body=encode_forward_backward(outputs, metrics), media_type=PROTOBUF)]
+        return self._queue(run, model_id=tm.model_id, seq_id=call.seq_id)
+
+    def optim_step(self, req: types.OptimStepRequest) -> types.UntypedAPIFuture:
+        tm = self.model(req.model_id)
+
+        def run(_):
+            return [json_outcome(types.OptimStepResponse(metrics=training.optim_step(tm, req.optim_params)))]
+        return self._queue(run, model_id=tm.model_id, seq_id=req.seq_id)
+
+    # --- saved states ----------------------------------------------------------------------------------------
+    def _folder(self, model_id: str, kind: str, name: str) -> tuple[Path, str]:
+        path = f"tinker://{model_id}/{kind}/{name}"
+        return self.root / "runs" / safe_name(model_id) / kind / safe_name(name), path
+
+    def folder_of(self, tinker_path: str, kind: str) -> Path:
+        try:
+            parsed = ParsedCheckpointTinkerPath.from_tinker_path(tinker_path)
+        except ValueError:
+            raise UserError(f"{tinker_path!r} is not a tinker path; give one like tinker://<model_id>/{kind}/<name>, "
+                            "as save_state / save_weights_for_sampler return.") from None
+        segment, _, name = parsed.checkpoint_id.partition("/")
+        if segment != kind:
+            raise UserError(f"{tinker_path!r} points at {segment}, not at {kind} (saved by "
+                            f"{'save_state' if kind == 'weights' else 'save_weights_for_sampler'}).")
+        return self._folder(parsed.training_run_id, kind, name)[0]
+
+    def save_weights(self, req: types.SaveWeightsRequest) -> types.UntypedAPIFuture:
+        tm = self.model(req.model_id)
+        name = req.path or f"state-{next(self._counter):06d}"
+        folder, path = self._folder(tm.model_id, "weights", name)
+
+        def run(_):
+            if folder.exists() and not req.overwrite:
+                raise UserError(f"a state named {name!r} exists already for this model; pick another name or pass "
+                                "overwrite=True.")
+            tm.save(folder)
+            return [json_outcome(types.SaveWeightsResponse(path=path))]
+        return self._queue(run, model_id=tm.model_id, seq_id=req.seq_id)
+
+    def load_weights(self, req: types.LoadWeightsRequest) -> types.UntypedAPIFuture:
+        folder = self.folder_of(req.path, "weights")
+        if req.model_id is not None:
+            tm = self.model(req.model_id)
+
+            def run_existing(_):
+                tm.load(folder, optimizer=req.optimizer)
+                return [json_outcome(types.LoadWeightsResponse(path=req.path, model_id=tm.model_id))]
+            return self._queue(run_existing, model_id=tm.model_id, seq_id=req.seq_id)
+        if req.session_id is None or req.model_seq_id is None:
+            raise UserError("load_weights needs either model_id or session_id and model_seq_id.")
+        model_id = f"{req.session_id}:train:{req.model_seq_id}"
+
+        def run_new(_):
+            spec = check_state(folder)
+            if req.base_model is not None:
+                spec = ModelSpec(**{**asdict(spec), "base_model": req.base_model})
+            tm = self._new_model(model_id, spec)
+            tm.load(folder, optimizer=req.optimizer)
+            return [json_outcome(types.LoadWeightsResponse(path=req.path, model_id=model_id))]
+        return self._queue(run_new)
+
+    # --- sampling ----------------------------------------------------------------------------------------------
+    def save_for_sampler(self, req: types.SaveWeightsForSamplerRequest) -> types.UntypedAPIFuture:
+        tm = self.model(req.model_id)
+        if req.path is None and req.sampling_session_seq_id is None:
+            raise UserError("save_weights_for_sampler needs a name (path) or a sampling_session_seq_id.")
+
+        def run(_):
+            weights = {name: t.detach().clone().cpu() for name, t in tm.engine.named_weights()}
+            if req.path is not None:
+                folder, path = self._folder(tm.model_id, "sampler_weights", req.path)
+                save_sampler_folder(folder, weights, tm.spec)
+                return [json_outcome(types.SaveWeightsForSamplerResponseInternal(path=path))]
+            session_id = f"{tm.model_id}:sampler:{req.sampling_session_seq_id}"
+            key = f"mem:{session_id}"
+            self.samplers.remember(key, weights)
+            self.samplers.add_session(sampling.Session(session_id, tm.base, key, None))
+            return [json_outcome(types.SaveWeightsForSamplerResponseInternal(sampling_session_id=session_id))]
+        return self._queue(run, model_id=tm.model_id, seq_id=req.seq_id)
+
+    def sampling_session(self, session_id: str, model_path: str | None, base_model: str | None) -> sampling.Session:
+        """A session on saved sampler weights (model_path) or on a base model."""
+        if model_path is not None:
+            folder = self.folder_of(model_path, "sampler_weights")
+            if not (folder / MODEL_FILE).is_file():
+                raise UserError(f"no sampler weights at {model_path}: save them with "
+                                "training_client.save_weights_for_sampler(name) first.")
+            spec = ModelSpec(**json.loads((folder / MODEL_FILE).read_text()))
+            base = self.bases.resolve(base_model or spec.base_model)
+            return sampling.Session(session_id, base, str(folder), model_path)
+        if base_model is None:
+            raise UserError("a sampling session needs a model_path or a base_model.")
+        base = self.bases.resolve(base_model)
+        return sampling.Session(session_id, base, f"base:{base.folder}", None)
+
+    def create_sampling_session(self, req: types.CreateSamplingSessionRequest) -> types.CreateSamplingSessionResponse:
+        session_id = f"{req.session_id}:sample:{req.sampling_session_seq_id}"
+        self.samplers.add_session(self.sampling_session(session_id, req.model_path, req.base_model))
+        return types.CreateSamplingSessionResponse(sampling_session_id=session_id)
+
+    def join(self, session_id: str) -> types.JoinSamplingSessionResponse:
+        self.samplers.session(session_id)
+        with self._lock:
+            counter = self._clients.setdefault(session_id, itertools.count(1))
+            return types.JoinSamplingSessionResponse(client_counter=next(counter))
+
+    def sampler_info(self, session_id: str) -> types.GetSamplerResponse:
+        session = self.samplers.session(session_id)
+        return types.GetSamplerResponse(sampler_id=session_id, base_model=session.base.name,
+                                        model_path=session.model_path)
+
+    def asample(self, req: types.SampleRequest) -> types.UntypedAPIFuture:
+        if req.sampling_session_id is not None:
+            session = self.samplers.session(req.sampling_session_id)
+        else:
+            session = self.sampling_session(f"oneoff:{uuid.uuid4().hex}", req.model_path, req.base_model)
+        prompt = req.prompt.to_ints()
+        if not prompt:
+            raise UserError("the prompt is empty; give at least one token.")
+        params = sampling.engine_params(req, self.cfg.max_tokens)  # checked before queueing
+        key = (session.snapshot, repr(params), bool(req.prompt_logprobs), req.prompt_logprobs_last_n)
+        prefix = uuid.uuid4().hex[:12]
+        ids = [f"{prefix}-{j}" for j in range(req.num_samples)]
+        return self._queue(self._sample_batch, (session, req), batch_key=key, max_batch=self.cfg.max_sample_batch,
+                           sequence_ids=ids)
+
+    @torch.no_grad()
+    def _sample_batch(self, payloads: list) -> list[Outcome]:
+        """Every request of the batch shares weights and parameters (the batch key): one generate call."""
+        session, first = payloads[0]
+        engine, tokenizer = self.samplers.engine_for(session)
+        params, stop_strings = sampling.engine_params(first, self.cfg.max_tokens)
+        prompts = [req.prompt.to_ints() for _, req in payloads]
+        seeds = [req.sampling_params.seed if req.sampling_params.seed is not None else self.samplers.next_seed()
+                 for _, req in payloads]
+        vocab = int(engine.model.config.vocab_size)  # type: ignore[union-attr,arg-type]  # an HF model's config
+        if any(t < 0 or t >= vocab for p in prompts for t in p):
+            raise UserError(f"prompt token ids must lie in [0, {vocab}).")
+        generation = engine.generate(prompts, params, seeds=seeds)
+        outcomes = []
+        def decode(ids: list[int]) -> str:
+            return tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
+        for i, (_, req) in enumerate(payloads):
+            seqs = sampling.sequences(generation, range(i * params.n, (i + 1) * params.n), stop_strings, decode)
+            lps = (sampling.prompt_logprobs(engine.model, prompts[i], req.prompt_logprobs_last_n)
+                   if req.prompt_logprobs else None)
+            outcomes.append(Outcome(body=encode_sample(seqs, lps), media_type=PROTOBUF))
+        return outcomes
+
+
+def save_sampler_folder(folder: Path, weights: dict[str, torch.Tensor], spec: ModelSpec) -> None:
+    """Named sampler weights: the merged weights (safetensors) and the spec, as an atomic folder."""
+    from safetensors.torch import save_file
+
+    def write(tmp: Path) -> None:
+        tmp.mkdir(parents=True)
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / sampling.WEIGHTS_FILE))
+        (tmp / MODEL_FILE).write_text(json.dumps(asdict(spec), indent=1))
+    publish_folder(folder, write)

@@ -1,0 +1,40 @@
+"""The local judge role (reward.judge.path): a causal LM run by grpoflow's own engine that replies to judge prompts.
+
+One batched, greedy generate call per step over every judged sample (the HF engine's KV-cached loop, or
+any `rollout.engine`). A prompt is sent as one user message through the judge tokenizer's chat template
+when it has one, else as plain text. The role is placed on the training pool; the texts reach every rank
+whole (`broadcast`) and rank 0's replies are kept, so it needs no collective.
+"""
+
+from __future__ import annotations
+
+from grpoflow.models.loading import load_tokenizer
+from grpoflow.rollout.factory import build_engine
+from grpoflow.rollout.protocol import SamplingParams
+
+
+class JudgeWorker:
+    def __init__(self, rank: int, world_size: int, *, model_path: str, max_new_tokens: int, engine: str = "hf",
+                 max_prompt_tokens: int = 4096) -> None:
+        self.tokenizer = load_tokenizer(model_path)
+        self.engine = build_engine(engine, model_path, self.tokenizer)
+        self.max_new_tokens, self.max_prompt_tokens = max_new_tokens, max_prompt_tokens
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """The judge prompt's token ids (chat template when the tokenizer has one); the end is kept when too long."""
+        if getattr(self.tokenizer, "chat_template", None):
+            ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                     tokenize=True)
+            ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        else:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids[-self.max_prompt_tokens:]
+
+    def complete(self, texts: list[str]) -> list[str]:
+        """The judge's greedy reply to each text, in order."""
+        if not texts:
+            return []
+        gen = self.engine.generate([self.prompt_ids(t) for t in texts],
+                                   SamplingParams(n=1, max_new_tokens=self.max_new_tokens, temperature=0.0))
+        return self.tokenizer.batch_decode([ids[:int(m.sum())] for ids, m in zip(gen.response_ids, gen.response_mask)],
+                                           skip_special_tokens=True)

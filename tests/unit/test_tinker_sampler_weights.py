@@ -1,0 +1,60 @@
+"""The Tinker server's sampler holds exactly the weights saved for it (bit for bit), whichever session asks."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("tinker")
+
+from grpoflow.tinker_server.futures import SeqGate  # noqa: E402
+from grpoflow.tinker_server.models import BaseModel, ModelSpec, TrainingModel  # noqa: E402
+from grpoflow.tinker_server.sampling import WEIGHTS_FILE, Samplers, Session  # noqa: E402
+from grpoflow.tinker_server.service import save_sampler_folder  # noqa: E402
+
+
+def trained_lora(tiny_model_path: str, seed: int) -> TrainingModel:
+    spec = ModelSpec(base_model=tiny_model_path, lora_rank=2, seed=seed)
+    tm = TrainingModel("s:train:0", BaseModel(tiny_model_path, tiny_model_path), spec, SeqGate(lambda job: None))
+    with torch.no_grad():  # as if trained: adapters that change every merged weight
+        for name, p in tm.engine.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5, generator=torch.Generator().manual_seed(seed))
+    return tm
+
+
+def engine_weights(samplers: Samplers, session: Session) -> dict[str, torch.Tensor]:
+    engine, _ = samplers.engine_for(session)
+    return dict(engine.model.named_parameters())
+
+
+def test_saved_and_in_memory_snapshots_reach_the_engine_bit_for_bit(tiny_model_path, tmp_path):
+    from safetensors.torch import load_file
+
+    base = BaseModel(tiny_model_path, tiny_model_path)
+    first, second = trained_lora(tiny_model_path, 1), trained_lora(tiny_model_path, 2)
+    saved = {n: t.clone() for n, t in first.engine.named_weights()}
+    save_sampler_folder(tmp_path / "w1", saved, first.spec)
+    samplers = Samplers(keep_in_memory=2)
+    samplers.remember("mem:b", {n: t.clone() for n, t in second.engine.named_weights()})
+    on_disk = Session("a", base, str(tmp_path / "w1"), None)
+    in_memory = Session("b", base, "mem:b", None)
+    base_session = Session("c", base, f"base:{tiny_model_path}", None)
+
+    file = load_file(str(Path(tmp_path / "w1") / WEIGHTS_FILE))
+    for _ in range(2):  # switching back and forth reloads each exactly
+        held = engine_weights(samplers, on_disk)
+        assert all(torch.equal(held[n], file[n]) and torch.equal(held[n], saved[n]) for n in held)
+        held = engine_weights(samplers, in_memory)
+        assert all(torch.equal(held[n], t) for n, t in second.engine.named_weights())
+        held = engine_weights(samplers, base_session)
+        original = dict(BaseModelWeights(tiny_model_path))
+        assert all(torch.equal(held[n], original[n]) for n in held)
+    assert not torch.equal(file["model.layers.0.self_attn.q_proj.weight"],
+                           original["model.layers.0.self_attn.q_proj.weight"])  # the adapters changed it
+
+
+def BaseModelWeights(path):
+    from grpoflow.models.loading import load_causal_lm
+
+    return {n: p.detach() for n, p in load_causal_lm(path).named_parameters()}.items()

@@ -41,6 +41,7 @@ from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.data.batch import Batch
 from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
+from grpoflow.models.loading import load_tokenizer
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.training.engine import NonFiniteLossError

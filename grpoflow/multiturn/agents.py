@@ -101,7 +101,7 @@ class AgentEpisodes:
     def __init__(self, agent: AgentFn, endpoint: Endpoint, *, timeout_s: float, error_score: float,
                  opening: Callable[[dict], list[dict]]) -> None:
         """`endpoint`: started; `opening(row)`: the dataset prompt as messages (an empty episode's sample)."""
-        self.agent, self.endpoint, self.timeout_s, self.error_score = agent, endpoint, timeout_s, error_score
+        self.program, self.endpoint, self.timeout_s, self.error_score = agent, endpoint, timeout_s, error_score
         self.opening = opening
         self.renderer = endpoint.renderer
 
@@ -182,7 +182,7 @@ class AgentEpisodes:
                       errors: list[str]) -> None:
         """One episode: the agent with its own client, cancelled after `timeout_s`."""
         own = client.with_options(default_headers={"X-Episode-Id": episode})
-        task = asyncio.ensure_future(self.agent(copy.deepcopy(row), own))
+        task = asyncio.ensure_future(self.program(copy.deepcopy(row), own))
         try:
             done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
             if not done:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -110,7 +111,8 @@ class ContinuousSampler:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache_kw = cache_keyword(model)
-        self.cache = SlotCache(model.config.num_hidden_layers, 0, 64)
+        self.config: Any = getattr(model, "config")
+        self.cache = SlotCache(self.config.num_hidden_layers, 0, 64)
         self.rows: list[Row | None] = []
         self.logits: Tensor | None = None  # [slots, V] each live row's next-token logits
         self.parked = ParkedKV(kv_reuse_bytes)
@@ -274,7 +276,7 @@ class ContinuousSampler:
         self.cache.grow(slots, capacity)
         if len(self.rows) < slots:
             self.rows += [None] * (slots - len(self.rows))
-        vocab = self.model.config.vocab_size
+        vocab = self.config.vocab_size
         if self.logits is None or self.logits.shape[0] < slots:
             grown = torch.zeros(slots, vocab, device=self.device)
             if self.logits is not None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from grpoflow.config import Config
 from grpoflow.data.dataset import PromptItem
 from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import load_env, with_system_prompt
+from grpoflow.multiturn.env import guarded, load_env, with_system_prompt
 from grpoflow.multiturn.loop import AgentLoop, Generate, ToolUse
 from grpoflow.multiturn.tool_runner import ToolRunner
 from grpoflow.multiturn.tools import load_tools, tool_from_function
@@ -71,5 +71,6 @@ def build_agent_loop(cfg: Config, tokenizer: Any, generate: Generate) -> AgentLo
                             memory_mb=r.tool_memory_mb, workers=r.tool_workers)
         tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
-    return AgentLoop(renderer, generate, env_cls=env_cls, tools=tools, max_turns=r.max_turns, opening=opening_of(cfg),
+    return AgentLoop(renderer, generate, env_cls=guarded(env_cls) if env_cls else None, tools=tools,
+                     max_turns=r.max_turns, opening=opening_of(cfg),
                      system_prompt=cfg.data.system_prompt)

@@ -35,7 +35,10 @@ def build_agent_episodes(cfg: Config, tokenizer: Any, generate: Generate) -> "Ag
     assert r.agent
     agent = load_agent(r.agent)
     endpoint = Endpoint(generate, tokenizer, model_name=r.agent_model, tool_parser=r.tool_parser,
-                        max_calls=r.max_turns).start()
+                        max_calls=r.max_turns,
+                        max_prompt_tokens=max(4 * (cfg.data.max_prompt_length + r.max_new_tokens), 4096)).start()
+    # a conversation's prompt is its opening (<= data.max_prompt_length) plus at most a sample's budget; the
+    # factor 4 leaves room for an agent's own system prompt and tool schemas
     return AgentEpisodes(agent, endpoint, timeout_s=r.agent_timeout_s, error_score=cfg.reward.error_score,
                          opening=opening_of(cfg))
 

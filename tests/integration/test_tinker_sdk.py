@@ -198,6 +198,9 @@ def test_bad_requests_answer_with_the_sdk_error_shape(service, server):
                        ).result(TIMEOUT)
     with pytest.raises(tinker.NotFoundError, match="not supported here"):
         service.create_rest_client().list_training_runs().result(TIMEOUT)
+    with pytest.raises(tinker.AuthenticationError, match="API key"):   # the server was started with tinker.api_key
+        tinker.ServiceClient(base_url=server.url, api_key="tml-wrong").create_lora_training_client(
+            base_model=MODEL, rank=2).result(TIMEOUT)
 
 
 def test_a_killed_server_restarted_on_its_folder_serves_the_saved_states(tmp_path):

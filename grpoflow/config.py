@@ -518,8 +518,19 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError(f"Override `{text}` is not of the form key=value (e.g. actor.lr=1e-4).")
     key, raw = text.split("=", 1)
-    value = yaml.safe_load(raw) if raw.strip() else ""
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"Override `{text}`: its value is not valid YAML ({_yaml_problem(e)}); quote it, e.g. "
+                          f"{key.strip()}='{raw}'.") from None
     return key.strip(), value
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """One line of a YAML error: what and where (line and column, counted from 1)."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{getattr(error, 'problem', None) or type(error).__name__}{where}"
 
 
 def _looks_numeric(s: str) -> bool:
@@ -549,7 +560,12 @@ def _recipe_path(recipe: str) -> Path:
 
 
 def _apply(cfg: Config, path: Path) -> None:
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"Recipe {path} is not valid YAML: {_yaml_problem(e)}; fix the file.") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"Recipe {path} is not UTF-8 text ({e.reason} at byte {e.start}).") from None
     if not isinstance(data, dict):
         raise ConfigError(f"Recipe {path} must be a YAML mapping of sections (model:, data:, ...).")
     for key, value in data.items():

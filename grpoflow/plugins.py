@@ -79,6 +79,10 @@ def _import_file(path: Path):
     sys.modules[module_name] = module  # before exec: dataclasses and pickling look it up
     try:
         module_spec.loader.exec_module(module)
+    except SyntaxError as e:
+        del sys.modules[module_name]
+        raise ValueError(f"Cannot load {str(path)!r}: a syntax error at line {e.lineno}: {e.msg}"
+                         f"{f' ({e.text.strip()!r})' if e.text else ''}; fix the file.") from None
     except BaseException:
         del sys.modules[module_name]
         raise

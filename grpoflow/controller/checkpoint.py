@@ -41,6 +41,7 @@ from typing import Any, Callable
 import torch
 
 from grpoflow.distributed.worker_group import WorkerError
+from grpoflow.training.engine import load_tensor_file
 
 LATEST = "latest"
 MANIFEST = "manifest.json"
@@ -258,7 +259,7 @@ def save_state(obj: dict, path: Path) -> None:
 
 
 def load_state(path: Path) -> dict:
-    return torch.load(path, weights_only=True)
+    return load_tensor_file(path)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:

@@ -1,15 +1,24 @@
-"""Step metrics: a timer for stages, and a logger to the console and `metrics.jsonl`."""
+"""Step metrics: a timer for stages, and a logger to the console and `metrics.jsonl`.
+
+Each record is appended and fsynced before the step's checkpoint can be written, so a crash can tear
+only a line that no checkpoint is behind: `read_metrics` drops a torn last line with a warning, and
+names the file and line of any other line that is not a JSON object.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 from tqdm import tqdm
+
+log = logging.getLogger("grpoflow.metrics")
 
 
 class StageTimer:
@@ -49,8 +58,11 @@ class MetricsLogger:
         A run resumed from step k redoes the steps after k, so their old records go."""
         kept = [r for r in read_metrics(self.path.parent) if 0 < resume_step and r["step"] <= resume_step] \
             if self.path.exists() else []
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp = self.path.with_name(f"{self.path.name}.tmp-{os.getpid()}")
+        with open(tmp, "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in kept))
+            f.flush()
+            os.fsync(f.fileno())
         tmp.replace(self.path)
         return kept
 
@@ -58,6 +70,8 @@ class MetricsLogger:
         record = {"step": step, **{k: _clean(v) for k, v in sorted(metrics.items())}}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())  # on disk before this step's checkpoint: a torn line has no checkpoint behind it
         vals = [k for k in metrics if k.startswith("val/")]
         if force_print or vals or step % self.every == 0:
             parts = [f"{label} {metrics[k]:.4g}" for k, label in CONSOLE if k in metrics]
@@ -71,5 +85,27 @@ def _clean(v: float) -> float | None:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The records of `run_dir/metrics.jsonl`; a torn last line (a crash mid-append) is dropped with a warning.
+
+    Raises ValueError naming the file and line for any other line that is not a JSON object with a "step"."""
     path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a folder, not a metrics file.") from None
+    lines = [(number, line) for number, line in enumerate(text.split("\n"), 1) if line.strip()]
+    records = []
+    for i, (number, line) in enumerate(lines):
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or "step" not in record:
+                raise ValueError("not a JSON object with a \"step\"")
+        except ValueError as e:
+            if i == len(lines) - 1 and not text.endswith("\n"):
+                log.warning("%s: its last line (line %d) is cut short, as by a crash while it was written; dropped "
+                            "(no checkpoint is behind it).", path, number)
+                break
+            raise ValueError(f"{path}, line {number}, is not a metrics record ({e}): {line[:120]!r}. Delete or fix "
+                             f"that line.") from None
+        records.append(record)
+    return records

@@ -10,6 +10,7 @@ and ReMax's greedy baseline: the score of one greedy response per prompt.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -45,10 +46,7 @@ class RewardAssembly:
             else Scores([0.0] * len(batch))
         scored.counts.update(judge_counts)
         if batch.env_rewards is not None:  # multi-turn: the environment's reward adds to the rule rewards
-            env = batch.env_rewards.tolist()
-            scored.parts = [{**p, "env": e} for p, e in zip(scored.sample_parts(), env)]
-            scored.scores = [s + e for s, e in zip(scored.scores, env)]
-            scored.extras["env"] = env
+            add_env_rewards(scored, batch.env_rewards.tolist(), self.cfg.error_score)
         if self.reward_model is not None:
             texts = [p + c for p, c in zip(batch.prompts, batch.completions)]
             rm = self.reward_model.call(RewardModelWorker.compute_rm_score, texts).tolist()
@@ -74,6 +72,18 @@ class RewardAssembly:
         greedy = SamplingParams(n=1, max_new_tokens=self.max_new_tokens, temperature=0.0)
         scores, _ = self.shaped(rollouts.generate(items, greedy))
         return scores.repeat_interleave(n)
+
+
+def add_env_rewards(scored: Scores, env: list[float], error_score: float) -> None:
+    """Add each sample's environment reward to its score; a NaN or infinite one (an environment that failed:
+    multiturn/env.py's GuardedEnvironment, which logged why) makes the sample's score `error_score`, counted in
+    reward/errors and reward/env/errors."""
+    bad = [not math.isfinite(e) for e in env]
+    scored.parts = [{**p, "env": e} for p, e in zip(scored.sample_parts(), env)]
+    scored.scores = [error_score if b else s + e for s, e, b in zip(scored.scores, env, bad)]
+    scored.extras["env"] = [e for e, b in zip(env, bad) if not b]
+    scored.errors += sum(bad)
+    scored.counts["reward/env/errors"] = scored.counts.get("reward/env/errors", 0.0) + sum(bad)
 
 
 def shape_scores(scores: Tensor, response_lengths: Tensor, *, max_length: int, buffer: int,

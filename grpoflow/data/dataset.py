@@ -240,7 +240,12 @@ def load_rows(files: str | os.PathLike | list) -> list[dict]:
         files = [files]
     rows: list[dict] = []
     for path in map(os.fspath, files):
-        for i, row in enumerate(_read_path(path)):
+        try:
+            read = _read_path(path)
+        except UnicodeDecodeError as e:
+            raise ValueError(f"data file {path!r} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to "
+                             f"UTF-8 (e.g. iconv -f latin1 -t utf-8).") from None
+        for i, row in enumerate(read):
             if not isinstance(row, dict):
                 raise ValueError(
                     f"{path}: row {i} is a {type(row).__name__}, not an object with named "

@@ -26,12 +26,14 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import secrets
 import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grpoflow.multiturn.chat import ChatRenderer, TemplateError
+from grpoflow.multiturn.endpoint_limits import MAX_BODY_BYTES, RendererCache, check_prompt_length, read_json_body
 from grpoflow.multiturn.episode import EpisodeRecord, Placement
 from grpoflow.multiturn.openai_api import (APIError, ChatRequest, Reply, completion_body, model_object, models_body,
                                            parse_request)
@@ -59,13 +61,15 @@ class Session:
 
 class Endpoint:
     def __init__(self, tokenizer: Any, *, model_name: str = "policy", tool_parser: str = "hermes",
-                 max_calls: int = 4) -> None:
-        """`max_calls`: calls per episode (rollout.max_turns); more are refused (400). Sessions bring the engine
+                 max_calls: int = 4, max_prompt_tokens: int = 32768, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        """`max_calls`: calls per episode (rollout.max_turns); more are refused (400); `max_prompt_tokens`,
+        `max_body_bytes`: the request limits of endpoint_limits.py. Sessions bring the engine
         (`open_session(submit=...)`)."""
         self.tokenizer, self.model_name = tokenizer, model_name
         self.tool_parser, self.max_calls = tool_parser, max_calls
         self.renderer = ChatRenderer(tokenizer)  # checks the template once
-        self._renderers: dict[str, ChatRenderer] = {"null": self.renderer}
+        self._renderers: RendererCache[ChatRenderer] = RendererCache()
+        self.max_prompt_tokens, self.max_body_bytes = max_prompt_tokens, max_body_bytes
         self._lock = threading.Lock()            # guards the session, shared by the server and the controller
         self._session: Session | None = None
         self._sessions = 0
@@ -119,7 +123,8 @@ class Endpoint:
             if self._session is not None:
                 raise RuntimeError("open_session while another session is open.")
             self._sessions += 1
-            ids = [f"s{self._sessions}-p{i}-e{j}" for i, _, j in episodes]
+            # readable, plus a secret: an agent cannot name (and so join) another agent's episode
+            ids = [f"s{self._sessions}-p{i}-e{j}-{secrets.token_urlsafe(16)}" for i, _, j in episodes]
             self._session = Session(seed, params, {e: EpisodeRecord(params.max_new_tokens) for e in ids},
                                     dict(zip(ids, episodes)), submit, finish, set(ids))
             self.failure = None
@@ -148,13 +153,15 @@ class Endpoint:
     # ------------------------------------------------------------ requests (server thread)
 
     def renderer_for(self, tools: list[dict] | None) -> ChatRenderer:
-        key = json.dumps(tools, sort_keys=True)
-        if key not in self._renderers:
+        if not tools:
+            return self.renderer
+
+        def build() -> ChatRenderer:
             try:
-                self._renderers[key] = ChatRenderer(self.tokenizer, tools)
+                return ChatRenderer(self.tokenizer, tools)
             except TemplateError as e:
                 raise APIError(400, f"the chat template cannot render these tools: {e}", param="tools") from None
-        return self._renderers[key]
+        return self._renderers.get(json.dumps(tools, sort_keys=True), build)
 
     async def chat(self, body: Any, episode: str | None) -> dict[str, Any]:
         """One chat completion for `episode`."""
@@ -171,10 +178,11 @@ class Endpoint:
                                     tool_names=dict(record.tool_names))
         assert session is not None
         renderer = self.renderer_for(request.tools)
-        try:
-            prompt_ids = renderer.prompt_ids(request.messages)
+        try:  # in a thread: a huge conversation must not stall the other episodes' calls on this event loop
+            prompt_ids = await asyncio.to_thread(renderer.prompt_ids, request.messages)
         except TemplateError as e:
             raise APIError(400, str(e), param="messages") from None
+        check_prompt_length(prompt_ids, self.max_prompt_tokens)
         with self._lock:
             if record.calls >= self.max_calls:
                 raise APIError(400, f"episode {episode!r} made its {self.max_calls} calls (rollout.max_turns); end "
@@ -287,10 +295,7 @@ def build_app(endpoint: Endpoint) -> Any:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> dict:
-        try:
-            body = await request.json()
-        except (ValueError, UnicodeDecodeError):
-            raise APIError(400, "the request body is not valid JSON.") from None
+        body = await read_json_body(request, endpoint.max_body_bytes)
         user = body.get("user") if isinstance(body, dict) else None
         return await endpoint.chat(body, request.headers.get("x-episode-id") or user)
 

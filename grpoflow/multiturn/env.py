@@ -18,11 +18,20 @@ configured reward functions' score and logged as reward/env/mean (each key of a 
 reward/env/<key>/mean).
 
 Given as `rollout.env=path/to/file.py:Class` or a name registered with `@register_env("name")`.
+
+The environment is user code, so it runs under the rule every callback follows (rewards, tools, agents):
+`guarded(cls)` wraps each instance so that an exception (`sys.exit` too) in its constructor, `reset`,
+`step`, `get_reward` or `close`, or a reward that is not a finite real number (NaN, inf, a string, 10**400),
+ends that trajectory with a NaN environment reward and a warning naming the class, the method and the
+cause. The reward assembly (controller/rewarding.py) scores such a sample `reward.error_score` and counts it
+in reward/errors and reward/env/errors.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -31,6 +40,7 @@ from typing import Any, Callable, Protocol
 from grpoflow.plugins import Registry
 
 ENVIRONMENTS = Registry("environment")
+log = logging.getLogger("grpoflow.env")
 
 
 def register_env(name: str, *, override: bool = False) -> Callable[[type], type]:
@@ -88,7 +98,8 @@ def step_env(env: Environment, text: str) -> StepResult:
         raise TypeError(f"{type(env).__name__}.step returned {out!r:.80}; return (observation, done) or "
                         "(observation, done, reward).")
     observation, done = out[0], bool(out[1])
-    reward = float(out[2]) if len(out) == 3 and out[2] is not None else 0.0
+    reward = env_number(out[2], f"{type(env).__name__}.step's reward") if len(out) == 3 and out[2] is not None \
+        else 0.0
     messages = as_messages(observation)
     return StepResult(messages, done or not messages, reward)
 
@@ -103,6 +114,87 @@ def final_reward(env: Environment, step_rewards: float) -> dict[str, float]:
     if isinstance(value, dict):
         return {f"env/{k}": float(v) for k, v in value.items()}
     return {"env": float(value)}
+
+
+def env_number(value: Any, what: str) -> float:
+    """`value` as a float if it is a finite real number (not a bool, not a string); TypeError otherwise."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    try:
+        number = float(value) if ok else math.nan
+    except OverflowError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise TypeError(f"{what} is {str(value)[:60]!r}, not a finite number; return an int or a float.")
+    return number
+
+
+class GuardedEnvironment:
+    """One environment instance under the callback rule (module docstring); `failure` says why it stopped."""
+
+    def __init__(self, cls: type) -> None:
+        self.name = cls.__name__
+        self.failure: str | None = None
+        self._steps_total = 0.0
+        self.inner: Any = None
+        try:
+            self.inner = cls()
+        except (Exception, SystemExit) as e:
+            self._fail("__init__", e)
+        self.tools = getattr(self.inner, "tools", [])
+
+    def reset(self, **row: Any) -> list[dict] | None:
+        if self.failure is None:
+            seed = row.pop("seed", 0)
+            try:
+                return reset_env(self.inner, row, seed)
+            except (Exception, SystemExit) as e:
+                self._fail("reset", e)
+        return None  # the dataset prompt opens the conversation; the first step ends it
+
+    def step(self, assistant_text: str) -> tuple:
+        if self.failure is None:
+            try:
+                result = step_env(self.inner, assistant_text)
+                self._steps_total += result.reward
+                return result.messages, result.done, result.reward
+            except (Exception, SystemExit) as e:
+                self._fail("step", e)
+        return None, True, 0.0
+
+    def get_reward(self) -> float | dict[str, float]:
+        """The inner environment's reward (its get_reward, else the sum of its step rewards), checked; NaN once
+        it failed."""
+        if self.failure is None:
+            try:
+                get = getattr(self.inner, "get_reward", None)
+                value = get() if get is not None else self._steps_total
+                if isinstance(value, dict):
+                    return {str(k): env_number(v, f"{self.name}.get_reward()[{k!r}]") for k, v in value.items()}
+                return env_number(value, f"{self.name}.get_reward()")
+            except (Exception, SystemExit) as e:
+                self._fail("get_reward", e)
+        return math.nan
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            try:
+                close()
+            except (Exception, SystemExit) as e:
+                log.warning("environment %s.close raised %s: %s (ignored).", self.name, type(e).__name__, e)
+
+    def _fail(self, method: str, error: BaseException) -> None:
+        self.failure = f"{self.name}.{method} raised {type(error).__name__}: {str(error)[:300]}"
+        log.warning("environment %s; its trajectory ends here and scores reward.error_score (counted in "
+                    "reward/env/errors).", self.failure)
+
+
+def guarded(cls: type) -> Callable[[], GuardedEnvironment]:
+    """A factory of `cls` instances under the callback rule, for AgentLoop's `env_cls`."""
+    def make() -> GuardedEnvironment:
+        return GuardedEnvironment(cls)
+    make.tools = getattr(cls, "tools", [])  # type: ignore[attr-defined]
+    return make
 
 
 def load_env(spec: str) -> type:

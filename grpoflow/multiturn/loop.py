@@ -113,7 +113,8 @@ class EnvLoop:
                                           self.system_prompt)
             t = Trajectory(self.renderer.prompt_ids(messages), list(messages))
             if first is not None and self.max_prompt_length is not None and len(t.prompt_ids) > self.max_prompt_length:
-                raise ValueError(f"{type(env).__name__}.reset opened a conversation of {len(t.prompt_ids)} tokens, "
+                name = getattr(env, "name", type(env).__name__)  # a guarded environment names the one inside
+                raise ValueError(f"{name}.reset opened a conversation of {len(t.prompt_ids)} tokens, "
                                  f"over data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length "
                                  "or shorten the environment's opening.")
             await self.converse(client, t, env, item, j, params, seed)

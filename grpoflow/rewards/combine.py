@@ -15,13 +15,13 @@ import math
 from typing import Any, Sequence
 
 from grpoflow.plugins import is_file_spec
-from grpoflow.rewards.functions import RewardFn, is_async_reward, load_reward_function, split_value
+from grpoflow.rewards.functions import RewardFn, is_async_reward, load_reward_function, short_repr, split_value
 
 
 def _score_of(name: str, value: Any) -> tuple[float, dict[str, float]]:
     score, extras = split_value(value)
     if score is None:
-        raise ValueError(f"reward part {name!r} returned {value!r}, not a finite number or a dict with a "
+        raise ValueError(f"reward part {name!r} returned {short_repr(value)}, not a finite number or a dict with a "
                          f"numeric 'score'.")
     return score, extras
 

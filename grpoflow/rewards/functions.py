@@ -57,17 +57,30 @@ def length(prompt: str, completion: str, **row: Any) -> float:
 def split_value(value: Any) -> tuple[float | None, dict[str, float]]:
     """(score, numeric extras) of a non-None return value; score is None if it is not a finite number.
 
-    A dict gives its "score" and its other int/float entries; a bool is not a number.
+    A dict gives its "score" and its other int/float entries; a bool is not a number. An integer too large
+    for a float (10**400), as the score or an entry, makes the whole value bad (score None).
     """
     extras: dict[str, float] = {}
-    if isinstance(value, dict):
-        extras = {k: float(v) for k, v in value.items()
-                  if k != "score" and isinstance(v, (int, float)) and not isinstance(v, bool)}
-        value = value.get("score")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None, extras
-    value = float(value)
+    try:
+        if isinstance(value, dict):
+            extras = {str(k): float(v) for k, v in value.items()
+                      if k != "score" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            value = value.get("score")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None, extras
+        value = float(value)
+    except OverflowError:
+        return None, {}
     return (value if math.isfinite(value) else None), extras
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """repr(value) cut to `limit` characters, for messages; never raises (huge ints, broken __repr__)."""
+    try:
+        text = repr(value)
+    except Exception as e:  # ValueError for ints over sys.get_int_max_str_digits(), or a user __repr__ that raises
+        text = f"<a {type(value).__name__} whose repr fails: {type(e).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def is_async_reward(fn: Any) -> bool:

@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpoflow.rewards.functions import RewardFn, is_async_reward, split_value
+from grpoflow.rewards.functions import RewardFn, is_async_reward, short_repr, split_value
+from grpoflow.plugins import fn_name
 from grpoflow.process_pool import Outcome, WorkerPool, WorkerStartError, dumps_function
 
 log = logging.getLogger("grpoflow.reward")
@@ -136,7 +137,7 @@ class RewardScorer:
             outcomes = self._pool.run([((p, c), kw) for p, c, kw in tasks], self.timeout_s)
         else:
             outcomes = [_call(self.fn, *task) for task in tasks]
-        return _collect(outcomes, self.error_score, self.timeout_s)
+        return _collect(outcomes, self.error_score, self.timeout_s, fn_name(self.fn))
 
     def close(self) -> None:
         """Kill the worker processes (if any); the scorer cannot score afterwards."""
@@ -164,7 +165,7 @@ def score_completions(fn: RewardFn, prompts: list[str], completions: list[str], 
 def _call(fn: RewardFn, prompt: str, completion: str, kwargs: dict) -> Outcome:
     try:
         return "ok", fn(prompt, completion, **kwargs)
-    except Exception:  # a user function may raise anything; it is counted and reported
+    except (Exception, SystemExit):  # a user function may raise anything, sys.exit too; it is counted and reported
         return "error", traceback.format_exc(limit=3)
 
 
@@ -196,11 +197,12 @@ async def _await_call(fn: RewardFn, prompt: str, completion: str, kwargs: dict,
         return "ok", await asyncio.wait_for(fn(prompt, completion, **kwargs), timeout_s)
     except asyncio.TimeoutError:
         return "timeout", None
-    except Exception:
+    except (Exception, SystemExit):
         return "error", traceback.format_exc(limit=3)
 
 
-def _collect(outcomes: list[Outcome], error_score: float, timeout_s: float | None) -> Scores:
+def _collect(outcomes: list[Outcome], error_score: float, timeout_s: float | None,
+             name: str = "reward function") -> Scores:
     """Scores from per-sample outcomes; one warning for errors and one for timeouts."""
     result = Scores(scores=[])
     first_error: str | None = None
@@ -220,12 +222,13 @@ def _collect(outcomes: list[Outcome], error_score: float, timeout_s: float | Non
                 result.extras.setdefault(k, []).append(v)
             if score is None:
                 result.errors += 1
-                first_error = first_error or f"it returned {info!r}, not a finite number or a dict with 'score'"
+                first_error = first_error or (f"it returned {short_repr(info)}, not a finite number or a dict with "
+                                              f"a finite 'score'")
         result.scores.append(error_score if score is None else score)
         result.parts.append(extras)
     if first_error:
-        log.warning("reward function failed on %d of %d samples (scored %s); first failure:\n%s",
-                    result.errors, len(outcomes), error_score, first_error)
+        log.warning("reward function %s failed on %d of %d samples (scored reward.error_score=%s, counted in "
+                    "reward/errors); first failure:\n%s", name, result.errors, len(outcomes), error_score, first_error)
     if result.timeouts:
         log.warning("reward function timed out on %d of %d samples (over %s s; scored %s); each hung call was "
                     "stopped.", result.timeouts, len(outcomes), timeout_s, error_score)

@@ -119,6 +119,8 @@ class TinkerService:
         tm = self.model(call.model_id)
 
         def run(_):
+            if call.error is not None:
+                raise UserError(call.error)
             outputs, metrics = training.forward_backward(tm, call.data, call.loss_fn, call.loss_fn_config,
                                                          forward_only=call.forward_only,
                                                          microbatch_tokens=self.cfg.microbatch_tokens)
@@ -149,12 +151,14 @@ class TinkerService:
                             f"{'save_state' if kind == 'weights' else 'save_weights_for_sampler'}).")
         return self._folder(parsed.training_run_id, kind, name)[0]
 
+    # A request that carries a seq_id is refused inside its job, never before it is queued: the model's later
+    # requests wait for every earlier seq_id, so a refusal must take its place in the order.
     def save_weights(self, req: types.SaveWeightsRequest) -> types.UntypedAPIFuture:
         tm = self.model(req.model_id)
         name = req.path or f"state-{next(self._counter):06d}"
-        folder, path = self._folder(tm.model_id, "weights", name)
 
         def run(_):
+            folder, path = self._folder(tm.model_id, "weights", name)
             if folder.exists() and not req.overwrite:
                 raise UserError(f"a state named {name!r} exists already for this model; pick another name or pass "
                                 "overwrite=True.")
@@ -163,17 +167,18 @@ class TinkerService:
         return self._queue(run, model_id=tm.model_id, seq_id=req.seq_id)
 
     def load_weights(self, req: types.LoadWeightsRequest) -> types.UntypedAPIFuture:
-        folder = self.folder_of(req.path, "weights")
         if req.model_id is not None:
             tm = self.model(req.model_id)
 
             def run_existing(_):
-                tm.load(folder, optimizer=req.optimizer)
+                tm.load(self.folder_of(req.path, "weights"), optimizer=req.optimizer)
                 return [json_outcome(types.LoadWeightsResponse(path=req.path, model_id=tm.model_id))]
             return self._queue(run_existing, model_id=tm.model_id, seq_id=req.seq_id)
         if req.session_id is None or req.model_seq_id is None:
             raise UserError("load_weights needs either model_id or session_id and model_seq_id.")
         model_id = f"{req.session_id}:train:{req.model_seq_id}"
+
+        folder = self.folder_of(req.path, "weights")
 
         def run_new(_):
             spec = check_state(folder)
@@ -187,10 +192,10 @@ class TinkerService:
     # --- sampling ----------------------------------------------------------------------------------------------
     def save_for_sampler(self, req: types.SaveWeightsForSamplerRequest) -> types.UntypedAPIFuture:
         tm = self.model(req.model_id)
-        if req.path is None and req.sampling_session_seq_id is None:
-            raise UserError("save_weights_for_sampler needs a name (path) or a sampling_session_seq_id.")
 
         def run(_):
+            if req.path is None and req.sampling_session_seq_id is None:
+                raise UserError("save_weights_for_sampler needs a name (path) or a sampling_session_seq_id.")
             weights = {name: t.detach().clone().cpu() for name, t in tm.engine.named_weights()}
             if req.path is not None:
                 folder, path = self._folder(tm.model_id, "sampler_weights", req.path)

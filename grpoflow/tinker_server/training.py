@@ -17,6 +17,8 @@ from tinker import types
 from torch import Tensor
 
 from grpoflow.algorithms.tinker_losses import TINKER_LOSSES, check_request
+from grpoflow.models.head_logprobs import head_log_probs
+from grpoflow.models.logprobs import fused_head
 from grpoflow.tinker_server.futures import UserError
 from grpoflow.tinker_server.models import TrainingModel
 
@@ -83,6 +85,13 @@ def target_logprobs(model: torch.nn.Module, group: list[Example]) -> list[Tensor
         ids[row, :len(ex.input_ids)] = ex.input_ids
         mask[row, :len(ex.input_ids)] = 1
     device = next(model.parameters()).device
+    head = fused_head(model)
+    if head is not None and all(ex.targets.dim() == 1 for ex in group):
+        # the decoder's hidden states and the head in chunks (models/head_logprobs.py): no [B, T, V] logits
+        decoder = model.get_decoder()  # type: ignore[operator]
+        hidden = decoder(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        return [head_log_probs(hidden[row, :len(ex.input_ids)], head.weight, ex.targets.to(device))[0]
+                for row, ex in enumerate(group)]
     logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
     out = []
     for row, ex in enumerate(group):

@@ -31,6 +31,7 @@ class ForwardBackwardCall:
     loss_fn_config: dict[str, float | str]
     forward_only: bool
     data: list[types.Datum]
+    error: str | None = None  # a datum the server cannot take; reported through the future, in seq_id order
 
 
 def decode_tensor(msg: pb.Tensor) -> types.TensorData:
@@ -62,13 +63,16 @@ def decode_forward_backward(body: bytes) -> ForwardBackwardCall:
     config: dict[str, float | str] = {k: float(v) for k, v in msg.loss_fn_config.items()}
     for key, value in msg.loss_fn_config_v2.items():  # v2 wins where both are set (the SDK writes both)
         config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
-    data = []
-    for datum in msg.data:
-        chunks: list[types.ModelInputChunk] = [_decode_chunk(c) for c in datum.model_input]
-        inputs = {name: decode_tensor(t) for name, t in datum.loss_fn_inputs.items()}
-        data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
+    data, error = [], None
+    try:
+        for datum in msg.data:
+            chunks: list[types.ModelInputChunk] = [_decode_chunk(c) for c in datum.model_input]
+            inputs = {name: decode_tensor(t) for name, t in datum.loss_fn_inputs.items()}
+            data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
+    except ValueError as e:
+        error = str(e)
     return ForwardBackwardCall(model_id=msg.model_id, seq_id=msg.seq_id or None, loss_fn=msg.loss_fn,
-                               loss_fn_config=config, forward_only=msg.forward_only, data=data)
+                               loss_fn_config=config, forward_only=msg.forward_only, data=data, error=error)
 
 
 def _batched(arrays: list[np.ndarray]) -> pb.BatchedTensor:

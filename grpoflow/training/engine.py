@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -227,7 +227,7 @@ class TrainEngine:
         """
         if not self.sharded:
             load_saved_weights(self.model, folder)
-            saved = torch.load(Path(folder) / OPTIMIZER_FILE, weights_only=True)
+            saved = load_tensor_file(Path(folder) / OPTIMIZER_FILE)
             set_optimizer_state_dict(self.model, self.optimizer, saved["optimizer"],
                                      options=StateDictOptions(full_state_dict=True))
             self.scheduler.load_state_dict(saved["scheduler"])
@@ -236,7 +236,7 @@ class TrainEngine:
         if rank() == 0:
             try:
                 weights = saved_state(self.model, folder)
-                saved = torch.load(Path(folder) / OPTIMIZER_FILE, weights_only=True)
+                saved = load_tensor_file(Path(folder) / OPTIMIZER_FILE)
             except Exception as e:  # sent to every rank, which all raise it: a lone raise would hang the others
                 error = f"{type(e).__name__}: {e}"
         message = [(error, saved.get("scheduler"))]
@@ -248,3 +248,24 @@ class TrainEngine:
         set_model_state_dict(self.model, weights, options=options)  # type: ignore[arg-type]
         set_optimizer_state_dict(self.model, self.optimizer, saved.get("optimizer", {}), options=options)
         self.scheduler.load_state_dict(scheduler_state)
+
+
+def load_tensor_file(path: Path) -> Any:
+    """`torch.load(path, weights_only=True)`: tensors and plain containers only, never arbitrary objects.
+
+    A file it refuses (crafted, damaged, or written by something else) is a ValueError naming the file; torch's
+    own advice to retry with weights_only=False is dropped, since that would run whatever code the file holds.
+    """
+    try:
+        return torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # UnpicklingError for a refused object, RuntimeError for zip damage, ...
+        first = str(e).split("\n")[0].split(". ")[0]
+        if "weights_only" in first:
+            first = "it holds objects other than tensors and plain values"
+        raise ValueError(f"{path} cannot be loaded as a grpoflow checkpoint file ({type(e).__name__}: {first}); it "
+                         f"is damaged or was not written by grpoflow. Resume from another checkpoint "
+                         f"(trainer.resume=<folder>); do not load this file with weights_only=False, which would "
+                         f"run any code it holds.") from None
+

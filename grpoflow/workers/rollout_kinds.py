@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from grpoflow.config import Config
 from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import load_env, with_system_prompt
+from grpoflow.multiturn.env import guarded, load_env, with_system_prompt
 from grpoflow.multiturn.loop import EnvLoop, SingleTurn
 from grpoflow.multiturn.rollout import Kind
 from grpoflow.multiturn.tool_runner import ToolRunner
@@ -44,7 +44,10 @@ def build_agent_episodes(cfg: Config, tokenizer: Any) -> Any:
     r = cfg.rollout
     assert r.agent
     agent = load_agent(r.agent)
-    endpoint = Endpoint(tokenizer, model_name=r.agent_model, tool_parser=r.tool_parser, max_calls=r.max_turns).start()
+    # a conversation's prompt is its opening (<= data.max_prompt_length) plus at most a sample's budget; the factor 4
+    # leaves room for an agent's own system prompt and tool schemas
+    endpoint = Endpoint(tokenizer, model_name=r.agent_model, tool_parser=r.tool_parser, max_calls=r.max_turns,
+                        max_prompt_tokens=max(4 * (cfg.data.max_prompt_length + r.max_new_tokens), 4096)).start()
     return AgentEpisodes(agent, endpoint, timeout_s=r.agent_timeout_s, error_score=cfg.reward.error_score,
                          opening=opening_of(cfg))
 
@@ -81,5 +84,5 @@ def build_env_loop(cfg: Config, tokenizer: Any) -> EnvLoop:
                             memory_mb=r.tool_memory_mb, workers=r.tool_workers)
         tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
-    return EnvLoop(renderer, env_cls=env_cls, tools=tools, max_turns=r.max_turns, opening=opening_of(cfg),
+    return EnvLoop(renderer, env_cls=guarded(env_cls) if env_cls else None, tools=tools, max_turns=r.max_turns, opening=opening_of(cfg),
                    system_prompt=cfg.data.system_prompt, max_prompt_length=cfg.data.max_prompt_length)

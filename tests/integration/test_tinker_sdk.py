@@ -184,6 +184,10 @@ def test_bad_requests_answer_with_the_sdk_error_shape(service, server):
     with pytest.raises(tinker.RequestFailedError, match="not supported") as refused:
         tc.forward_backward([datum], "stable_reinforce").result(TIMEOUT)
     assert refused.value.category == types.RequestErrorCategory.User
+    with pytest.raises(tinker.RequestFailedError, match="not a usable checkpoint name"):
+        tc.save_state("..").result(TIMEOUT)
+    # refused requests keep their place in the client's order: the same client goes on working
+    assert tc.forward_backward([datum], "cross_entropy").result(TIMEOUT).metrics["loss:sum"] > 0
     with pytest.raises(tinker.RequestFailedError, match="needs loss_fn_inputs"):
         training_client(service).forward_backward([datum], "ppo").result(TIMEOUT)
     with pytest.raises(tinker.RequestFailedError, match="not a model this server can load"):
@@ -194,6 +198,9 @@ def test_bad_requests_answer_with_the_sdk_error_shape(service, server):
                        ).result(TIMEOUT)
     with pytest.raises(tinker.NotFoundError, match="not supported here"):
         service.create_rest_client().list_training_runs().result(TIMEOUT)
+    with pytest.raises(tinker.AuthenticationError, match="API key"):   # the server was started with tinker.api_key
+        tinker.ServiceClient(base_url=server.url, api_key="tml-wrong").create_lora_training_client(
+            base_model=MODEL, rank=2).result(TIMEOUT)
 
 
 def test_a_killed_server_restarted_on_its_folder_serves_the_saved_states(tmp_path):

@@ -1,0 +1,74 @@
+"""What the agent endpoint refuses before it works for a request (endpoint.py calls these).
+
+Agents are programs the trainer runs but does not trust to be careful, so each request is bounded before it
+costs anything: the body is read in chunks and refused past `max_body_bytes` (413, never read whole); it
+must be JSON of bounded nesting (400, never a 500 with a traceback); the rendered prompt is refused past
+`max_prompt_tokens` (400 `context_length_exceeded`, OpenAI's code), before it reaches the engine. Rendering
+runs in a worker thread (endpoint.py), so one huge conversation does not stall the other episodes' calls,
+and the renderers built for distinct `tools` lists live in a bounded LRU cache (`RendererCache`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any, Callable, Generic, TypeVar
+
+from grpoflow.multiturn.openai_api import APIError
+
+MAX_BODY_BYTES = 4 * 2**20   # a request body over this is refused (413): 4 MiB is about a million tokens of text
+RENDERER_CACHE = 32          # renderers kept for distinct `tools` lists (least recently used ones go)
+
+T = TypeVar("T")
+
+
+async def read_json_body(request: Any, max_bytes: int) -> Any:
+    """The request's JSON body, read at most `max_bytes` far; APIError 413 past that, 400 if it is not JSON."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise too_large(int(declared), max_bytes)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise too_large(len(body), max_bytes)
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise APIError(400, "the request body is not valid JSON.") from None
+    except RecursionError:
+        raise APIError(400, "the request body nests JSON too deeply.") from None
+
+
+def too_large(size: int, max_bytes: int) -> APIError:
+    return APIError(413, f"the request body is over {max_bytes} bytes ({size} read); send a shorter conversation.",
+                    code="request_too_large")
+
+
+def check_prompt_length(prompt_ids: list[int], max_tokens: int) -> None:
+    """APIError 400 `context_length_exceeded` for a rendered prompt over `max_tokens`."""
+    if len(prompt_ids) > max_tokens:
+        raise APIError(400, f"This model's maximum context length for a prompt is {max_tokens} tokens; the messages "
+                            f"render to {len(prompt_ids)} tokens. Shorten the conversation.", param="messages",
+                       code="context_length_exceeded")
+
+
+class RendererCache(Generic[T]):
+    """`get(key, build)`: the value built for `key`, built once; at most `size` kept (least recently used go)."""
+
+    def __init__(self, size: int = RENDERER_CACHE) -> None:
+        self.size = size
+        self._values: OrderedDict[str, T] = OrderedDict()
+
+    def get(self, key: str, build: Callable[[], T]) -> T:
+        if key in self._values:
+            self._values.move_to_end(key)
+            return self._values[key]
+        value = build()
+        self._values[key] = value
+        while len(self._values) > self.size:
+            self._values.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._values)

@@ -1,0 +1,152 @@
+"""Findings 8 and 9: the agent endpoint. An agent cannot name its neighbour's episode, and a request that is
+too big, too deep or too long is refused with an OpenAI-shaped error before it costs the trainer anything,
+while rendering a big one does not stall the other episodes. All on 127.0.0.1, with bounded request counts."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import httpx
+import pytest
+import torch
+
+from grpoflow.data.batch import Batch
+from grpoflow.models.tiny import build_char_tokenizer
+from grpoflow.multiturn.endpoint import Endpoint
+from grpoflow.rollout.protocol import SamplingParams, left_pad
+
+
+class EchoEngine:
+    """Replies "ok" + the end-of-turn token to every prompt; counts the prompt tokens it was sent."""
+
+    def __init__(self, tok):
+        self.tok, self.end_id, self.prompt_tokens = tok, None, 0
+
+    def __call__(self, prompts, params, seed):
+        self.prompt_tokens += sum(len(p.ids) for p in prompts)
+        row = self.tok.encode("ok", add_special_tokens=False) + [self.end_id]
+        ids = torch.tensor([row] * len(prompts))
+        pid, pmask = left_pad([p.ids for p in prompts], 0)
+        return Batch(prompt_ids=pid, prompt_mask=pmask, response_ids=ids, response_mask=torch.ones_like(ids),
+                     group_ids=torch.zeros(len(prompts), dtype=torch.long), rollout_log_probs=torch.zeros(ids.shape),
+                     truncated=torch.zeros(len(prompts), dtype=torch.bool),
+                     policy_version=torch.zeros(len(prompts), dtype=torch.long))
+
+
+@pytest.fixture
+def served():
+    tok = build_char_tokenizer()
+    engine = EchoEngine(tok)
+    kwargs = {"max_prompt_tokens": 2000}
+    try:
+        endpoint = Endpoint(engine, tok, window_s=0.01, max_calls=4, **kwargs)
+    except TypeError:  # an endpoint without request limits
+        endpoint = Endpoint(engine, tok, window_s=0.01, max_calls=4)
+    engine.end_id = endpoint.renderer.turn.end_token_id
+    with endpoint:
+        yield endpoint, engine
+
+
+def open_episodes(endpoint, count):
+    return endpoint.open_session(seed=1, params=SamplingParams(n=count, max_new_tokens=50, temperature=1.0),
+                                 episodes=[(44, count, j) for j in range(count)])
+
+
+def post(endpoint, episode, body, timeout=30.0):
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return httpx.post(f"{endpoint.url}/chat/completions", content=data, timeout=timeout,
+                      headers={"X-Episode-Id": episode, "Content-Type": "application/json"})
+
+
+def chat(text):
+    return {"model": "policy", "messages": [{"role": "user", "content": text}]}
+
+
+def assert_openai_error(response, status, code=None):
+    assert response.status_code == status, (response.status_code, response.text[:300])
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    if code is not None:
+        assert error["code"] == code, error
+
+
+# ---------------------------------------------------------------- finding 8: guessable episode ids
+
+
+def test_an_agent_cannot_call_into_its_neighbours_episode(served):
+    endpoint, _ = served
+    mine, neighbour = open_episodes(endpoint, 2)
+    try:
+        guesses = {mine.replace("-e0", "-e1"), mine.rsplit("-", 1)[0].replace("-e0", "-e1"), "s1-p44-e1"}
+        for guess in sorted(guesses - {mine}):
+            assert_openai_error(post(endpoint, guess, chat("hi")), 404, "episode_not_found")
+    finally:
+        records = endpoint.close_session()
+    assert records[neighbour].calls == 0, "calls were injected into the neighbour's episode"
+    assert len(mine) - len("s1-p44-e0-") >= 20  # at least 120 bits of secret
+
+
+# ---------------------------------------------------------------- finding 9: sizes, depth, rendering, the cache
+
+
+def test_a_body_over_the_limit_is_refused_with_413(served):
+    endpoint, engine = served
+    (episode,) = open_episodes(endpoint, 1)
+    try:
+        assert_openai_error(post(endpoint, episode, chat("x" * (5 * 2**20))), 413)
+    finally:
+        endpoint.close_session()
+    assert engine.prompt_tokens == 0
+
+
+def test_deeply_nested_json_is_a_400_not_a_500(served):
+    endpoint, _ = served
+    (episode,) = open_episodes(endpoint, 1)
+    try:
+        assert_openai_error(post(endpoint, episode, "[" * 200_000 + "]" * 200_000), 400)
+    finally:
+        endpoint.close_session()
+
+
+def test_a_prompt_over_the_limit_never_reaches_the_engine(served):
+    endpoint, engine = served
+    (episode,) = open_episodes(endpoint, 1)
+    try:
+        assert_openai_error(post(endpoint, episode, chat("y" * 5000)), 400, "context_length_exceeded")
+        assert post(endpoint, episode, chat("short")).status_code == 200  # the episode goes on
+    finally:
+        endpoint.close_session()
+    assert engine.prompt_tokens < 2000
+
+
+def test_rendering_a_huge_request_does_not_stall_the_event_loop(served):
+    endpoint, _ = served
+    (big, small) = open_episodes(endpoint, 2)
+    answered = {}
+
+    def send_big():
+        answered["big"] = post(endpoint, big, chat("z" * (3 * 2**20)), timeout=120).status_code
+
+    try:
+        thread = threading.Thread(target=send_big)
+        thread.start()
+        time.sleep(0.5)  # the big body is uploaded and being rendered
+        start = time.monotonic()
+        models = httpx.get(f"{endpoint.url}/models", timeout=30)
+        waited = time.monotonic() - start
+        thread.join(120)
+    finally:
+        endpoint.close_session()
+    assert models.status_code == 200 and waited < 1.0, f"/v1/models waited {waited:.1f} s behind a render"
+    assert answered["big"] == 400  # refused as too long, after rendering off the loop
+
+
+def test_the_renderer_cache_is_bounded(served):
+    endpoint, _ = served
+    for k in range(100):
+        tools = [{"type": "function", "function": {"name": f"tool_{k}", "description": "d",
+                                                   "parameters": {"type": "object", "properties": {}}}}]
+        endpoint.renderer_for(tools)
+    assert len(endpoint._renderers) <= 32

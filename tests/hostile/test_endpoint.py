@@ -10,48 +10,50 @@ import time
 
 import httpx
 import pytest
-import torch
 
-from grpoflow.data.batch import Batch
 from grpoflow.models.tiny import build_char_tokenizer
 from grpoflow.multiturn.endpoint import Endpoint
-from grpoflow.rollout.protocol import SamplingParams, left_pad
+from grpoflow.rollout.protocol import Completion
+from scripted import Sessions
 
 
 class EchoEngine:
-    """Replies "ok" + the end-of-turn token to every prompt; counts the prompt tokens it was sent."""
+    """A StepEngine that replies "ok" + the end-of-turn token to every request; counts the prompt tokens it was
+    sent."""
+    version = 0
 
     def __init__(self, tok):
-        self.tok, self.end_id, self.prompt_tokens = tok, None, 0
+        self.tok, self.end_id, self.prompt_tokens, self.admitted = tok, None, 0, []
 
-    def __call__(self, prompts, params, seed):
-        self.prompt_tokens += sum(len(p.ids) for p in prompts)
-        row = self.tok.encode("ok", add_special_tokens=False) + [self.end_id]
-        ids = torch.tensor([row] * len(prompts))
-        pid, pmask = left_pad([p.ids for p in prompts], 0)
-        return Batch(prompt_ids=pid, prompt_mask=pmask, response_ids=ids, response_mask=torch.ones_like(ids),
-                     group_ids=torch.zeros(len(prompts), dtype=torch.long), rollout_log_probs=torch.zeros(ids.shape),
-                     truncated=torch.zeros(len(prompts), dtype=torch.bool),
-                     policy_version=torch.zeros(len(prompts), dtype=torch.long))
+    @property
+    def busy(self):
+        return bool(self.admitted)
+
+    def admit(self, requests):
+        self.prompt_tokens += sum(len(q.prompt_ids) for _, q in requests)
+        self.admitted += requests
+
+    def step(self, version):
+        admitted, self.admitted = self.admitted, []
+        ids = self.tok.encode("ok", add_special_tokens=False) + [self.end_id]
+        return [(rid, Completion(ids, [0.0] * len(ids), [version] * len(ids), "stop")) for rid, _ in admitted]
 
 
 @pytest.fixture
 def served():
     tok = build_char_tokenizer()
     engine = EchoEngine(tok)
-    kwargs = {"max_prompt_tokens": 2000}
-    try:
-        endpoint = Endpoint(engine, tok, window_s=0.01, max_calls=4, **kwargs)
-    except TypeError:  # an endpoint without request limits
-        endpoint = Endpoint(engine, tok, window_s=0.01, max_calls=4)
+    endpoint = Endpoint(tok, max_calls=4, max_prompt_tokens=2000)
     engine.end_id = endpoint.renderer.turn.end_token_id
+    sessions = Sessions(engine)
+    endpoint.sessions = sessions
     with endpoint:
         yield endpoint, engine
+    sessions.close()
 
 
 def open_episodes(endpoint, count):
-    return endpoint.open_session(seed=1, params=SamplingParams(n=count, max_new_tokens=50, temperature=1.0),
-                                 episodes=[(44, count, j) for j in range(count)])
+    return endpoint.sessions.open(endpoint, episodes=count, budget=50, n=count, seed=1, index=44)
 
 
 def post(endpoint, episode, body, timeout=30.0):

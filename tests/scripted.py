@@ -65,7 +65,7 @@ class Sessions:
         self.thread.start()
         self.batchers = []
 
-    def open(self, endpoint, *, episodes=1, budget=500, n=1, seed=7, temperature=1.0):
+    def open(self, endpoint, *, episodes=1, budget=500, n=1, seed=7, temperature=1.0, index=3):
         batcher = RequestBatcher(self.engine, version=lambda: self.engine.version, max_wait_s=0.05)
         self.batchers.append((batcher, asyncio.run_coroutine_threadsafe(batcher.serve(), self.loop)))
 
@@ -81,7 +81,7 @@ class Sessions:
 
         ids = endpoint.open_session(seed=seed, params=SamplingParams(n=n, max_new_tokens=budget,
                                                                      temperature=temperature),
-                                    episodes=[(3, n, j) for j in range(episodes)], submit=submit,
+                                    episodes=[(index, n, j) for j in range(episodes)], submit=submit,
                                     finish=lambda e: self.loop.call_soon_threadsafe(by_id[e].done))
         by_id.update(zip(ids, made))
         return ids

@@ -87,7 +87,13 @@ class Sessions:
         return ids
 
     def close(self):
-        for batcher, _ in self.batchers:
+        for batcher, served in self.batchers:
+            for order in list(batcher.open):  # clients an unfinished test left open
+                self.loop.call_soon_threadsafe(batcher._done, order)
             self.loop.call_soon_threadsafe(batcher.close)
+            try:
+                served.result(10)
+            except Exception:  # an engine failure the test provoked
+                pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)

@@ -11,7 +11,8 @@ and kind itself (process_pool.py). Requests from the parent are pickled: the wor
 
 - its cwd becomes `workdir`, a fresh temporary folder the parent made (and deletes after killing it);
 - running as root, it becomes `nobody` (uid/gid 65534, no supplementary groups), so it cannot raise its own
-  hard limits, read root-only files or signal the trainer;
+  hard limits, read root-only files or signal the trainer (where the container allows setuid; else it stays
+  root, and RLIMIT_NPROC, which root ignores, does not stop forks);
 - `PR_SET_NO_NEW_PRIVS`: no setuid binary or file capability can give privileges back;
 - hard limits: RLIMIT_AS (`memory_mb`, soft = hard, so the code cannot raise it), RLIMIT_NPROC = 0 (no
   fork, no new thread: nothing it starts can leave its process group or outlive it), RLIMIT_FSIZE
@@ -125,10 +126,13 @@ def enter_sandbox(workdir: str, memory_mb: int | None) -> None:
     global _active
     os.chdir(workdir)
     if os.geteuid() == 0:
-        os.chown(workdir, NOBODY, NOBODY)
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
+        try:
+            os.chown(workdir, NOBODY, NOBODY)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+        except PermissionError:  # root without CAP_SETUID/CAP_SETGID (some containers): keep the rest
+            pass
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")

@@ -182,7 +182,7 @@ class AgentEpisodes:
                       errors: list[str]) -> None:
         """One episode: the agent with its own client, cancelled after `timeout_s`."""
         own = client.with_options(default_headers={"X-Episode-Id": episode})
-        task = asyncio.ensure_future(self.program(copy.deepcopy(row), own))
+        task = asyncio.ensure_future(_without_exit(self.program(copy.deepcopy(row), own)))
         try:
             done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
             if not done:
@@ -199,3 +199,13 @@ class AgentEpisodes:
                 outcomes[episode] = Outcome(None, "error")
         finally:
             self.endpoint.close_episode(episode)
+
+
+async def _without_exit(episode: Any) -> Any:
+    """Await an agent's episode with its sys.exit turned into an ordinary error (asyncio would let SystemExit end
+    the event loop, and with it every episode of the step): the callback rule scores it reward.error_score."""
+    try:
+        return await episode
+    except SystemExit as e:
+        raise RuntimeError(f"the agent called sys.exit({e.code!r})") from None
+

@@ -92,3 +92,34 @@ def test_a_bad_environment_scores_error_score_and_the_run_goes_on(files, env, tm
     assert failed >= 1 and record["reward/errors"] == failed, record
     assert record["critic/score/mean"] == pytest.approx(-failed / 4), record  # each failure scored error_score
     assert any(f"environment {env}." in r.getMessage() for r in caplog.records)
+
+
+def test_an_agent_that_calls_sys_exit_is_an_error_not_a_timeout(caplog):
+    """Agents (rollout.agent) follow the same rule: sys.exit in an episode scores error_score as an error."""
+    import torch
+
+    from grpoflow.data.batch import Batch
+    from grpoflow.data.dataset import PromptItem
+    from grpoflow.models.tiny import build_char_tokenizer
+    from grpoflow.multiturn.agents import AgentEpisodes
+    from grpoflow.multiturn.endpoint import Endpoint
+    from grpoflow.rollout.protocol import SamplingParams
+
+    def never(prompts, params, seed):  # no agent here calls the model
+        raise AssertionError("unused")
+
+    async def agent(row, client):
+        if row["prompt"] == "p1":
+            raise SystemExit(3)
+        return 1.0
+
+    items = [PromptItem([], "", {"prompt": f"p{i}"}, "x", index=i) for i in range(2)]
+    with Endpoint(never, build_char_tokenizer(), window_s=0.01) as endpoint:
+        episodes = AgentEpisodes(agent, endpoint, timeout_s=5.0, error_score=-1.0,
+                                 opening=lambda item: [{"role": "user", "content": item.row["prompt"]}])
+        with caplog.at_level(logging.WARNING, logger="grpoflow.agents"):
+            batch, metrics = episodes.run(items, SamplingParams(n=1, max_new_tokens=10), seed=0)
+    assert isinstance(batch, Batch) and torch.is_tensor(batch.env_rewards)
+    assert batch.env_rewards.tolist() == [1.0, -1.0]
+    assert metrics["agent/errors"] == 1 and metrics["agent/timeouts"] == 0, metrics
+    assert any("SystemExit" in r.getMessage() or "sys.exit" in r.getMessage() for r in caplog.records)

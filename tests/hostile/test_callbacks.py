@@ -104,9 +104,15 @@ def test_an_agent_that_calls_sys_exit_is_an_error_not_a_timeout(caplog):
     from grpoflow.multiturn.agents import AgentEpisodes
     from grpoflow.multiturn.endpoint import Endpoint
     from grpoflow.rollout.protocol import SamplingParams
+    from scripted import play
 
-    def never(prompts, params, seed):  # no agent here calls the model
-        raise AssertionError("unused")
+    class Never:  # no agent here calls the model
+        version, busy, tok = 0, False, build_char_tokenizer()
+
+        def admit(self, requests):
+            raise AssertionError("unused")
+
+        step = admit
 
     async def agent(row, client):
         if row["prompt"] == "p1":
@@ -114,11 +120,11 @@ def test_an_agent_that_calls_sys_exit_is_an_error_not_a_timeout(caplog):
         return 1.0
 
     items = [PromptItem([], "", {"prompt": f"p{i}"}, "x", index=i) for i in range(2)]
-    with Endpoint(never, build_char_tokenizer(), window_s=0.01) as endpoint:
+    with Endpoint(build_char_tokenizer()) as endpoint:
         episodes = AgentEpisodes(agent, endpoint, timeout_s=5.0, error_score=-1.0,
-                                 opening=lambda item: [{"role": "user", "content": item.row["prompt"]}])
+                                 opening=lambda row: [{"role": "user", "content": row["prompt"]}])
         with caplog.at_level(logging.WARNING, logger="grpoflow.agents"):
-            batch, metrics = episodes.run(items, SamplingParams(n=1, max_new_tokens=10), seed=0)
+            batch, metrics = play(episodes, Never(), items, SamplingParams(n=1, max_new_tokens=10), 0, agent=True)
     assert isinstance(batch, Batch) and torch.is_tensor(batch.env_rewards)
     assert batch.env_rewards.tolist() == [1.0, -1.0]
     assert metrics["agent/errors"] == 1 and metrics["agent/timeouts"] == 0, metrics

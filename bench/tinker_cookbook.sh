@@ -16,7 +16,7 @@ STEPS="${2:-15}"
 OUT="${OUT:-/tmp/grpoflow-tinker-cookbook}"
 PY="${PY:-$REPO/.venv/bin/python}"
 NAME=meta-llama/Llama-3.2-1B
-BATCH="${BATCH:-8}" GROUP="${GROUP:-8}" TOKENS="${TOKENS:-24}" LR="${LR:-3e-4}" RANK="${RANK:-32}"
+BATCH="${BATCH:-8}" GROUP="${GROUP:-8}" TOKENS="${TOKENS:-24}" LR="${LR:-5e-4}" RANK="${RANK:-32}"
 export OMP_NUM_THREADS="${THREADS:-2}" MKL_NUM_THREADS="${THREADS:-2}" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false PYTHONPATH="$REPO" TINKER_API_KEY=tml-local
 rm -rf "$OUT" && mkdir -p "$OUT"

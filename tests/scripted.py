@@ -2,6 +2,7 @@
 helpers that play a rollout over it as a rollout worker does."""
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 
@@ -97,3 +98,20 @@ class Sessions:
                 pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+@contextlib.contextmanager
+def serving(engine, tok, **limits):
+    """A started Endpoint whose sessions (`endpoint.sessions.open(...)`) are served by `engine` (its end_id set to
+    the template's end-of-turn token)."""
+    from grpoflow.multiturn.endpoint import Endpoint
+
+    endpoint = Endpoint(tok, max_calls=4, **limits)
+    engine.end_id = endpoint.renderer.turn.end_token_id
+    sessions = Sessions(engine)
+    endpoint.sessions = sessions
+    try:
+        with endpoint:
+            yield endpoint
+    finally:
+        sessions.close()

@@ -12,9 +12,8 @@ import httpx
 import pytest
 
 from grpoflow.models.tiny import build_char_tokenizer
-from grpoflow.multiturn.endpoint import Endpoint
 from grpoflow.rollout.protocol import Completion
-from scripted import Sessions
+from scripted import serving
 
 
 class EchoEngine:
@@ -43,13 +42,8 @@ class EchoEngine:
 def served():
     tok = build_char_tokenizer()
     engine = EchoEngine(tok)
-    endpoint = Endpoint(tok, max_calls=4, max_prompt_tokens=2000)
-    engine.end_id = endpoint.renderer.turn.end_token_id
-    sessions = Sessions(engine)
-    endpoint.sessions = sessions
-    with endpoint:
+    with serving(engine, tok, max_prompt_tokens=2000) as endpoint:
         yield endpoint, engine
-    sessions.close()
 
 
 def open_episodes(endpoint, count):

@@ -13,11 +13,10 @@ import torch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
 from grpoflow.multiturn.agents import AgentEpisodes, reward_parts
-from grpoflow.multiturn.endpoint import Endpoint
 from grpoflow.multiturn.episode import EpisodeRecord
 from grpoflow.multiturn.turns import stream_seed
 from grpoflow.rollout.protocol import SamplingParams
-from scripted import ScriptedEngine, Sessions, final, play
+from scripted import ScriptedEngine, final, play, serving
 
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>'
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "Exact arithmetic.",
@@ -35,13 +34,8 @@ def served():
     """An endpoint over a scripted engine (calculator_policy unless the test swaps `engine.policy`)."""
     tok = build_char_tokenizer()
     engine = ScriptedEngine(tok, calculator_policy, None, version=5)
-    endpoint = Endpoint(tok, max_calls=4)
-    engine.end_id = endpoint.renderer.turn.end_token_id
-    sessions = Sessions(engine)
-    endpoint.sessions = sessions
-    with endpoint:
+    with serving(engine, tok) as endpoint:
         yield endpoint, engine
-    sessions.close()
 
 
 def session(endpoint, episodes=1, budget=500, n=1):

@@ -132,8 +132,8 @@ def engine_params(request: types.SampleRequest, default_max_tokens: int) -> tupl
 
 def cut_at_stop(tokens: list[int], stop_strings: list[str], decode) -> int | None:
     """The length of the shortest prefix of `tokens` whose text contains a stop string, or None."""
-    if not stop_strings:
-        return None
+    if not stop_strings or not any(s in decode(tokens) for s in stop_strings):
+        return None  # the common case: one decode
     for k in range(1, len(tokens) + 1):
         text = decode(tokens[:k])
         if any(s in text for s in stop_strings):

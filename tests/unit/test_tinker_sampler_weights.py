@@ -58,3 +58,14 @@ def BaseModelWeights(path):
     from grpoflow.models.loading import load_causal_lm
 
     return {n: p.detach() for n, p in load_causal_lm(path).named_parameters()}.items()
+
+
+def test_a_sample_ends_at_the_token_that_completes_a_stop_string():
+    from grpoflow.tinker_server.sampling import cut_at_stop
+
+    def decode(ids):
+        return "".join({1: "ab", 2: "\n\nUs", 3: "er:", 4: "x"}[i] for i in ids)
+
+    assert cut_at_stop([1, 2, 3, 4], ["\n\nUser:"], decode) == 3   # split over two tokens: cut after the second
+    assert cut_at_stop([1, 4], ["\n\nUser:"], decode) is None
+    assert cut_at_stop([1, 2, 3], [], decode) is None

@@ -30,6 +30,7 @@ from grpoflow.rewards import RewardScorer, build_reward
 from grpoflow.tasks.addition import addition_splits
 from grpoflow.tasks.chat_addition import chat_addition_splits
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
+from grpoflow.tasks.reasoning_gym_tasks import default_val_spec, is_reasoning_gym, reasoning_gym_rows
 from grpoflow.workers.rollout_kinds import tool_schemas
 
 # built-in data name -> (the task's splits function, index of the split)
@@ -79,12 +80,17 @@ def resolve_model(cfg: Config, run_dir: Path) -> str:
 
 def read_rows(files: list[str]) -> list[dict]:
     """Rows of every file; `builtin:addition/train|val` (and `builtin:chat_addition/...`) are the built-in
-    tasks' splits."""
+    tasks' splits; `reasoning_gym:TASK?size=..&seed=..&option=..` a reasoning-gym task's rows."""
     rows: list[dict] = []
     for spec in files:
         if spec in BUILTIN_DATA:
             splits, index = BUILTIN_DATA[spec]
             rows += splits()[index]
+        elif is_reasoning_gym(spec):
+            try:
+                rows += reasoning_gym_rows(spec)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         elif spec.startswith("builtin:"):
             raise ConfigError(f"data file {spec!r} is not a built-in; use one of {list(BUILTIN_DATA)}.")
         else:
@@ -95,7 +101,10 @@ def read_rows(files: list[str]) -> list[dict]:
 def val_files(cfg: Config) -> list[str]:
     if cfg.data.val_files is not None:
         return cfg.data.val_files
-    return ["builtin:addition/val"] if cfg.data.train_files == ["builtin:addition/train"] else []
+    train_files = list(cfg.data.train_files)
+    if len(train_files) == 1 and is_reasoning_gym(train_files[0]):
+        return [default_val_spec(train_files[0])]  # the same task, another seed
+    return ["builtin:addition/val"] if train_files == ["builtin:addition/train"] else []
 
 
 def sft_steps(cfg: Config) -> int:

@@ -233,3 +233,11 @@ class GuessNumber:
             self.found = True
             return None, True, 1.0
         return ("higher" if value < self.secret else "lower"), False, 0.0
+
+
+# ---------------------------------------------------------------- environments of the field (docs/environments.md)
+# Their modules import their package only when an environment is played (optional extras).
+
+from grpoflow.multiturn.reasoning_gym_env import ReasoningGymEnv  # noqa: E402
+
+register_env("reasoning_gym")(ReasoningGymEnv)

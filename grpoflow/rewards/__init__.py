@@ -9,11 +9,13 @@
     combine.py     CombinedReward (weighted sum), RoutedReward (by data_source), build_reward(spec)
     judge.py       LLM-as-judge: prompt template, score parser, the OpenAI-compatible client (bounded
                    concurrency, timeouts, retries), and the `judge` reward that reads its score
+    reasoning_gym_reward.py  reasoning_gym: a reasoning-gym task's own verifier (`score_answer`) on rows built
+                   by data.train_files=reasoning_gym:TASK (extra `reasoning-gym`, imported when used)
     scoring.py     Scores, RewardScorer (in-process, worker processes with a timeout, or async); the
                    worker processes are grpoflow/process_pool.py (a hung call is killed and replaced)
 
 Importing the package registers the built-ins (exact_match, length, gsm8k, gsm8k_flexible, math,
-countdown, format, length_penalty, judge).
+countdown, format, length_penalty, judge, reasoning_gym).
 """
 
 from grpoflow.rewards.functions import (REWARD_FUNCTIONS, RewardFn, exact_match, ground_truth_of, length,
@@ -25,11 +27,12 @@ from grpoflow.rewards.form import format_reward, length_penalty_reward
 from grpoflow.rewards.combine import CombinedReward, RoutedReward, build_reward
 from grpoflow.rewards.scoring import RewardScorer, Scores, score_completions
 from grpoflow.rewards.judge import judge  # registers the `judge` reward (reward.judge)
+from grpoflow.rewards.reasoning_gym_reward import reasoning_gym_reward  # imports reasoning_gym only when scoring
 
 __all__ = [
     "REWARD_FUNCTIONS", "RewardFn", "register_reward", "load_reward_function", "ground_truth_of",
     "exact_match", "length", "gsm8k_reward", "gsm8k_flexible_reward", "math_reward", "countdown_reward",
     "format_reward", "length_penalty_reward", "extract_gsm8k_answer", "last_boxed", "math_equal",
     "CombinedReward", "RoutedReward", "build_reward", "RewardScorer", "Scores", "score_completions",
-    "judge",
+    "judge", "reasoning_gym_reward",
 ]

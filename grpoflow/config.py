@@ -58,6 +58,9 @@ class ModelConfig:
                     "into <output_dir>/base_model; pip install 'grpoflow[gguf]'), or `builtin:tiny-<size>` (size 0.5m, "
                     "4m, 30m) to build a tiny Llama with a character tokenizer from scratch (recipes/builtin.yaml then "
                     "applies).")
+    gguf_cache_dir: Optional[str] = opt(None, "Where commands without a run folder (`grpoflow eval`) convert a "
+                                        "`.gguf` model.path, once per file, reused by later commands. None: "
+                                        "$XDG_CACHE_HOME/grpoflow/gguf (~/.cache/grpoflow/gguf).")
     seed: int = opt(0, "Initialisation seed for a `builtin:` model.")
     dtype: str = opt("float32", "Parameter dtype of the trained models: float32 or bfloat16.")
     compute_dtype: str = opt("float32", "dtype of the matrix products (autocast): bfloat16 computes in bf16 while "
@@ -87,9 +90,12 @@ class CurriculumConfig:
 class DataConfig:
     train_files: list = opt(["builtin:addition/train"], "Training prompt files (.jsonl, .json, .parquet), "
                             "or `builtin:addition/train` for the built-in 2-digit addition task "
-                            "(`builtin:chat_addition/train`: the same as chat messages, for pretrained chat models).")
+                            "(`builtin:chat_addition/train`: the same as chat messages, for pretrained chat models), "
+                            "or `reasoning_gym:TASK?size=500&seed=0&option=value` for a reasoning-gym task "
+                            "(pip install 'grpoflow[reasoning-gym]'; docs/environments.md).")
     val_files: Optional[list] = opt(None, "Validation files. None: the built-in task's held-out split when "
-                                    "training on it, otherwise no validation.")
+                                    "training on it (a reasoning_gym:TASK spec: the same task with seed + 1, at most "
+                                    "100 rows), otherwise no validation.")
     prompt_key: str = opt("prompt", "Column holding the prompt (a string or a list of chat messages).")
     prompts_per_step: int = opt(32, "Prompts drawn per RL step; each gets `rollout.n` samples.")
     max_prompt_length: int = opt(512, "Prompts longer than this many tokens are dropped (or an error, see "
@@ -142,7 +148,7 @@ class RolloutConfig:
     # Multi-turn (docs/multi-turn.md): on when rollout.env or rollout.tools is set. rollout.max_new_tokens is
     # then the budget of each trajectory: every token after the prompt, the model's and the environment's.
     env: Optional[str] = opt(None, "Environment answering the model between turns: a registered name "
-                             "(guess_number) or path/to/file.py:Class with reset(**row) and step(text).")
+                             "(guess_number; reasoning_gym: retry a reasoning_gym:TASK row after a wrong answer) or path/to/file.py:Class with reset(**row) and step(text).")
     tools: list = opt([], "Tools the model may call (Hermes <tool_call> JSON): registered names (calculator, "
                       "python) or path/to/file.py:function, typed and with a docstring.")
     max_turns: int = opt(4, "Multi-turn: most model turns per trajectory (rollout.agent: model calls per episode; "
@@ -206,7 +212,8 @@ class JudgeConfig:
 @dataclass
 class RewardConfig:
     function: Optional[str] = opt("exact_match", "Reward function: a built-in (exact_match, gsm8k, gsm8k_flexible, math, "
-                        "countdown, format, length, length_penalty) or `path/to/file.py:function`. Called as "
+                        "countdown, format, length, length_penalty, reasoning_gym: the task's own verifier on "
+                        "reasoning_gym:TASK rows) or `path/to/file.py:function`. Called as "
                         "fn(prompt, completion, **row_columns) -> float | dict | None.")
     functions: list = opt([], "Several reward functions whose weighted sum is the score, each logged as "
                           "reward/<name>/mean (replaces reward.function when given).")

@@ -16,17 +16,17 @@ from grpoflow.controller.run import build_scorer, read_rows, val_files
 from grpoflow.controller.validation import validate
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.distributed.worker_group import WorkerGroup
-from grpoflow.models.gguf import is_gguf
+from grpoflow.models.gguf import cached_conversion, is_gguf
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.workers.rollout import RolloutWorker
 
 
-def policy_folder(path: str) -> str:
-    """An HF model folder as is; a run folder -> the policy of its latest checkpoint."""
+def policy_folder(path: str, gguf_cache_dir: str | None = None) -> str:
+    """An HF model folder as is; a run folder -> the policy of its latest checkpoint; a .gguf file -> its folder in
+    the conversion cache (converted on first use, models/gguf.py)."""
     if is_gguf(path):
-        raise ConfigError(f"model.path={path}: grpoflow eval reads HF folders; `grpoflow train` with this file converts "
-                          f"it into <trainer.output_dir>/base_model - evaluate that folder or the run folder.")
+        return cached_conversion(path, gguf_cache_dir)
     checkpoint = CheckpointManager(path).latest()
     if checkpoint is not None:
         return str(checkpoint / "actor")
@@ -42,7 +42,7 @@ def evaluate(cfg: Config) -> dict[str, float]:
     if not files:
         raise ConfigError("grpoflow eval needs prompts: set data.val_files (or data.train_files=builtin:addition/train "
                           "for the built-in task's held-out split).")
-    model_path = policy_folder(cfg.model.path)
+    model_path = policy_folder(cfg.model.path, cfg.model.gguf_cache_dir)
     d, r = cfg.data, cfg.rollout
     multi_turn = r.multi_turn or bool(r.agent)
     scorer = build_scorer(cfg)

@@ -8,10 +8,17 @@ the dequantized weights are copied into a model built from the same config witho
 
 The folder records the file it came from (`CONVERTED_FROM`); converting the same file into it
 again is a no-op (a resumed run reuses it), a different file is an error rather than a silent mix.
+
+Commands without a run folder (`grpoflow eval`) convert into a shared cache instead (`cached_conversion`):
+one folder per file, named after the file and a hash of its path, size and mtime, so a second command reuses
+it and a changed file gets a new one; a file lock makes two commands converting the same file at once wait for
+each other instead of both converting.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -102,3 +109,22 @@ def _load_dequantized(src: Path):
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
     return plain.eval(), tokenizer
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/grpoflow/gguf` (default ~/.cache/grpoflow/gguf)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grpoflow" / "gguf"
+
+
+def cached_conversion(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
+    """The HF folder of `gguf_file` in `cache_dir` (default_cache_dir()), converted on first use, reused after."""
+    src = Path(gguf_file).resolve()
+    if not src.is_file():
+        raise FileNotFoundError(f"model.path={gguf_file}: no such .gguf file; give the path of a GGUF model file.")
+    key = hashlib.sha256(json.dumps(_source_record(src), sort_keys=True).encode()).hexdigest()[:16]
+    root = Path(cache_dir) if cache_dir else default_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    out = root / f"{src.stem}-{key}"
+    with open(root / f"{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second command waits here, then finds the folder converted
+        return convert_gguf(src, out)

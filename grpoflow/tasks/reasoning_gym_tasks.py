@@ -6,9 +6,10 @@ The spec is `reasoning_gym:<task>` with an optional query string of `key=value` 
 list). The rows are `reasoning_gym.create_dataset(task, size=, seed=, **options)`'s entries:
 
     {"prompt": [{"role": "user", "content": question}], "answer": answer, "data_source": "reasoning_gym/<task>",
+     "demo": [the question, {"role": "assistant", "content": answer}],
      "reasoning_gym": {"task": task, "options": {"size": ..., "seed": ..., ...}, "index": i}}
 
-so the `reasoning_gym` reward (rewards/reasoning_gym_reward.py) and environment (multiturn/reasoning_gym_env.py)
+`demo` is a warm start's target (`sft.response_key=demo`: the answer as the assistant turn); so the `reasoning_gym` reward (rewards/reasoning_gym_reward.py) and environment (multiturn/reasoning_gym_env.py)
 can rebuild the entry and score with the task's own `score_answer`. Without `data.val_files`, a
 reasoning_gym training spec is validated on the same task with `seed + 1` and at most 100 rows
 (`default_val_spec`).
@@ -60,7 +61,9 @@ def reasoning_gym_rows(spec: str) -> list[dict]:
     rows = []
     for index in range(len(dataset)):
         entry = dataset[index]
-        rows.append({"prompt": [{"role": "user", "content": entry["question"]}], "answer": str(entry["answer"]),
+        question = [{"role": "user", "content": entry["question"]}]
+        rows.append({"prompt": question, "answer": str(entry["answer"]),
+                     "demo": question + [{"role": "assistant", "content": str(entry["answer"])}],
                      "data_source": f"reasoning_gym/{task}",
                      "reasoning_gym": {"task": task, "options": dict(options), "index": index}})
     return rows

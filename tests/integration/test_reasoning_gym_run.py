@@ -12,7 +12,7 @@ from grpoflow.controller.metrics import read_metrics  # noqa: E402
 from grpoflow.controller.run import train  # noqa: E402
 
 SPEC = "reasoning_gym:chain_sum?size=32&seed=1&min_terms=2&max_terms=2&max_digits=1"
-BASE = ["model.path=builtin:tiny-0.5m", "sft.steps=30", "sft.response_key=answer", f"data.train_files={SPEC}",
+BASE = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.max_prompt_length=160", "sft.response_key=demo", f"data.train_files={SPEC}",
         "data.prompts_per_step=4", "rollout.n=4", "trainer.total_steps=2", "trainer.log_every=1",
         "trainer.save_every=0", "trainer.resume=never", "data.val_max_prompts=8"]
 
@@ -37,7 +37,7 @@ def test_single_turn_run_is_scored_by_the_tasks_verifier(tmp_path):
 def test_the_retry_environment_trains_and_tells_the_model_it_was_wrong(tmp_path):
     out = tmp_path / "run"
     train(load_config(None, BASE + [f"trainer.output_dir={out}", "rollout.env=reasoning_gym", "reward.function=null",
-                                    "rollout.max_turns=2", "rollout.max_new_tokens=24", "trainer.val_every=0",
+                                    "rollout.max_turns=2", "rollout.max_new_tokens=96", "trainer.val_every=0",
                                     "trainer.log_train_groups=4"]))
     steps = [r for r in read_metrics(out) if "timing_s/step" in r]
     assert len(steps) == 2 and all("reward/env/mean" in r for r in steps)

@@ -118,9 +118,34 @@ def test_missing_file_and_missing_extra_errors_name_the_fix(tiny_gguf, tmp_path,
     assert not (tmp_path / "hf").exists()
 
 
-def test_eval_of_a_gguf_file_names_the_folder_to_use(tmp_path):
-    from grpoflow.config import ConfigError
+def test_eval_converts_a_gguf_file_once_into_the_cache_and_reuses_it(tiny_gguf, tmp_path):
     from grpoflow.controller.evaluate import policy_folder
 
-    with pytest.raises(ConfigError, match="base_model"):
-        policy_folder(str(tmp_path / "m.gguf"))
+    path, model, _ = tiny_gguf
+    cache = tmp_path / "cache"
+    folder = Path(policy_folder(str(path), str(cache)))
+    assert folder.parent == cache and folder.name.startswith("tiny-")
+    converted = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    ids = torch.tensor([[5, 9, 40, 41]])
+    with torch.no_grad():
+        assert torch.allclose(converted(ids).logits, model(ids).logits, atol=1e-5)
+    written = (folder / "model.safetensors").stat().st_mtime_ns
+    assert policy_folder(str(path), str(cache)) == str(folder)
+    assert (folder / "model.safetensors").stat().st_mtime_ns == written   # reused, not converted again
+    changed = tmp_path / "tiny.gguf"
+    changed.write_bytes(path.read_bytes())   # another file (path, mtime): its own folder
+    assert policy_folder(str(changed), str(cache)) != str(folder)
+
+
+def test_grpoflow_eval_takes_a_gguf_file(tiny_gguf, tmp_path, capsys):
+    """The new user's command: `grpoflow eval model.path=X.gguf data.val_files=...` converts and evaluates."""
+    from grpoflow.cli import main
+
+    path, _, _ = tiny_gguf
+    args = ["eval", f"model.path={path}", f"model.gguf_cache_dir={tmp_path / 'cache'}",
+            "data.val_files=[builtin:addition/val]", "data.val_max_prompts=3", "rollout.max_new_tokens=3",
+            f"trainer.output_dir={tmp_path / 'out'}"]
+    assert main(args) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "addition" in out and "(3 prompts)" in out, out
+    assert len([p for p in (tmp_path / "cache").iterdir() if p.is_dir()]) == 1

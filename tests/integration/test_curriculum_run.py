@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager
 from grpoflow.controller.metrics import read_metrics
@@ -26,6 +28,7 @@ def comparable(run_dir):
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(run_dir)]
 
 
+@pytest.mark.slow  # two runs and a subprocess (11 s); the sampler's resume is also checked in tests/unit
 def test_curriculum_run_logs_pools_and_resumes_exactly(tmp_path):
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"

@@ -25,6 +25,7 @@ from grpoflow.config import Config, to_yaml
 from grpoflow.controller.checkpoint import (CheckpointManager, load_state, rng_state, save_state, set_rng_state,
                                            step_dir_name)
 from grpoflow.controller.checks import check_config
+from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.controller.distill import SELF, Distiller, resolve_teacher
 from grpoflow.controller.judging import Judging, judged, resolve_judge_path
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
@@ -39,7 +40,6 @@ from grpoflow.controller.trackers import build_trackers
 from grpoflow.controller.validation import validate
 from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.data.batch import Batch
-from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.rewards.scoring import RewardScorer, Scores

@@ -148,7 +148,11 @@ class RolloutConfig:
     # Multi-turn (docs/multi-turn.md): on when rollout.env or rollout.tools is set. rollout.max_new_tokens is
     # then the budget of each trajectory: every token after the prompt, the model's and the environment's.
     env: Optional[str] = opt(None, "Environment answering the model between turns: a registered name "
-                             "(guess_number; reasoning_gym: retry a reasoning_gym:TASK row after a wrong answer) or path/to/file.py:Class with reset(**row) and step(text).")
+                             "(guess_number; reasoning_gym: retry a reasoning_gym:TASK row after a wrong answer; openenv: an OpenEnv server, "
+                             "pip install 'grpoflow[openenv]') or path/to/file.py:Class with reset(**row) and step(text).")
+    env_args: dict = opt({}, "Keyword arguments of the environment class's constructor, e.g. rollout.env=openenv "
+                         "with {url: http://127.0.0.1:8000, action_field: message, observation_field: null} "
+                         "(docs/environments.md).")
     tools: list = opt([], "Tools the model may call (Hermes <tool_call> JSON): registered names (calculator, "
                       "python) or path/to/file.py:function, typed and with a docstring.")
     max_turns: int = opt(4, "Multi-turn: most model turns per trajectory (rollout.agent: model calls per episode; "

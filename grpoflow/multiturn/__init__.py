@@ -4,6 +4,8 @@ and each conversation is one training sample, token-exact.
     chat.py         ChatRenderer: token-exact rendering (continuations as chat-template suffixes, the end-of-turn
                     separator restored), the prefix-preserving template check
     env.py          the environment contract (reset / step / get_reward / close), registry, guess_number
+    reasoning_gym_env.py  reasoning_gym: a reasoning-gym task the model may retry after "wrong" (extra reasoning-gym)
+    openenv_env.py  openenv: one OpenEnv client session per trajectory, observations as user messages (extra openenv)
     trajectory.py   Trajectory: prompt ids + segments (sampled ids with log-probs and version | rendered ids) -> Batch
     loop.py         trajectories as coroutines over the request batcher: SingleTurn, EnvLoop (environment, tools)
     turns.py        what every trajectory shares: random streams, budget and end-of-turn rules, tool calls, SampleInfo

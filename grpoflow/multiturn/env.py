@@ -131,13 +131,13 @@ def env_number(value: Any, what: str) -> float:
 class GuardedEnvironment:
     """One environment instance under the callback rule (module docstring); `failure` says why it stopped."""
 
-    def __init__(self, cls: type) -> None:
+    def __init__(self, cls: type, kwargs: dict | None = None) -> None:
         self.name = cls.__name__
         self.failure: str | None = None
         self._steps_total = 0.0
         self.inner: Any = None
         try:
-            self.inner = cls()
+            self.inner = cls(**(kwargs or {}))
         except (Exception, SystemExit) as e:
             self._fail("__init__", e)
         self.tools = getattr(self.inner, "tools", [])
@@ -189,10 +189,10 @@ class GuardedEnvironment:
                     "reward/env/errors).", self.failure)
 
 
-def guarded(cls: type) -> Callable[[], GuardedEnvironment]:
-    """A factory of `cls` instances under the callback rule, for AgentLoop's `env_cls`."""
+def guarded(cls: type, kwargs: dict | None = None) -> Callable[[], GuardedEnvironment]:
+    """A factory of `cls(**kwargs)` instances (rollout.env_args) under the callback rule, for EnvLoop's `env_cls`."""
     def make() -> GuardedEnvironment:
-        return GuardedEnvironment(cls)
+        return GuardedEnvironment(cls, kwargs)
     make.tools = getattr(cls, "tools", [])  # type: ignore[attr-defined]
     return make
 
@@ -238,6 +238,8 @@ class GuessNumber:
 # ---------------------------------------------------------------- environments of the field (docs/environments.md)
 # Their modules import their package only when an environment is played (optional extras).
 
+from grpoflow.multiturn.openenv_env import OpenEnvEnvironment  # noqa: E402
 from grpoflow.multiturn.reasoning_gym_env import ReasoningGymEnv  # noqa: E402
 
 register_env("reasoning_gym")(ReasoningGymEnv)
+register_env("openenv")(OpenEnvEnvironment)

@@ -1,0 +1,99 @@
+"""OpenEnv environments as rollout.env=openenv, against a real OpenEnv server (openenv-core's create_app, served by
+uvicorn on 127.0.0.1 in its own process; tests/integration/openenv_server.py): the adapter's observations, rewards
+and seeds, then the tiny model trained end to end through grpoflow's environment loop."""
+
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("openenv.core")
+
+from grpoflow.config import load_config  # noqa: E402
+from grpoflow.controller.metrics import read_metrics  # noqa: E402
+from grpoflow.controller.run import sft_stage, train  # noqa: E402
+from grpoflow.multiturn.env import GuardedEnvironment, load_env  # noqa: E402
+from grpoflow.multiturn.openenv_env import observation_text  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "openenv_server:app", "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "warning"], cwd=HERE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=1)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError("the OpenEnv server exited") from None
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("the OpenEnv server did not start in 30 s")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_observation_text():
+    assert observation_text({"text": "hi", "done": False, "reward": 0.0, "metadata": {}}) == "hi"
+    assert observation_text({"a": "x", "b": 2, "done": False}) == '{"a": "x", "b": 2}'
+    assert observation_text({"a": "x", "b": "y"}, "b") == "y"
+    with pytest.raises(KeyError, match="observation_field"):
+        observation_text({"a": "x"}, "c")
+
+
+def test_the_adapter_plays_a_real_openenv_server(server_url):
+    env = GuardedEnvironment(load_env("openenv"), {"url": server_url})
+    secret = random.Random(7).randint(1, 8)  # the server's environment draws it from the seed it is reset with
+    assert env.reset(seed=7) == [{"role": "user", "content": "Guess 1-8"}]
+    wrong = 1 if secret != 1 else 2
+    messages, done, reward = env.step(f"{wrong}")
+    assert (messages, done, reward) == ([{"role": "user", "content": "higher" if wrong < secret else "lower"}],
+                                        False, 0.0)
+    assert env.step(str(secret)) == ([], True, 1.0)
+    assert env.get_reward() == 1.0 and env.failure is None
+    env.close()
+
+
+def test_a_missing_url_names_the_setting():
+    env = GuardedEnvironment(load_env("openenv"), {})
+    assert "rollout.env_args={url:" in env.failure
+
+
+def test_grpoflow_trains_through_an_openenv_server(server_url, tmp_path):
+    base = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
+            "rollout.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
+            "trainer.resume=never", "trainer.log_train_groups=4"]
+    # a warm start on the built-in guess-the-number demonstrations, so that the model plays several turns
+    warm = sft_stage(load_config("guess_number", base + ["sft.steps=60", "sft.batch_size=16",
+                                                         f"trainer.output_dir={tmp_path / 'warm'}"]))
+    out = tmp_path / "run"
+    train(load_config("guess_number", base + [f"model.path={warm}", "sft.steps=0", f"trainer.output_dir={out}",
+                                              "rollout.env=openenv", f"rollout.env_args={{url: {server_url}}}",
+                                              "reward.function=null", "trainer.total_steps=2"]))
+    steps = [r for r in read_metrics(out) if "timing_s/step" in r]
+    assert len(steps) == 2 and all(r.get("reward/env/errors", 0) == 0 for r in steps)
+    assert max(r["multi_turn/turns/max"] for r in steps) >= 2
+    groups = [json.loads(line) for line in (out / "train_samples.jsonl").read_text().splitlines()]
+    samples = [s for g in groups for s in g["samples"]]
+    replies = {m["content"] for s in samples for m in s["conversation"][1:] if m["role"] == "user"}
+    assert replies and replies <= {"higher", "lower", "a number"}   # the server's observations, as user messages
+    for s in samples:  # the OpenEnv reward is the only reward: 1 when the model's last turn found the number
+        assert s["score"] == s["reward_parts"]["env"] in (0.0, 1.0)
+        if s["score"] == 1.0:
+            assert s["conversation"][-1]["role"] == "assistant"

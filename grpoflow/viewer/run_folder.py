@@ -199,15 +199,20 @@ def checkpoints(root: Path) -> list[dict]:
     latest = (root / LATEST).read_text().strip() if (root / LATEST).exists() else None
     out = []
     for folder in sorted(root.glob("step_*")):
-        manifest = folder / MANIFEST
-        try:
-            sizes = json.loads(manifest.read_text()) if manifest.exists() else {}
-        except (OSError, json.JSONDecodeError):
-            sizes = {}
-        out.append({"name": folder.name, "step": int(folder.name.split("_")[-1]),
-                    "bytes": sum(int(v) for v in sizes.values()) if sizes else None,
+        out.append({"name": folder.name, "step": int(folder.name.split("_")[-1]), "bytes": checkpoint_bytes(folder),
                     "time": folder.stat().st_mtime, "latest": folder.name == latest})
     return out
+
+
+def checkpoint_bytes(folder: Path) -> int | None:
+    """The checkpoint's size from its manifest.json: {"files": {name: {"size", "sha256"}}}, or the older
+    {name: size}; None when there is none or it cannot be read (the page then shows no size)."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+        entries = data["files"] if isinstance(data.get("files"), dict) else data
+        return sum(int(v["size"]) if isinstance(v, dict) else int(v) for v in entries.values())
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def files(path: Path) -> list[dict]:

@@ -43,8 +43,12 @@ def run_dir(tmp_path):
     (run / "config.yaml").write_text(to_yaml(load_config(None, ["model.path=builtin:tiny-0.5m",
                                                                 "data.prompts_per_step=4", "rollout.n=4"])))
     ckpt = run / "checkpoints" / "step_000002"
-    ckpt.mkdir(parents=True)
-    (ckpt / "manifest.json").write_text(json.dumps({"actor/model.safetensors": 1000, "controller.pt": 24}))
+    ckpt.mkdir(parents=True)   # the manifest as checkpoint.py writes it: sizes and checksums
+    (ckpt / "manifest.json").write_text(json.dumps({"files": {"actor/model.safetensors": {"size": 1000, "sha256": "ab"},
+                                                              "controller.pt": {"size": 24, "sha256": "cd"}}}))
+    old = run / "checkpoints" / "step_000001"
+    old.mkdir()                # a manifest of before checksums: {name: size}
+    (old / "manifest.json").write_text(json.dumps({"actor/model.safetensors": 1000, "controller.pt": 20}))
     (run / "checkpoints" / "latest").write_text("step_000002")
     write_lines(run / "restarts.jsonl", [{"restart": 1, "during_step": 2, "role": "rollout", "rank": 0,
                                           "cause": "WorkerDied", "checkpoint": None}])
@@ -98,8 +102,9 @@ def test_validation_samples_are_grouped_by_prompt_and_repeats_dropped(client):
 def test_facts_hold_schedule_checkpoints_and_restarts(client):
     facts = client.get("/api/runs/0/facts").json()
     assert facts["schedule"].startswith("schedule: 4 prompts x 4 samples = 16 trajectories per step")
-    assert facts["checkpoints"] == [{"name": "step_000002", "step": 2, "bytes": 1024,
-                                     "time": facts["checkpoints"][0]["time"], "latest": True}]
+    assert [{k: c[k] for k in ("name", "step", "bytes", "latest")} for c in facts["checkpoints"]] == [
+        {"name": "step_000001", "step": 1, "bytes": 1020, "latest": False},
+        {"name": "step_000002", "step": 2, "bytes": 1024, "latest": True}]
     assert facts["restarts"][0]["cause"] == "WorkerDied"
     assert facts["last_step"] == 2 and facts["steps_logged"] == 2
     assert facts["summary"]["rollout.n"] == 4 and "model:" in facts["config_text"]

@@ -10,6 +10,7 @@ combinations that make no sense.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 from pathlib import Path
 from typing import Callable
 
@@ -92,9 +93,12 @@ def check_multi_turn(cfg: Config) -> None:
     r = cfg.rollout
     if r.env:
         try:
-            load_env(r.env)
+            env_cls = load_env(r.env)
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(str(e)) from None
+        check_env_args(r.env, env_cls, dict(r.env_args))
+    elif r.env_args:
+        raise ConfigError(f"rollout.env_args={dict(r.env_args)} is set but rollout.env is not; set both or neither.")
     if r.tools:
         from grpoflow.multiturn.tools import load_tools
 
@@ -106,6 +110,16 @@ def check_multi_turn(cfg: Config) -> None:
         from grpoflow.multiturn.tool_parser import TOOL_PARSERS
 
         resolve(TOOL_PARSERS, "rollout.tool_parser", r.tool_parser)
+
+
+def check_env_args(spec: str, env_cls: type, env_args: dict) -> None:
+    """rollout.env_args fit the environment class's constructor (checked on its signature; nothing is built)."""
+    try:
+        inspect.signature(env_cls).bind(**env_args)
+    except TypeError as e:
+        raise ConfigError(f"rollout.env_args={env_args} do not fit rollout.env={spec}'s constructor "
+                          f"{env_cls.__name__}{inspect.signature(env_cls)}: {e}; set rollout.env_args to its "
+                          "keyword arguments.") from None
 
 
 def check_agent(cfg: Config, estimator: Callable) -> None:

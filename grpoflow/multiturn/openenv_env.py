@@ -50,7 +50,7 @@ def observation_text(observation: dict, field: str | None = None) -> str:
 class OpenEnvEnvironment:
     """One OpenEnv session per trajectory (module docstring)."""
 
-    def __init__(self, *, url: str | None = None, action_field: str = "message", observation_field: str | None = None,
+    def __init__(self, *, url: str, action_field: str = "message", observation_field: str | None = None,
                  timeout_s: float = 60.0) -> None:
         """url: the OpenEnv server (http://host:port); action_field: the action's field that carries the model's
         text; observation_field: the observation's field shown to the model (None: its only field when a string,

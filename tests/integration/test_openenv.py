@@ -15,7 +15,8 @@ import pytest
 
 pytest.importorskip("openenv.core")
 
-from grpoflow.config import load_config  # noqa: E402
+from grpoflow.config import ConfigError, load_config  # noqa: E402
+from grpoflow.controller.checks import check_multi_turn  # noqa: E402
 from grpoflow.controller.metrics import read_metrics  # noqa: E402
 from grpoflow.controller.run import sft_stage, train  # noqa: E402
 from grpoflow.multiturn.env import GuardedEnvironment, load_env  # noqa: E402
@@ -70,9 +71,13 @@ def test_the_adapter_plays_a_real_openenv_server(server_url):
     env.close()
 
 
-def test_a_missing_url_names_the_setting():
-    env = GuardedEnvironment(load_env("openenv"), {})
-    assert "rollout.env_args={url:" in env.failure
+def test_a_missing_url_is_a_config_error_before_anything_starts():
+    with pytest.raises(ConfigError, match="missing a required argument: 'url'"):
+        check_multi_turn(load_config(None, ["rollout.env=openenv"]))
+    with pytest.raises(ConfigError, match="rollout.env is not"):
+        check_multi_turn(load_config(None, ["rollout.env_args={url: http://127.0.0.1:1}"]))
+    check_multi_turn(load_config(None, ["rollout.env=openenv", "rollout.env_args={url: http://127.0.0.1:1}"]))
+    assert "rollout.env_args={url:" in GuardedEnvironment(load_env("openenv"), {"url": ""}).failure
 
 
 def test_grpoflow_trains_through_an_openenv_server(server_url, tmp_path):

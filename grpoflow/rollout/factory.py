@@ -8,6 +8,9 @@ vllm and sglang are imported only when chosen. A user engine registers itself wi
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from typing import Any, Callable
 
 import torch
@@ -60,6 +63,20 @@ def sglang_engine(model_path: str, lora: dict | None = None, *, kv_reuse_mb: int
     return SGLangRolloutEngine(model_path, **options)
 
 
+def end_ids(model_path: str, tokenizer: Any) -> int | list[int]:
+    """The ids that end a sample: the tokenizer's EOS, and every id of the model's `generation_config.json`
+    `eos_token_id` (Llama-3-Instruct and Qwen2.5 list several; TRL and `model.generate` stop at each)."""
+    eos = tokenizer.eos_token_id
+    path = Path(model_path) / "generation_config.json"
+    try:
+        listed = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+    except (OSError, ValueError):  # an unreadable generation config: the tokenizer's EOS alone
+        listed = None
+    extra = [listed] if isinstance(listed, int) else [i for i in listed or [] if isinstance(i, int)]
+    ids = ([eos] if eos is not None else []) + [i for i in extra if i != eos]
+    return ids[0] if len(ids) == 1 else ids
+
+
 def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "float32", seed: int = 0,
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, enforce_eager: bool = True,
                  free_cache_engine: bool = True, sync_timeout_s: float = 120.0, kv_reuse_mb: int = 1024,
@@ -77,7 +94,7 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
         builder = ROLLOUT_ENGINES.resolve(name)
     except ValueError as e:
         raise ValueError(f"rollout.engine={name!r}: {e}") from None
-    return builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, dtype=dtype,
+    return builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids(model_path, tokenizer), dtype=dtype,
                    seed=seed, gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
                    enforce_eager=enforce_eager, free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s,
                    kv_reuse_mb=kv_reuse_mb, **({"lora": lora, "lora_versions": lora_versions} if lora is not None else {}))

@@ -167,3 +167,25 @@ def test_per_prompt_seeds_make_samples_independent_of_the_batch(tiny_model_path)
                                     chunk_size=64)
     m = together.response_mask.bool()
     torch.testing.assert_close(trainer_lp[m], together.log_probs[m], atol=1e-4, rtol=1e-4)
+
+
+def test_a_sample_ends_at_every_eos_id_of_the_models_generation_config(tmp_path, tiny_model_path):
+    import json
+    import shutil
+
+    from grpoflow.rollout.factory import build_engine, end_ids
+
+    tok = load_tokenizer(tiny_model_path)
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_path, folder)
+    assert end_ids(str(folder), tok) == tok.eos_token_id  # the saved generation config names the tokenizer's EOS
+    extra = MANY_EOS[-1]
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [tok.eos_token_id, extra]}))
+    assert end_ids(str(folder), tok) == [tok.eos_token_id, extra]
+    engine = build_engine("hf", str(folder), tok)
+    gen = engine.generate(_prompts(tok), SamplingParams(n=4, max_new_tokens=12, temperature=1.0), seeds=[1, 2, 3, 4])
+    for ids, mask, cut in zip(gen.response_ids, gen.response_mask, gen.truncated):
+        kept = ids[:int(mask.sum())].tolist()
+        assert extra not in kept[:-1] and tok.eos_token_id not in kept[:-1]  # nothing is sampled past an end id
+        assert bool(cut) == (kept[-1] not in (extra, tok.eos_token_id))
+    assert any(ids[int(m.sum()) - 1] == extra for ids, m in zip(gen.response_ids, gen.response_mask))

@@ -94,7 +94,9 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
         builder = ROLLOUT_ENGINES.resolve(name)
     except ValueError as e:
         raise ValueError(f"rollout.engine={name!r}: {e}") from None
-    return builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids(model_path, tokenizer), dtype=dtype,
-                   seed=seed, gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
-                   enforce_eager=enforce_eager, free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s,
-                   kv_reuse_mb=kv_reuse_mb, **({"lora": lora, "lora_versions": lora_versions} if lora is not None else {}))
+    adapters = {"lora": lora, "lora_versions": lora_versions} if lora is not None else {}
+    return builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids(model_path, tokenizer),
+                   dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+                   tensor_parallel_size=tensor_parallel_size, enforce_eager=enforce_eager,
+                   free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s, kv_reuse_mb=kv_reuse_mb,
+                   **adapters)

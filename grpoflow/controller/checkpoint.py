@@ -160,20 +160,10 @@ def problem(folder: Path, *, verify: bool = False) -> str | None:
     """Why `folder` is not a complete checkpoint, or None. Sizes against the manifest (a missing or truncated
     file) and controller.pt loaded; with `verify`, every file's SHA-256 against the manifest too (it reads the
     whole checkpoint: done for the one that is loaded or exported)."""
-    manifest = folder / MANIFEST
-    if manifest.exists():
-        try:
-            files = _manifest_entries(json.loads(manifest.read_text()))
-        except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
-            return f"{MANIFEST} cannot be read ({e!r})"
-        for name, (size, digest) in files.items():
-            path = folder / name
-            if not path.is_file():
-                return f"{name} is missing"
-            if path.stat().st_size != size:
-                return f"{name} holds {path.stat().st_size} bytes, {size} were written (truncated or overwritten)"
-            if verify and digest is not None and _sha256(path) != digest:
-                return f"{name} does not match its checksum in {MANIFEST} (damaged in place)"
+    if (folder / MANIFEST).exists():
+        wrong = _against_manifest(folder, verify=verify)
+        if wrong is not None:
+            return wrong
     elif not (folder / "actor").is_dir():  # a checkpoint written before manifests existed
         return "actor/ is missing"
     try:
@@ -229,6 +219,11 @@ def publish_folder(final: Path, write: Callable[[Path], None]) -> Path:
 def damaged_file(folder: Path) -> str | None:
     """What is wrong with a folder `publish_folder` wrote (a missing, truncated or changed file against its
     manifest, SHA-256 included), or None."""
+    return _against_manifest(folder, verify=True)
+
+
+def _against_manifest(folder: Path, *, verify: bool) -> str | None:
+    """The first file of `folder` that is missing, truncated or (with `verify`) changed against its manifest."""
     try:
         files = _manifest_entries(json.loads((folder / MANIFEST).read_text()))
     except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
@@ -239,7 +234,7 @@ def damaged_file(folder: Path) -> str | None:
             return f"{name} is missing"
         if path.stat().st_size != size:
             return f"{name} holds {path.stat().st_size} bytes, {size} were written (truncated or overwritten)"
-        if digest is not None and _sha256(path) != digest:
+        if verify and digest is not None and _sha256(path) != digest:
             return f"{name} does not match its checksum in {MANIFEST} (damaged in place)"
     return None
 

@@ -37,8 +37,9 @@ def test_a_loss_that_overflows_stops_clearly_and_keeps_the_last_checkpoint(tmp_p
     capsys.readouterr()
     kept = read_metrics(out)
     # The same run continued with a reward near float32's limit and no std normalisation: step 4's loss is not finite.
+    # (A resume that changes training settings is refused unless allowed: this one means to.)
     code = main(["train", f"trainer.output_dir={out}", *ARGS, f"reward.function={REWARDS}:huge",
-                 "algorithm.norm_adv_by_std=false"])
+                 "algorithm.norm_adv_by_std=false", "trainer.resume_config_changes=allow"])
     error = capsys.readouterr().err
     assert code == 2
     assert f"Stopped at step {SAVE_EVERY + 1}: the loss became nan" in error

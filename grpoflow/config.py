@@ -31,6 +31,8 @@ from typing import Any, Optional
 
 import yaml
 
+from grpoflow.config_rules import curriculum_checks, distill_checks, judge_checks
+
 
 class ConfigError(ValueError):
     """A bad config value or key; the message names it and the fix."""
@@ -718,41 +720,6 @@ def validate(cfg: Config) -> None:
         if not ok:
             raise ConfigError(message)
     batch_schedule(cfg)
-
-
-def curriculum_checks(c: CurriculumConfig) -> list[tuple[bool, str]]:
-    """The curriculum's keys."""
-    return [
-        (len(c.shares) == 3 and min(c.shares, default=0) >= 0 and sum(c.shares) > 0,
-         f"data.curriculum.shares={c.shares}: give three shares >= 0 (easy, learnable, hard), not all 0."),
-        (c.window >= 1 and c.retire_after >= 0, "data.curriculum.window must be >= 1 and retire_after >= 0."),
-        (0 <= c.hard_below < c.easy_above <= 1, "data.curriculum needs 0 <= hard_below < easy_above <= 1."),
-    ]
-
-
-def judge_checks(j: JudgeConfig) -> list[tuple[bool, str]]:
-    """The LLM judge's keys."""
-    return [
-        (not (j.url and j.path), "reward.judge.url and reward.judge.path are both set; the judge is either a server "
-                                 "(url) or a local model (path)."),
-        (j.max_concurrency >= 1 and j.retries >= 0 and j.timeout_s > 0 and j.max_tokens >= 1,
-         "reward.judge.max_concurrency and max_tokens must be >= 1, retries >= 0 and timeout_s > 0."),
-        (j.max_score is None or j.max_score > 0, "reward.judge.max_score must be > 0 (or null)."),
-    ]
-
-
-def distill_checks(d: DistillConfig) -> list[tuple[bool, str]]:
-    """The distillation keys' ranges and combinations."""
-    self_teacher = d.teacher.path == "self"
-    return [
-        (d.kl_coef >= 0 and d.task_weight >= 0 and d.topk >= 0 and d.topk_coef >= 0,
-         "distill.kl_coef, distill.task_weight, distill.topk and distill.topk_coef must be >= 0."),
-        (not self_teacher or bool(d.teacher.prompt_template),
-         "distill.teacher.path=self scores the student with itself; without privileged context "
-         "(distill.teacher.prompt_template) the teacher equals the student and the signal is 0: set a template."),
-        (not (self_teacher and d.topk > 0), "distill.topk needs a teacher model of its own (distill.teacher.path); the "
-                                            "self-distilling teacher gives the sampled tokens' log-probs only."),
-    ]
 
 
 @dataclass

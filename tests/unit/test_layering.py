@@ -27,7 +27,7 @@ UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "
                  "plotting", "viewer"}
 EVERY_PART = {"plugins", "sandbox", "process_worker", "process_pool", "plotting", "algorithms", "rewards", "data",
               "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
-              "tinker_server", "config", "cli", "viewer"}
+              "tinker_server", "config", "config_rules", "cli", "viewer"}
 FORBIDDEN_PARTS = {
     "plugins": None,  # None: nothing from any other grpoflow part (registries, user-file loading; stdlib only)
     "sandbox": EVERY_PART - {"sandbox"},  # stdlib only: what a sandboxed worker gives up, the reply format
@@ -51,7 +51,8 @@ FORBIDDEN_PARTS = {
     "controller": {"cli", "tinker_server"},
     # the Tinker API server: a command like train, on the engines and checkpoints; only the cli starts it
     "tinker_server": {"cli", "workers", "distributed", "multiturn"},
-    "config": EVERY_PART - {"plugins", "config"},  # the schema: plain values, no torch, no registries
+    "config": EVERY_PART - {"plugins", "config", "config_rules"},  # the schema: plain values, no torch, no registries
+    "config_rules": EVERY_PART - {"config", "config_rules"},       # config.validate's newer checks (types only)
     "cli": set(),
 }
 # third-party modules that the pure parts never touch
@@ -181,7 +182,7 @@ def test_only_controller_cli_and_workers_import_the_config():
     TinkerConfig section)."""
     bad = []
     for module, part, path in all_modules():
-        if part in ("controller", "cli", "config", "workers", "viewer", "tinker_server"):
+        if part in ("controller", "cli", "config", "config_rules", "workers", "viewer", "tinker_server"):
             continue
         bad += [f"{module} -> {name}" for name in _imports(module, path) if _matches(name, "grpoflow.config")]
     assert not bad, bad

@@ -53,6 +53,32 @@ def test_the_engine_ends_with_the_actors_weights_and_version(tiny_model_path, co
         torch.testing.assert_close(got[name], tensor, rtol=0, atol=0)
 
 
+def test_colocated_sync_streams_one_tensor_at_a_time(tiny_model_path):
+    # the engine loads the first tensor when the actor's model has handed out only that one: no list anywhere
+    # between the actor's parameters and the engine (actor stream, the pool's pipe, the rollout worker)
+    actor, rollout = groups(tiny_model_path, colocated=True)
+    model, engine = actor.pool.hosts[0].roles["actor"].engine.model, engine_of(rollout)
+    produced: list[str] = []
+    at_first_load: list[int] = []
+    real_parameters, real_update = model.named_parameters, engine.update_weights
+
+    def recorded_parameters(*args, **kwargs):
+        for name, p in real_parameters(*args, **kwargs):
+            produced.append(name)
+            yield name, p
+
+    def loads(stream):
+        for item in stream:
+            if not at_first_load:
+                at_first_load.append(len(produced))
+            yield item
+
+    model.named_parameters = recorded_parameters
+    engine.update_weights = lambda stream, version: real_update(loads(stream), version)
+    WeightSync(actor, rollout, queued=False).push(1)
+    assert at_first_load == [1] and len(produced) == len(dict(real_parameters())) > 1 and engine.version == 1
+
+
 def test_split_sync_sends_the_weights_in_buckets_never_as_one_list(tiny_model_path):
     actor, rollout = groups(tiny_model_path, colocated=False)
     seen: list[int] = []

@@ -134,9 +134,12 @@ def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None 
     if steps <= 0:
         return base
     rows = rows if rows is not None else read_rows(cfg.data.train_files)
+    conversations = cfg.rollout.multi_turn or bool(cfg.rollout.agent)  # demonstrations render as their rollouts do
     return run_sft(base, rows, run_dir.resolve() / "sft_model", steps=steps, lr=cfg.sft.lr,
                    batch_size=cfg.sft.batch_size, prompt_key=cfg.data.prompt_key,
-                   response_key=cfg.sft.response_key, seed=cfg.trainer.seed)
+                   response_key=cfg.sft.response_key, seed=cfg.trainer.seed,
+                   system_prompt=cfg.data.system_prompt if conversations else None,
+                   tools=tool_schemas(cfg) if conversations else None)
 
 
 def train(cfg: Config) -> dict:

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from grpoflow.training.engine import TrainEngine
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.multiturn.chat import ChatRenderer
+from grpoflow.multiturn.env import with_system_prompt
 
 
 def lookup(row: dict, key: str):
@@ -35,18 +36,20 @@ def lookup(row: dict, key: str):
 Example = tuple[list[int], list[int], list[int]]  # prompt ids, target ids, 1 on the target ids that are trained
 
 
-def sft_examples(rows: list[dict], tokenizer, prompt_key: str, response_key: str) -> list[Example]:
+def sft_examples(rows: list[dict], tokenizer, prompt_key: str, response_key: str, *, system_prompt: str | None = None,
+                 tools: list[dict] | None = None) -> list[Example]:
     """(prompt ids, target ids, target mask) per row: a string prompt and a target (trained: its ids + EOS), or
     a target that is a whole conversation in chat messages (a multi-turn demonstration: rendered by the rules
-    of a rollout, `multiturn.chat`; only the assistant turns are trained)."""
+    of a rollout, `multiturn.chat`, with the run's `tools` schemas and `system_prompt` first, as the rollout's
+    prompts are; only the assistant turns are trained)."""
     examples: list[Example] = []
     renderer = None
     for row in rows:
         prompt, target = row.get(prompt_key), lookup(row, response_key)
         if isinstance(target, list):
             if renderer is None:
-                renderer = ChatRenderer(tokenizer)
-            prompt_ids, segments = renderer.conversation_ids(target)
+                renderer = ChatRenderer(tokenizer, tools)
+            prompt_ids, segments = renderer.conversation_ids(with_system_prompt(target, system_prompt))
             examples.append((prompt_ids, [t for ids, _ in segments for t in ids],
                              [int(mine) for ids, mine in segments for _ in ids]))
         elif isinstance(prompt, str) and target is not None:
@@ -74,19 +77,22 @@ def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tenso
 
 
 def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: int, lr: float, batch_size: int,
-            prompt_key: str = "prompt", response_key: str = "answer", seed: int = 0) -> str:
+            prompt_key: str = "prompt", response_key: str = "answer", seed: int = 0, system_prompt: str | None = None,
+            tools: list[dict] | None = None) -> str:
     """Train `steps` supervised steps from `model_path`, save to `out_dir` (HF folder); return it.
+    `system_prompt` and `tools` render conversation targets as the rollout renders its prompts (sft_examples).
 
     If `out_dir` already holds a warm start with the same settings (a resumed run), it is reused."""
     rows_hash = hashlib.sha1(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
     settings = {"model_path": str(model_path), "rows": rows_hash, "steps": steps, "lr": lr,
                 "batch_size": batch_size, "prompt_key": prompt_key, "response_key": response_key, "seed": seed}
+    settings.update({k: v for k, v in (("system_prompt", system_prompt), ("tools", tools)) if v is not None})
     if finished_sft(out_dir, settings):
         tqdm.write(f"sft: reusing the warm start in {out_dir}")
         return str(out_dir)
     tokenizer = load_tokenizer(model_path)
     model = load_causal_lm(model_path)
-    examples = sft_examples(rows, tokenizer, prompt_key, response_key)
+    examples = sft_examples(rows, tokenizer, prompt_key, response_key, system_prompt=system_prompt, tools=tools)
     engine = TrainEngine(model, lr=lr, grad_clip=1.0)
     gen = torch.Generator().manual_seed(seed)
     start, loss = time.perf_counter(), float("nan")

@@ -105,3 +105,20 @@ def test_a_tokenizer_without_a_template_is_refused():
     tok.chat_template = None
     with pytest.raises(TemplateError, match="need a chat template"):
         ChatRenderer(tok)
+
+
+def test_a_warm_start_demonstration_opens_exactly_as_the_rollout_prompt_with_the_system_prompt():
+    from grpoflow.controller.sft import sft_examples
+
+    tok = chatml()
+    demo = [{"role": "user", "content": "3*4"}, {"role": "assistant", "content": "12"}]
+    row = {"prompt": "3*4", "demo": demo}
+    (prompt, target, trained), = sft_examples([row], tok, "prompt", "demo", system_prompt="Use the tool.")
+    # the rollout's first prompt: its opening with data.system_prompt (EnvLoop), rendered by the same rules
+    rollout_prompt = ChatRenderer(tok).prompt_ids([{"role": "system", "content": "Use the tool."}, demo[0]])
+    assert prompt == rollout_prompt
+    assert tok.decode(prompt).startswith("<|im_start|>system\nUse the tool.<|im_end|>")
+    assert target == ids(tok, "12", "<|im_end|>") and trained == [1] * len(target)
+    # without a system prompt the demonstration opens with the user turn, as before
+    (bare, _, _), = sft_examples([row], tok, "prompt", "demo")
+    assert bare == ChatRenderer(tok).prompt_ids(demo[:1])

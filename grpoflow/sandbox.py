@@ -1,11 +1,11 @@
 """What a worker process that runs untrusted code (the `python` tool) gives up, and the reply format it speaks.
 
-Standard library only (with ctypes for prctl), so grpoflow/process_pool.py can use it from the bottom layer.
+Standard library only (with ctypes for prctl), so grpoflow/user_code.py can use it from the bottom layer.
 
 Replies are data. A worker writes each reply as one frame: a 4-byte big-endian length, then that many bytes
 of UTF-8 JSON `{"id": <request id or null>, "kind": str, "info": <JSON value>}`. The parent reads frames
 with `FrameReader` (non-blocking, bounded size, bounded nesting), never unpickles them, and checks the id
-and kind itself (process_pool.py). Requests from the parent are pickled: the worker trusts its parent.
+and kind itself (user_code.py). Requests from the parent are pickled: the worker trusts its parent.
 
 `enter_sandbox(workdir, memory_mb)` runs in the worker once its function is loaded, before the first call:
 

@@ -15,7 +15,7 @@ and each conversation is one training sample, token-exact.
     builtin_tools.py  calculator (safe arithmetic via `ast`) and python (runs code; sandboxed)
     tool_parser.py  ToolCall, ParsedCalls, parse_tool_calls(text, parser) with the Hermes `<tool_call>` parser
     tool_runner.py  ToolResult, ToolRunner: each call under a timeout; sandboxed tools in worker processes
-                    with CPU-time, memory and output limits (grpoflow/process_pool.py)
+                    with CPU-time, memory and output limits (grpoflow/user_code.py)
 
 Agent programs through an OpenAI-compatible endpoint (docs/agents.md; extra `agents`: fastapi, uvicorn, openai):
 

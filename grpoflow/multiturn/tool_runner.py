@@ -14,7 +14,7 @@ order. `content` is the tool message for the model; `status` is what the agent l
 Where a call runs depends on its Tool's `sandboxed` flag:
 
 - sandboxed (untrusted code, e.g. `python`): in one of `workers` worker processes
-  (grpoflow/process_pool.py, shared with reward scoring, with `sandbox=True`): RLIMIT_CPU and a hard
+  (grpoflow/user_code.py, shared with reward scoring, with `sandbox=True`): RLIMIT_CPU and a hard
   RLIMIT_AS, no fork, a minimal environment, a folder of its own, another uid when the trainer is root
   (grpoflow/sandbox.py). Its reply is JSON data checked to be a (status, content) pair, never
   unpickled. A worker that times out, dies, exceeds a limit or breaks the reply protocol is SIGKILLed
@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 from grpoflow.multiturn.tool_parser import ToolCall
 from grpoflow.multiturn.tools import Tool
-from grpoflow.process_pool import Outcome, ResourceLimits, WorkerPool, dumps_function
+from grpoflow.user_code import Outcome, ResourceLimits, UserCodeProcesses, dumps_function
 
 log = logging.getLogger("grpoflow.tools")
 
@@ -180,7 +180,7 @@ class ToolRunner:
 def call_tool(tools: dict[str, Callable], max_output_chars: int, name: str, arguments: dict) -> tuple[str, str]:
     """(status, content) of tools[name](**arguments): runs in a worker process or a thread.
 
-    A MemoryError propagates: in a worker it is the memory limit (process_pool reports "killed").
+    A MemoryError propagates: in a worker it is the memory limit (user_code.py reports "killed").
     """
     try:
         value = tools[name](**arguments)
@@ -228,7 +228,7 @@ class _ThreadCall:
 
 
 def _start_pool(tools: list[Tool], max_output_chars: int, limits: ResourceLimits,
-                workers: int) -> WorkerPool | None:
+                workers: int) -> UserCodeProcesses | None:
     """The worker processes for the sandboxed tools (None if there are none)."""
     if not tools:
         return None
@@ -241,7 +241,7 @@ def _start_pool(tools: list[Tool], max_output_chars: int, limits: ResourceLimits
                 f"in an importable module or a path/to/file.py, or mark it sandboxed=False to run it in this "
                 f"process.") from None
     payload = dumps_function(functools.partial(call_tool, {t.name: t.fn for t in tools}, max_output_chars))
-    return WorkerPool(payload, workers, limits=limits, label="tool", sandbox=True,
+    return UserCodeProcesses(payload, workers, limits=limits, label="tool", sandbox=True,
                       validate=functools.partial(_checked_reply, max_output_chars))
 
 

@@ -12,7 +12,7 @@
     reasoning_gym_reward.py  reasoning_gym: a reasoning-gym task's own verifier (`score_answer`) on rows built
                    by data.train_files=reasoning_gym:TASK (extra `reasoning-gym`, imported when used)
     scoring.py     Scores, RewardScorer (in-process, worker processes with a timeout, or async); the
-                   worker processes are grpoflow/process_pool.py (a hung call is killed and replaced)
+                   worker processes are grpoflow/user_code.py (a hung call is killed and replaced)
 
 Importing the package registers the built-ins (exact_match, length, gsm8k, gsm8k_flexible, math,
 countdown, format, length_penalty, judge, reasoning_gym).

@@ -4,7 +4,7 @@
 
 - in this process, one sample after another (`workers=0`, the default; also what
   `score_completions` does): no overhead, no timeout;
-- in `workers` worker processes (grpoflow/process_pool.py), each call bounded by `timeout_s`: a call that runs
+- in `workers` worker processes (grpoflow/user_code.py), each call bounded by `timeout_s`: a call that runs
   longer scores `error_score`, is counted in `reward/timeouts`, and its process is killed and
   replaced, so a hung call costs at most `timeout_s` of the step. The function must be picklable:
   a built-in, a module-level function of an importable module or of a `path/to/file.py`, or a
@@ -30,7 +30,7 @@ from typing import Any
 
 from grpoflow.rewards.functions import RewardFn, is_async_reward, short_repr, split_value
 from grpoflow.plugins import fn_name
-from grpoflow.process_pool import Outcome, WorkerPool, WorkerStartError, dumps_function
+from grpoflow.user_code import Outcome, UserCodeProcesses, UserCodeStartError, dumps_function
 
 log = logging.getLogger("grpoflow.reward")
 RESERVED = ("prompt", "completion")
@@ -94,12 +94,12 @@ class RewardScorer:
         if timeout_s is not None and not self.is_async and workers == 0:
             workers = 1  # a hung call is stopped by killing the process that runs it: the timeout needs one
         self.fn, self.error_score, self.timeout_s, self.workers = fn, float(error_score), timeout_s, workers
-        self._pool: WorkerPool | None = None
+        self._pool: UserCodeProcesses | None = None
         if self.is_async or workers == 0:
             return
         self._pool = self._start_pool(fn, workers)
 
-    def _start_pool(self, fn: RewardFn, workers: int) -> WorkerPool | None:
+    def _start_pool(self, fn: RewardFn, workers: int) -> UserCodeProcesses | None:
         fallback = ("; scoring in this process, one sample at a time, with no timeout. Use a built-in or a "
                     "module-level function in a file (reward.function=path/to/file.py:name) to get "
                     "worker processes.")
@@ -109,8 +109,8 @@ class RewardScorer:
             log.warning("reward function %r cannot be sent to worker processes (%s)%s", fn, e, fallback)
             return None
         try:
-            return WorkerPool(payload, workers)
-        except WorkerStartError as e:
+            return UserCodeProcesses(payload, workers)
+        except UserCodeStartError as e:
             log.warning("reward worker processes could not start: %s%s", e, fallback)
             return None
 

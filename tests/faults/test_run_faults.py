@@ -53,7 +53,7 @@ def test_a_loss_that_overflows_stops_clearly_and_keeps_the_last_checkpoint(tmp_p
 
 
 def reward_workers(parent: int) -> set[int]:
-    """PIDs of the reward worker processes `parent` started (children running grpoflow.process_worker)."""
+    """PIDs of the reward worker processes `parent` started (children running grpoflow.user_code_child)."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -64,7 +64,7 @@ def reward_workers(parent: int) -> set[int]:
         except OSError:  # the process ended while we looked
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"grpoflow.process_worker" in cmdline:
+        if ppid == parent and b"grpoflow.user_code_child" in cmdline:
             pids.add(int(entry.name))
     return pids
 

@@ -1,11 +1,11 @@
 """The dependency direction of DESIGN.md section 2, checked on the source with `ast`.
 
-    plugins, process_pool -> algorithms, rewards -> data, models -> training | rollout -> multiturn -> workers
+    plugins, user_code -> algorithms, rewards -> data, models -> training | rollout -> multiturn -> workers
         -> distributed -> controller -> cli
 
 `training` and `rollout` sit side by side and never import each other; `config` imports only `plugins`.
-`process_pool` (worker processes for rewards and tools) is standard library + `plugins`, `process_worker` (its
-child side) and `sandbox` (what a sandboxed worker gives up; stdlib only).
+`user_code` (processes that run reward functions and tools under limits) is standard library + `plugins`,
+`user_code_child` (its child side) and `sandbox` (what a sandboxed worker gives up; stdlib only).
 
 Every import counts, including lazy ones inside functions: a lazy import is still a dependency.
 """
@@ -25,20 +25,20 @@ ROOT = Path(grpoflow.__file__).parent
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
 UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "tinker_server", "cli",
                  "plotting", "viewer"}
-EVERY_PART = {"plugins", "sandbox", "process_worker", "process_pool", "plotting", "algorithms", "rewards", "data",
+EVERY_PART = {"plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards", "data",
               "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
               "tinker_server", "config", "config_rules", "cli", "viewer"}
 FORBIDDEN_PARTS = {
     "plugins": None,  # None: nothing from any other grpoflow part (registries, user-file loading; stdlib only)
     "sandbox": EVERY_PART - {"sandbox"},  # stdlib only: what a sandboxed worker gives up, the reply format
-    "process_worker": EVERY_PART - {"sandbox", "process_worker"},
-    "process_pool": EVERY_PART - {"plugins", "sandbox", "process_worker", "process_pool"},
+    "user_code_child": EVERY_PART - {"sandbox", "user_code_child"},
+    "user_code": EVERY_PART - {"plugins", "sandbox", "user_code_child", "user_code"},
     # reads metrics.jsonl via controller.metrics
     "plotting": {"training", "rollout", "workers", "distributed", "tinker_server", "cli"},
     # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
     "viewer": EVERY_PART - {"plugins", "config", "viewer"},
     "algorithms": EVERY_PART - {"plugins", "algorithms"},
-    "rewards": EVERY_PART - {"plugins", "process_pool", "rewards"},
+    "rewards": EVERY_PART - {"plugins", "user_code", "rewards"},
     "data": UPPER_OF_DATA,
     "models": UPPER_OF_DATA,
     "tasks": UPPER_OF_DATA,

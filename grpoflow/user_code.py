@@ -1,4 +1,5 @@
-"""Worker processes that each run one pickled function, one call at a time, with a per-call timeout.
+"""Processes that run untrusted user code (reward functions, tools) under limits: each child runs one pickled
+function, one call at a time, with a per-call timeout and optional CPU-time and memory limits.
 
 Shared by reward scoring (grpoflow.rewards.scoring) and the tool runner (grpoflow.multiturn.tool_runner).
 
@@ -8,7 +9,7 @@ worker holds and since when; a call past its deadline is ended by killing that w
 to its process group, so subprocesses it started die too), and a fresh worker is started in its
 place while the other workers go on.
 
-The child is `python -c "<set sys.path>; worker_main(...)"` (grpoflow/process_worker.py), not a
+The child is `python -c "<set sys.path>; child_main(...)"` (grpoflow/user_code_child.py), not a
 multiprocessing "spawn" child, so it never re-imports the controller's `__main__` (with torch and the
 models); it imports only grpoflow's bottom layer and the function's own module. The function travels pickled: by
 reference for importable module-level functions and classes, by file path for those loaded
@@ -59,24 +60,24 @@ from multiprocessing.connection import wait
 from typing import Any, Callable
 
 from grpoflow.plugins import load_from_file
-from grpoflow.process_worker import REQUEST_ID, ResourceLimits
+from grpoflow.user_code_child import REQUEST_ID, ResourceLimits
 from grpoflow.sandbox import HEADER, FrameReader, ProtocolError, minimal_environment
 
-__all__ = ["Outcome", "ResourceLimits", "Task", "WorkerPool", "WorkerStartError", "dumps_function"]
+__all__ = ["Outcome", "ResourceLimits", "Task", "UserCodeProcesses", "UserCodeStartError", "dumps_function"]
 
-log = logging.getLogger("grpoflow.process_pool")
+log = logging.getLogger("grpoflow.user_code")
 
 Outcome = tuple  # ("ok", value) | ("error", message) | ("timeout", None) | ("killed", why)
 Task = tuple[tuple, dict]  # (args, kwargs) of one call
 
-_BOOT = ("import sys; sys.path[:] = {path!r}; from grpoflow.process_worker import worker_main; "
-         "worker_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))")
+_BOOT = ("import sys; sys.path[:] = {path!r}; from grpoflow.user_code_child import child_main; "
+         "child_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))")
 _SEND_TIMEOUT_S = 30.0  # a worker that does not read its request within this is killed
 _CALL_KINDS = ("ok", "error", "killed")
 Validate = Callable[[Any], Any]  # an "ok" value -> the value to give back; ValueError: a protocol violation
 
 
-class WorkerStartError(RuntimeError):
+class UserCodeStartError(RuntimeError):
     """A worker process could not start or could not load the function."""
 
 
@@ -136,7 +137,7 @@ def _importable(top_level: str) -> bool:
 # ---------------------------------------------------------------- the parent side
 
 
-class _Worker:
+class _Child:
     """One child process; state is "starting", "idle" or "busy" (holding call `index`, sent as `request_id`,
     until `deadline`)."""
 
@@ -149,7 +150,7 @@ class _Worker:
         self.deadline: float | None = start_deadline
 
 
-class WorkerPool:
+class UserCodeProcesses:
     """`size` worker processes running one pickled function; see the module docstring.
 
     `label` names the pool in messages ("reward", "tool"); `sandbox` isolates the workers (module
@@ -161,12 +162,12 @@ class WorkerPool:
                  limits: ResourceLimits | None = None, label: str = "reward", sandbox: bool = False,
                  validate: Validate | None = None):
         if size < 1:
-            raise ValueError(f"WorkerPool size={size} must be at least 1.")
+            raise ValueError(f"UserCodeProcesses size={size} must be at least 1.")
         self._payload, self._start_timeout_s = payload, start_timeout_s
         self._limits, self._label = limits or ResourceLimits(), label
         self._sandbox, self._validate = sandbox, validate
         self._next_id = 0
-        self._workers: list[_Worker] = []
+        self._workers: list[_Child] = []
         self._finalizer = weakref.finalize(self, _kill_all, self._workers)
         try:
             for _ in range(size):
@@ -245,10 +246,10 @@ class WorkerPool:
                 outcomes[w.index] = ("timeout", None)
                 self._replace(slot)
             elif w.state == "starting" and w.deadline is not None and now >= w.deadline:
-                raise WorkerStartError(f"a {self._label} worker process did not start within "
+                raise UserCodeStartError(f"a {self._label} worker process did not start within "
                                        f"{self._start_timeout_s} s.")
 
-    def _receive(self, w: _Worker, outcomes: list) -> None:
+    def _receive(self, w: _Child, outcomes: list) -> None:
         try:
             replies = w.reader.read()
         except ProtocolError as e:
@@ -260,21 +261,21 @@ class WorkerPool:
         if w.reader.closed:
             code = _exit_code(w.proc)
             if w.state == "starting":
-                raise WorkerStartError(f"a {self._label} worker process exited (code {code}) while starting.")
+                raise UserCodeStartError(f"a {self._label} worker process exited (code {code}) while starting.")
             if w.state == "busy" and w.index is not None:
                 outcomes[w.index] = self._death(code)
             else:
                 log.warning("an idle %s worker process exited (code %s); it is replaced.", self._label, code)
             self._replace(self._workers.index(w))
 
-    def _accept(self, w: _Worker, reply: dict, outcomes: list) -> bool:
+    def _accept(self, w: _Child, reply: dict, outcomes: list) -> bool:
         """Take one reply from `w`; False if `w` was replaced (it broke the protocol, or hit its memory limit)."""
         kind, info, request_id = reply["kind"], reply["info"], reply["id"]
         if w.state == "starting":
             if kind == "init_error" and request_id is None:
-                raise WorkerStartError(f"a {self._label} worker process could not load its function:\n{info}")
+                raise UserCodeStartError(f"a {self._label} worker process could not load its function:\n{info}")
             if kind != "ready" or request_id is not None:
-                raise WorkerStartError(f"a {self._label} worker process sent {kind!r} while starting.")
+                raise UserCodeStartError(f"a {self._label} worker process sent {kind!r} while starting.")
             w.state, w.deadline = "idle", None
             return True
         if w.state != "busy" or request_id != w.request_id or kind not in _CALL_KINDS:
@@ -298,7 +299,7 @@ class WorkerPool:
             return False
         return True
 
-    def _violation(self, w: _Worker, outcomes: list, why: str) -> None:
+    def _violation(self, w: _Child, outcomes: list, why: str) -> None:
         log.warning("a %s worker process (pid %d) broke the reply protocol: %s. It was killed and replaced; code "
                     "running in it tried to forge or corrupt its replies.", self._label, w.proc.pid, why)
         if w.state == "busy" and w.index is not None:
@@ -317,7 +318,7 @@ class WorkerPool:
         return "error", (f"the {self._label} worker process died ({how}) during this call, e.g. a crash in "
                          f"native code or os._exit().")
 
-    def _spawn(self) -> _Worker:
+    def _spawn(self) -> _Child:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         workdir = tempfile.mkdtemp(prefix=f"grpoflow-{self._label}-") if self._sandbox else None
@@ -331,19 +332,19 @@ class WorkerPool:
         except OSError as e:
             for fd in (request_w, reply_r):
                 os.close(fd)
-            raise WorkerStartError(f"cannot start a {self._label} worker process: {e}") from e
+            raise UserCodeStartError(f"cannot start a {self._label} worker process: {e}") from e
         finally:
             os.close(request_r)
             os.close(reply_w)
         os.set_blocking(request_w, False)
-        w = _Worker(proc, request_w, FrameReader(reply_r), workdir, time.monotonic() + self._start_timeout_s)
+        w = _Child(proc, request_w, FrameReader(reply_r), workdir, time.monotonic() + self._start_timeout_s)
         settings = pickle.dumps({"limits": self._limits, "workdir": workdir})
         try:
             _send_frame(request_w, settings, w.deadline or 0.0)
             _send_frame(request_w, self._payload, w.deadline or 0.0)
         except (OSError, TimeoutError) as e:
             _kill(w)
-            raise WorkerStartError(f"a {self._label} worker process did not take its function: {e!r}") from None
+            raise UserCodeStartError(f"a {self._label} worker process did not take its function: {e!r}") from None
         return w
 
     def _replace(self, slot: int) -> None:
@@ -379,7 +380,7 @@ def _exit_code(proc: subprocess.Popen) -> int | None:
         return None
 
 
-def _kill(w: _Worker) -> None:
+def _kill(w: _Child) -> None:
     """SIGKILL the worker and every process it started (its own session), reap it, delete its folder."""
     try:
         os.killpg(w.proc.pid, signal.SIGKILL)
@@ -398,7 +399,7 @@ def _kill(w: _Worker) -> None:
         shutil.rmtree(w.workdir, ignore_errors=True)
 
 
-def _kill_all(workers: list[_Worker]) -> None:
+def _kill_all(workers: list[_Child]) -> None:
     for w in workers:
         _kill(w)
     workers.clear()

@@ -1,7 +1,7 @@
-"""The child side of grpoflow/process_pool.py: a worker process that serves one function's calls.
+"""The child side of grpoflow/user_code.py: a worker process that serves one function's calls.
 
-Started as `python -c "<set sys.path>; worker_main(request_fd, reply_fd, parent_pid)"` by the pool; the
-frames and their contents are described in process_pool.py's docstring. It reads the settings and the
+Started as `python -c "<set sys.path>; child_main(request_fd, reply_fd, parent_pid)"` by the pool; the
+frames and their contents are described in user_code.py's docstring. It reads the settings and the
 function, sets the limits (and, for a sandboxed pool, calls grpoflow/sandbox.py's `enter_sandbox`), says
 "ready", then answers each request with exactly one JSON reply carrying the request's id.
 """
@@ -40,7 +40,7 @@ class ResourceLimits:
             raise ValueError(f"memory_mb={self.memory_mb!r} must be a positive int (megabytes), or None.")
 
 
-def worker_main(request_fd: int, reply_fd: int, parent_pid: int) -> None:
+def child_main(request_fd: int, reply_fd: int, parent_pid: int) -> None:
     """Serve calls from pipe `request_fd`, replying on `reply_fd`, until the parent closes it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it kills this process
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()

@@ -28,14 +28,20 @@ def test_validation_with_k_samples_and_samples_file(tmp_path):
 
 
 def test_eval_prints_a_table_per_source(tmp_path, capsys):
-    train(load_config(None, [f"trainer.output_dir={tmp_path / 'run'}", *ARGS, "trainer.val_every=0"]))
+    run = tmp_path / "run"
+    train(load_config(None, [f"trainer.output_dir={run}", *ARGS, "trainer.val_every=0", "trainer.save_every=1"]))
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001", "step_000002"]
     capsys.readouterr()
-    for model in (tmp_path / "run", tmp_path / "run" / "sft_model"):       # a run folder, a model folder
+    # a run folder evaluates the policy of its latest checkpoint; a model folder is evaluated as it is
+    for model, policy in ((run, run / "checkpoints" / "step_000002" / "actor"), (run / "sft_model", run / "sft_model")):
         assert main(["eval", "builtin", f"model.path={model}", "data.val_max_prompts=5", "rollout.val_n=2",
                      "rollout.val_temperature=1.0"]) == 0
         out = capsys.readouterr().out
-        assert "data_source" in out and "addition" in out and "pass@2" in out and "(5 prompts)" in out
-    assert "checkpoints/step_000002/actor" in out or "sft_model" in out
+        assert f"model: {policy}\n" in out, out
+        header, *rows = out[out.index("data_source"):].splitlines()
+        assert "pass@2" in header.split() and rows[-1] == "(5 prompts)"
+        assert [r.split()[0] for r in rows[:-1]] == ["addition", "all"]
+        assert all(0.0 <= float(v) <= 1.0 for r in rows[:-1] for v in r.split()[1:])
 
 
 def test_eval_errors(tmp_path, capsys):

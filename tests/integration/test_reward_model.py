@@ -1,5 +1,7 @@
 """A sequence-classification reward model as a worker role: alone, combined with rules, and its errors."""
 
+import json
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForSequenceClassification
@@ -41,11 +43,24 @@ def test_reward_model_alone_and_combined(tmp_path, tiny_model_path, reward_model
                  f"reward.model.path={reward_model_path}", f"trainer.output_dir={tmp_path / 'alone'}", *ARGS]) == 0
     for row in read_metrics(tmp_path / "alone")[1:]:
         assert row["critic/score/mean"] == pytest.approx(row["reward/model/mean"], abs=1e-6)
-    assert main(["train", "builtin", f"model.path={tiny_model_path}", "reward.function=exact_match",
+    # combined: score = the rule reward + reward.model.weight x the reward model's score, for every sample
+    assert main(["train", "builtin", f"model.path={tiny_model_path}", "reward.function=length",
                  f"reward.model.path={reward_model_path}", "reward.model.weight=0.5",
                  f"trainer.output_dir={tmp_path / 'both'}", *ARGS]) == 0
+    rm = RewardModelWorker(0, 1, model_path=reward_model_path, batch_size=1)
+    samples = [(g["prompt"], s) for line in (tmp_path / "both" / "train_samples.jsonl").read_text().splitlines()
+               for g in [json.loads(line)] for s in g["samples"]]
+    assert len(samples) == 2 * 2 * 2   # steps x prompts x n
+    for prompt, s in samples:
+        model_score = float(rm.compute_rm_score([prompt + s["completion"]])[0])
+        assert s["reward_parts"]["model"] == pytest.approx(model_score, abs=1e-5)
+        assert s["score"] == pytest.approx(len(s["completion"]) + 0.5 * model_score, abs=1e-5)
+    assert len({s["reward_parts"]["model"] for _, s in samples}) > 1   # the reward model tells samples apart
     row = read_metrics(tmp_path / "both")[-1]
-    assert "reward/model/mean" in row and "val/addition/mean@1" in row
+    step = [s for _, s in samples[-4:]]
+    assert row["reward/model/mean"] == pytest.approx(sum(s["reward_parts"]["model"] for s in step) / 4, abs=1e-5)
+    assert row["critic/score/mean"] == pytest.approx(sum(s["score"] for s in step) / 4, abs=1e-5)
+    assert "val/addition/mean@1" in row
 
 
 def test_reward_errors(tmp_path, tiny_model_path, capsys):

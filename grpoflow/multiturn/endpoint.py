@@ -13,7 +13,8 @@ episode (header `X-Episode-Id`, or the `user` field) and is
    the episode's earlier KV cache is reused), with the session's temperature / top-p, the template's
    end-of-turn token as stop token, and at most the sample's remaining budget;
 3. recorded (prompt ids, sampled ids, their log-probs, the policy version) and answered: the reply text,
-   tool calls parsed from it (`tool_parser`), finish_reason stop / length / tool_calls, usage.
+   tool calls parsed from it (`tool_parser`), finish_reason stop / length / tool_calls, usage; a request
+   with `stream: true` gets the same reply as server-sent chunks once it is generated (openai_api.stream_events).
 
 Call t of episode j of the prompt with dataset index i draws from `turns.stream_seed(seed, i, n, j, t)`, the
 stream of turn t of trajectory j in the environment loop, so an agent and the same episode written as an
@@ -36,7 +37,7 @@ from grpoflow.multiturn.chat import ChatRenderer, TemplateError
 from grpoflow.multiturn.endpoint_limits import MAX_BODY_BYTES, RendererCache, check_prompt_length, read_json_body
 from grpoflow.multiturn.episode import EpisodeRecord, Placement
 from grpoflow.multiturn.openai_api import (APIError, ChatRequest, Reply, completion_body, model_object, models_body,
-                                           parse_request)
+                                           parse_request, stream_events)
 from grpoflow.multiturn.tool_parser import parse_tool_calls
 from grpoflow.multiturn.turns import stream_seed
 from grpoflow.rollout.batcher import EngineFailure
@@ -163,8 +164,8 @@ class Endpoint:
                 raise APIError(400, f"the chat template cannot render these tools: {e}", param="tools") from None
         return self._renderers.get(json.dumps(tools, sort_keys=True), build)
 
-    async def chat(self, body: Any, episode: str | None) -> dict[str, Any]:
-        """One chat completion for `episode`."""
+    async def chat(self, body: Any, episode: str | None) -> dict[str, Any] | list[str]:
+        """One chat completion for `episode`: its JSON object, or its server-sent events when it asked to stream."""
         if not episode:
             raise APIError(400, "name the episode: send the X-Episode-Id header (the client grpoflow gives the agent "
                                 "does) or the `user` field.", param="user", code="missing_episode_id")
@@ -210,7 +211,8 @@ class Endpoint:
             self.failure = e
             raise APIError(500, f"reading the engine's reply failed: {e}", type="server_error",
                            code="engine_error") from None
-        return completion_body(reply, model_name=self.model_name, logprobs=request.logprobs)
+        completion = completion_body(reply, model_name=self.model_name, logprobs=request.logprobs)
+        return stream_events(completion, include_usage=request.include_usage) if request.stream else completion
 
     def _answer(self, episode: str, record: EpisodeRecord, request: ChatRequest, prompt_ids: list[int], turn: int,
                 placement: Placement, limit: int, out: Completion) -> Reply:
@@ -260,7 +262,7 @@ def build_app(endpoint: Endpoint) -> Any:
     """The FastAPI app: routes, and every error as OpenAI's error JSON."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException
 
     app = FastAPI(title="grpoflow agent endpoint")
@@ -294,9 +296,10 @@ def build_app(endpoint: Endpoint) -> Any:
         return model_object(model)
 
     @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> dict:
+    async def chat(request: Request) -> Any:
         body = await read_json_body(request, endpoint.max_body_bytes)
         user = body.get("user") if isinstance(body, dict) else None
-        return await endpoint.chat(body, request.headers.get("x-episode-id") or user)
+        reply = await endpoint.chat(body, request.headers.get("x-episode-id") or user)
+        return StreamingResponse(iter(reply), media_type="text/event-stream") if isinstance(reply, list) else reply
 
     return app

@@ -11,7 +11,10 @@ What a request may hold (anything else the client sends, e.g. `seed`, `presence_
     stop         up to 4 strings: the reply is cut after the token that completes one (its text before it)
     temperature, top_p   checked, but training samples at rollout.temperature / top_p, the values the
                  trainer's log-probs assume (validation at rollout.val_temperature)
-    n            1 only;  stream: false only;  logprobs: true returns each token's log-prob (top_logprobs 0)
+    n            1 only;  logprobs: true returns each token's log-prob (top_logprobs 0)
+    stream       true: the reply, generated whole, is sent as server-sent chunks (`stream_events`: one delta with
+                 the text and tool calls, one with finish_reason, a usage chunk when
+                 stream_options.include_usage, then [DONE]), as agents that always stream expect
     user         the episode id, when the X-Episode-Id header is absent
 
 Assistant messages are rendered as the text the model wrote: a message carrying tool calls this endpoint
@@ -54,6 +57,8 @@ class ChatRequest:
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False
+    stream: bool = False                # answer as server-sent chunks (stream_events)
+    include_usage: bool = False         # stream_options.include_usage: a last chunk with the usage
 
 
 def bad(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -75,8 +80,10 @@ def parse_request(body: Any, *, model_name: str, raw_text: dict[str, str], tool_
     if n not in (None, 1):
         raise bad(f"n={n!r} is not supported: the endpoint returns one choice per request (run the agent "
                   "rollout.n times instead).", "n", "unsupported_value")
-    if body.get("stream"):
-        raise bad("stream=true is not supported; call without streaming.", "stream", "unsupported_value")
+    stream, options = body.get("stream"), body.get("stream_options")
+    if stream not in (None, True, False) or (options is not None and not isinstance(options, dict)):
+        raise bad("stream must be true or false, and stream_options an object like {\"include_usage\": true}.",
+                  "stream", "invalid_value")
     if body.get("top_logprobs") not in (None, 0):
         raise bad("top_logprobs is not supported (logprobs=true returns each sampled token's log-prob).",
                   "top_logprobs", "unsupported_value")
@@ -95,7 +102,8 @@ def parse_request(body: Any, *, model_name: str, raw_text: dict[str, str], tool_
                   "unsupported_value")
     return ChatRequest(messages=template_messages(body.get("messages"), raw_text, tool_names), tools=tools,
                        parse_tools=bool(tools) and choice != "none", max_tokens=max_tokens,
-                       stop=parse_stop(body.get("stop")), logprobs=bool(body.get("logprobs")))
+                       stop=parse_stop(body.get("stop")), logprobs=bool(body.get("logprobs")),
+                       stream=bool(stream), include_usage=bool(stream and (options or {}).get("include_usage")))
 
 
 def parse_tools(tools: Any) -> list[dict] | None:
@@ -222,6 +230,26 @@ def completion_body(reply: Reply, *, model_name: str, logprobs: bool) -> dict[st
             "model": model_name, "choices": [choice],
             "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": completion,
                       "total_tokens": reply.prompt_tokens + completion}}
+
+
+def stream_events(completion: dict[str, Any], *, include_usage: bool) -> list[str]:
+    """A chat.completion object as the server-sent events of a streamed reply: one chunk whose delta holds the
+    whole message (role, content, tool calls with their `index`), one with the finish_reason, the usage chunk
+    when asked for, and `[DONE]`. The official client's stream accumulator rebuilds the same message."""
+    (choice,) = completion["choices"]
+    message = choice["message"]
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
+    head = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
+            "model": completion["model"]}
+    chunks = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None,
+                                    "logprobs": choice["logprobs"]}]},
+              {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"],
+                                    "logprobs": None}]}]
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": completion["usage"]})
+    return [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
 
 
 def models_body(model_name: str) -> dict[str, Any]:

@@ -108,6 +108,38 @@ def error_of(excinfo):
     return excinfo.value.status_code, body["error"]
 
 
+def test_a_streamed_call_gets_the_same_reply_as_chunks_and_is_recorded_the_same(served):
+    """Agents that always stream (verifiers' chat harness does) read the reply the official client rebuilds from
+    the chunks: the tool call with its arguments, the finish reason, the usage; the sample holds the same ids."""
+    endpoint, engine = served
+    r = endpoint.renderer
+    (episode,) = session(endpoint)
+    c = client(endpoint, episode)
+    messages = [{"role": "user", "content": "6*7"}]
+    with c.chat.completions.stream(model="policy", messages=messages, tools=TOOLS,
+                                   stream_options={"include_usage": True}) as stream:
+        events = [e for e in stream if e.type == "chunk"]
+        final = stream.get_final_completion()
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    (call,) = choice.message.tool_calls
+    assert call.function.name == "calculator" and json.loads(call.function.arguments) == {"expression": "6*7"}
+    assert final.usage.prompt_tokens == len(r.prompt_ids(messages)) and final.usage.completion_tokens == len(CALL) + 1
+    assert len(events) == 3 and events[-1].chunk.choices == []   # the message, the finish reason, the usage
+    messages += [choice.message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+    raw = httpx.post(endpoint.url + "/chat/completions", headers={"X-Episode-Id": episode},
+                     json={"model": "policy", "messages": messages, "tools": TOOLS, "stream": True})
+    assert raw.headers["content-type"].startswith("text/event-stream")
+    lines = [line for line in raw.text.split("\n\n") if line]
+    assert lines[-1] == "data: [DONE]" and len(lines) == 3                   # no usage chunk unless asked
+    assert json.loads(lines[0].removeprefix("data: "))["choices"][0]["delta"]["content"] == "42"
+    (record,) = endpoint.close_session().values()
+    (sample,) = record.samples   # the second call continued the first, token for token
+    assert [s.ids for s in sample.segments][::2] == [r.encode(CALL) + [r.turn.end_token_id],
+                                                     r.encode("42") + [r.turn.end_token_id]]
+
+
 def test_bad_requests_get_openai_errors_with_their_status_codes(served):
     endpoint, _ = served
     (episode,) = session(endpoint)

@@ -170,7 +170,11 @@ class RolloutConfig:
     # Agent rollouts (docs/agents.md): an agent program calls the policy through an OpenAI-compatible endpoint.
     agent: Optional[str] = opt(None, "Agent program to train: path/to/file.py:run with `async def run(row, client) "
                                "-> float | dict`, client an openai.AsyncOpenAI pointed at the policy; rollout.n "
-                               "episodes per prompt form a group (pip install 'grpoflow[agents]').")
+                               "episodes per prompt form a group (pip install 'grpoflow[agents]'); or verifiers: "
+                               "a verifiers environment's episode on data.train_files=[verifiers:TASKSET] rows.")
+    agent_args: dict = opt({}, "Settings of a built-in agent: rollout.agent=verifiers takes the verifiers "
+                           "environment's config without its taskset, e.g. {agent: {harness: {id: null}}} "
+                           "(pip install 'grpoflow[verifiers]'; docs/environments.md).")
     agent_timeout_s: float = opt(300.0, "An agent episode still running after this many seconds is cancelled and "
                                  "scores reward.error_score (agent/timeouts).")
     agent_model: str = opt("policy", "The model name the agent endpoint serves (agents pass it as model=...).")

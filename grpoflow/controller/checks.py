@@ -134,7 +134,7 @@ def check_agent(cfg: Config, estimator: Callable) -> None:
     from grpoflow.multiturn.agents import load_agent
 
     try:
-        load_agent(r.agent)
+        load_agent(r.agent, dict(r.agent_args), r.agent_model)
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from None
     if cfg.algorithm.filter_groups.enable:

@@ -31,6 +31,7 @@ from grpoflow.tasks.addition import addition_splits
 from grpoflow.tasks.chat_addition import chat_addition_splits
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
 from grpoflow.tasks.reasoning_gym_tasks import default_val_spec, is_reasoning_gym, reasoning_gym_rows
+from grpoflow.tasks.verifiers_tasks import is_verifiers, verifiers_rows
 from grpoflow.workers.rollout_kinds import tool_schemas
 
 # built-in data name -> (the task's splits function, index of the split)
@@ -80,7 +81,8 @@ def resolve_model(cfg: Config, run_dir: Path) -> str:
 
 def read_rows(files: list[str]) -> list[dict]:
     """Rows of every file; `builtin:addition/train|val` (and `builtin:chat_addition/...`) are the built-in
-    tasks' splits; `reasoning_gym:TASK?size=..&seed=..&option=..` a reasoning-gym task's rows."""
+    tasks' splits; `reasoning_gym:TASK?size=..&seed=..&option=..` a reasoning-gym task's rows; `verifiers:TASKSET?..`
+    a verifiers taskset's."""
     rows: list[dict] = []
     for spec in files:
         if spec in BUILTIN_DATA:
@@ -90,6 +92,11 @@ def read_rows(files: list[str]) -> list[dict]:
             try:
                 rows += reasoning_gym_rows(spec)
             except ValueError as e:
+                raise ConfigError(str(e)) from None
+        elif is_verifiers(spec):
+            try:
+                rows += verifiers_rows(spec)
+            except (ValueError, ImportError) as e:
                 raise ConfigError(str(e)) from None
         elif spec.startswith("builtin:"):
             raise ConfigError(f"data file {spec!r} is not a built-in; use one of {list(BUILTIN_DATA)}.")

@@ -3,7 +3,8 @@
     async def run(row: dict, client: openai.AsyncOpenAI) -> float | dict:
         ...   # any number of client.chat.completions.create(model="policy", messages=..., tools=...)
 
-given as `rollout.agent=path/to/file.py:run`. `AgentEpisodes.play(batcher, items, params, seed)` plays
+given as `rollout.agent=path/to/file.py:run`, or a built-in agent by name with its settings in
+`rollout.agent_args`: `verifiers` plays a verifiers environment's episode (verifiers_agent.py). `AgentEpisodes.play(batcher, items, params, seed)` plays
 `params.n` episodes of each prompt at once (one asyncio event loop in a thread of its own), each with a copy
 of the dataset row and a client whose base URL is the endpoint and whose `X-Episode-Id` header names the
 episode. Each episode is a client of the rollout's request batcher: its calls join the running decode
@@ -59,8 +60,24 @@ class EngineError(RuntimeError):
     """The rollout engine failed while agents were calling it."""
 
 
-def load_agent(spec: str) -> AgentFn:
-    """The agent function of `rollout.agent=path/to/file.py:function`: an `async def` taking (row, client)."""
+def _verifiers_agent(agent_args: dict, model_name: str) -> AgentFn:
+    from grpoflow.multiturn.verifiers_agent import build
+
+    return build(agent_args, model_name)
+
+
+# built-in agents: rollout.agent=<name>, built from (rollout.agent_args, rollout.agent_model); imported when chosen
+BUILTIN_AGENTS: dict[str, Callable[[dict, str], AgentFn]] = {"verifiers": _verifiers_agent}
+
+
+def load_agent(spec: str, agent_args: dict | None = None, model_name: str = "policy") -> AgentFn:
+    """The agent function of `rollout.agent=path/to/file.py:function` (an `async def` taking (row, client)), or of
+    a built-in agent's name (BUILTIN_AGENTS) with its `agent_args`."""
+    if spec in BUILTIN_AGENTS:
+        return BUILTIN_AGENTS[spec](dict(agent_args or {}), model_name)
+    if agent_args:
+        raise ValueError(f"rollout.agent_args are the settings of a built-in agent ({sorted(BUILTIN_AGENTS)}); "
+                         f"rollout.agent={spec!r} reads its own settings: leave rollout.agent_args empty.")
     fn = load_from_file(spec)
     if not inspect.iscoroutinefunction(fn):
         raise ValueError(f"rollout.agent={spec!r} is not an async function; define it as `async def run(row, client)` "

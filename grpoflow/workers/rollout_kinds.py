@@ -43,7 +43,7 @@ def build_agent_episodes(cfg: Config, tokenizer: Any) -> Any:
 
     r = cfg.rollout
     assert r.agent
-    agent = load_agent(r.agent)
+    agent = load_agent(r.agent, dict(r.agent_args), r.agent_model)
     # a conversation's prompt is its opening (<= data.max_prompt_length) plus at most a sample's budget; the factor 4
     # leaves room for an agent's own system prompt and tool schemas
     endpoint = Endpoint(tokenizer, model_name=r.agent_model, tool_parser=r.tool_parser, max_calls=r.max_turns,

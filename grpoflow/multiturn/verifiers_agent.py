@@ -1,0 +1,108 @@
+"""`rollout.agent=verifiers`: a verifiers environment plays its own episode against grpoflow's endpoint, and its
+rubric gives the reward (docs/environments.md).
+
+The rows are those of `data.train_files=[verifiers:TASKSET?...]` (tasks/verifiers_tasks.py). For each episode
+(an agent episode of agents.py: its own client, whose base URL is the endpoint and whose `X-Episode-Id` header
+names the episode), this agent
+
+1. builds the verifiers environment: `rollout.agent_args` is its `EnvConfig` as verifiers' own config reads it
+   (`{id: my-env, agent: {harness: {id: null}}}`, the keys of `--env.*`), with the row's taskset; a seat whose
+   runtime is not set runs its harness locally (`runtime: {type: subprocess}`; verifiers' own default is a
+   remote Prime sandbox);
+2. runs `env.run_episode(task, ModelContext(model, client))` with an eval client config that points at the
+   episode's endpoint URL and sends its header: the harness program (verifiers' chat loop, Codex, ...) calls
+   verifiers' interception server, which relays every model call to grpoflow's endpoint unchanged;
+3. returns the rubric's weighted rewards (`episode_rewards`), one reward part per `@vf.reward`.
+
+The trained tokens are the ones grpoflow's endpoint recorded as the engine sampled them (episode.py); verifiers'
+text is never re-tokenized. An episode that verifiers marks failed (a harness error, a timeout, a rubric that
+did not run) raises, so agents.py scores it reward.error_score with a warning naming verifiers' error.
+Imports verifiers only when built.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from grpoflow.tasks.verifiers_tasks import import_verifiers, task_of
+
+EPISODE_HEADER = "X-Episode-Id"
+LOCAL_RUNTIME = {"type": "subprocess"}
+
+
+def episode_rewards(episode: Any) -> dict[str, float]:
+    """A finished verifiers `Episode` as reward parts: each trace's rewards, score x weight (their sum is
+    verifiers' `trace.reward`); with several traces (a multi-agent env) each part is named `<agent>/<reward>`.
+    Raises RuntimeError naming verifiers' error when the episode failed or a reward was not scored."""
+    errors = list(episode.errors) + [e for t in episode.traces for e in t.errors]
+    if errors or not episode.ok:
+        first = errors[0] if errors else None
+        cause = f"{first.type}: {first.message}" if first else "an agent run did not finish"
+        raise RuntimeError(f"the verifiers episode failed ({cause[:500]})")
+    parts: dict[str, float] = {}
+    named = len(episode.traces) > 1
+    for trace in episode.traces:
+        for name, reward in trace.rewards.items():
+            if reward is None:
+                raise RuntimeError(f"the verifiers rubric did not score {name!r} (scoring did not run).")
+            key = f"{trace.agent.name}/{name}" if named else name
+            parts[key] = parts.get(key, 0.0) + reward.value
+    if not parts:
+        raise RuntimeError("the verifiers task has no reward to train on; give its Task a @vf.reward method.")
+    return parts
+
+
+def env_config_dict(env_args: dict, taskset: dict, seats: list[str]) -> dict:
+    """`rollout.agent_args` with the row's taskset, and the local runtime for every seat that names none."""
+    raw = {**env_args, "taskset": taskset}
+    for seat in seats:
+        given = dict(raw.get(seat) or {})
+        given.setdefault("runtime", dict(LOCAL_RUNTIME))
+        raw[seat] = given
+    return raw
+
+
+class VerifiersAgent:
+    """`run(row, client)`: one verifiers episode of the row's task (module docstring)."""
+
+    def __init__(self, env_args: dict, model_name: str) -> None:
+        try:
+            self.vf = import_verifiers()
+        except ImportError as e:
+            raise ValueError(f"rollout.agent=verifiers: {e}") from None
+        if not isinstance(env_args, dict) or "taskset" in env_args:
+            raise ValueError(f"rollout.agent_args={env_args!r}: give the verifiers environment's config without its "
+                             "taskset (e.g. {agent: {harness: {id: null}}}); the taskset comes from "
+                             "data.train_files=[verifiers:TASKSET].")
+        runtimes = [v.get("runtime") for v in env_args.values() if isinstance(v, dict)]
+        if all(r in (None, LOCAL_RUNTIME) for r in runtimes) and shutil.which("uv") is None:
+            raise ValueError("rollout.agent=verifiers runs verifiers' harness programs locally with uv, which is not "
+                             "on PATH: pip install 'grpoflow[verifiers]' installs it into the environment's bin "
+                             "folder; add that folder to PATH.")
+        self.env_args, self.model_name = dict(env_args), model_name
+
+    def env_config(self, taskset: dict) -> Any:
+        """The verifiers EnvConfig of an episode of `taskset`."""
+        vf = self.vf
+        plain = vf.resolve_env_config({**self.env_args, "taskset": taskset})
+        seats = [name for name, value in plain if isinstance(value, vf.AgentConfig)]
+        return vf.resolve_env_config(env_config_dict(self.env_args, taskset, seats))
+
+    async def run(self, row: dict, client: Any) -> dict[str, float]:
+        column = row.get("verifiers")
+        if not isinstance(column, dict):
+            raise ValueError("rollout.agent=verifiers plays rows of data.train_files=[verifiers:TASKSET]; this row "
+                             "has no `verifiers` column.")
+        vf = self.vf
+        env = vf.load_environment(self.env_config(column["taskset"]))
+        endpoint = vf.EvalClientConfig(base_url=str(client.base_url), api_key_var="GRPOFLOW_ENDPOINT_API_KEY",
+                                       headers={EPISODE_HEADER: client.default_headers[EPISODE_HEADER]})
+        async with env.serving():
+            episode = await env.run_episode(task_of(column), vf.ModelContext(model=self.model_name, client=endpoint))
+        return episode_rewards(episode)
+
+
+def build(agent_args: dict, model_name: str) -> Any:
+    """The agent function of `rollout.agent=verifiers`."""
+    return VerifiersAgent(agent_args, model_name).run

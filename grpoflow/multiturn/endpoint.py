@@ -211,8 +211,8 @@ class Endpoint:
             self.failure = e
             raise APIError(500, f"reading the engine's reply failed: {e}", type="server_error",
                            code="engine_error") from None
-        completion = completion_body(reply, model_name=self.model_name, logprobs=request.logprobs)
-        return stream_events(completion, include_usage=request.include_usage) if request.stream else completion
+        body = completion_body(reply, model_name=self.model_name, logprobs=request.logprobs)
+        return stream_events(body, include_usage=request.include_usage) if request.stream else body
 
     def _answer(self, episode: str, record: EpisodeRecord, request: ChatRequest, prompt_ids: list[int], turn: int,
                 placement: Placement, limit: int, out: Completion) -> Reply:

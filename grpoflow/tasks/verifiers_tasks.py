@@ -7,6 +7,7 @@ first N tasks; required for an infinite taskset) and any field of the taskset's 
 `task.tolerance=0.5`: a dotted key is a nested field), read as YAML scalars. Each task is one row:
 
     {"prompt": [system?, user] (the task's prompt as chat messages), "data_source": "verifiers/<taskset>",
+     "task": "<taskset>/<i>" (names the task in train_samples.jsonl and grpoflow view),
      "verifiers": {"taskset": {"id": ..., **options}, "limit": N, "index": i}}
 
 `rollout.agent=verifiers` (multiturn/verifiers_agent.py) rebuilds the task from the `verifiers` column and plays
@@ -51,7 +52,7 @@ def parse_spec(spec: str) -> tuple[dict[str, Any], int | None]:
         for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
             parsed = yaml.safe_load(value) if value else None
             if key == "limit":
-                limit = int(parsed)
+                limit = int(str(parsed))
                 continue
             *path, last = key.split(".")
             node = taskset
@@ -106,5 +107,5 @@ def verifiers_rows(spec: str) -> list[dict]:
     """The rows of a `verifiers:TASKSET?...` spec (module docstring)."""
     taskset, limit = parse_spec(spec)
     return [{"prompt": opening_messages(task.data), "data_source": f"verifiers/{taskset['id']}",
-             "verifiers": {"taskset": taskset, "limit": limit, "index": index}}
+             "task": f"{taskset['id']}/{index}", "verifiers": {"taskset": taskset, "limit": limit, "index": index}}
             for index, task in enumerate(tasks_of(taskset, limit))]

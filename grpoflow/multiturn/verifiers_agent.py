@@ -54,11 +54,16 @@ def episode_rewards(episode: Any) -> dict[str, float]:
 
 
 def env_config_dict(env_args: dict, taskset: dict, seats: list[str]) -> dict:
-    """`rollout.agent_args` with the row's taskset, and the local runtime for every seat that names none."""
+    """`rollout.agent_args` with the row's taskset, and the local runtime for every seat that names none. A harness
+    id that YAML read as None (`{harness: {id: null}}` on the command line) is verifiers' `null` harness, the only
+    one it can mean (verifiers itself would take None for its default, `bash`)."""
     raw = {**env_args, "taskset": taskset}
     for seat in seats:
         given = dict(raw.get(seat) or {})
         given.setdefault("runtime", dict(LOCAL_RUNTIME))
+        harness = given.get("harness")
+        if isinstance(harness, dict) and "id" in harness and harness["id"] is None:
+            given["harness"] = {**harness, "id": "null"}
         raw[seat] = given
     return raw
 

@@ -99,10 +99,11 @@ def test_a_multi_turn_environment_is_one_sample_with_its_user_turns_masked():
 
 
 def test_grpoflow_trains_the_tiny_model_on_a_verifiers_taskset(tmp_path):
+    # the override as docs/environments.md writes it (YAML reads the harness id `null` as None: the null harness)
     out = tmp_path / "run"
     train(load_config(None, ["model.path=builtin:tiny-0.5m", "data.train_files=[verifiers:vf_echo]",
                              "data.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=12",
-                             "rollout.agent=verifiers", f"rollout.agent_args={json.dumps(NULL_HARNESS)}",
+                             "rollout.agent=verifiers", "rollout.agent_args={agent: {harness: {id: null}}}",
                              "reward.function=null", "sft.steps=0", "trainer.total_steps=2", "trainer.val_every=0",
                              "trainer.save_every=0", "trainer.log_every=1", "trainer.resume=never",
                              "trainer.log_train_groups=2", f"trainer.output_dir={out}"]))

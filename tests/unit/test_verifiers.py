@@ -89,6 +89,9 @@ def test_seats_run_locally_unless_the_user_names_a_runtime():
         "taskset": {"id": "t"}, "agent": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}},
         "judge": {"runtime": {"type": "docker"}}, "solver": {"runtime": {"type": "subprocess"}}}
     assert "runtime" not in args["agent"]   # the user's settings are not changed in place
+    # `{harness: {id: null}}` typed on the command line: YAML's null is verifiers' null harness
+    assert env_config_dict({"agent": {"harness": {"id": None}}}, {"id": "t"}, ["agent"])["agent"]["harness"] == \
+        {"id": "null"}
 
 
 @needs_verifiers

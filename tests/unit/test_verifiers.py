@@ -1,6 +1,6 @@
 """The verifiers adapter's pure parts: the data spec, a finished verifiers episode as reward parts (hand values, on
 the package's own Episode / Trace / Reward types), and the errors a user meets (a missing extra, misplaced
-settings). The episodes themselves run in tests/integration/test_verifiers.py."""
+settings). The episodes themselves run in tests/integration/test_verifiers_run.py."""
 
 import importlib.util
 import sys

@@ -1,4 +1,10 @@
-"""`grpoflow <command> [recipe.yaml] [key=value ...]`: parse, build, run; no logic here."""
+"""`grpoflow <command> [recipe.yaml] [key=value ...]`: parse, build, run; no logic here.
+
+Errors: the project's own types for bad input or a run that cannot go on (`grpoflow.errors.UserError` and its
+kinds, a worker's or the cluster's error, a non-finite loss, a checkpoint that cannot be written) print one line
+and exit 2. Anything else is a bug and propagates with its traceback; GRPOFLOW_DEBUG=1 shows the traceback of
+the one-line errors too.
+"""
 
 from __future__ import annotations
 
@@ -48,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return _plot(rest)
     if command == "view":
         return _view(rest)
-    from grpoflow.config import Config, ConfigError, describe_layers, help_text, load_config, to_yaml
+    from grpoflow.config import Config, describe_layers, help_text, load_config, to_yaml
     if "-h" in rest or "--help" in rest:
         print(USAGE + "\nconfig keys:\n" + help_text())
         return 0
@@ -63,10 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     from grpoflow.controller.checkpoint import CheckpointWriteError
     from grpoflow.controller.evaluate import evaluate
     from grpoflow.controller.run import sft_stage, train
-    from grpoflow.controller.trackers import MissingExtraError
     from grpoflow.controller.trainer import TrainingError
     from grpoflow.distributed.ray_pool import ClusterError
     from grpoflow.distributed.worker_group import WorkerError
+    from grpoflow.errors import UserError
     from grpoflow.tinker_server.serve import serve_tinker
     commands: dict[str, Callable[[Config], Any]] = {
         "train": train, "sft": sft_stage, "eval": evaluate, "serve": serve_tinker,
@@ -77,8 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(recipe, overrides)
         result = commands[command](cfg)
-    except (ConfigError, TrainingError, WorkerError, ClusterError, MissingExtraError, CheckpointWriteError, FileNotFoundError,
-            ValueError, KeyError, ImportError) as e:
+    except (UserError, TrainingError, WorkerError, ClusterError, CheckpointWriteError) as e:
         if os.environ.get("GRPOFLOW_DEBUG"):
             raise
         print(f"grpoflow {command}: error: {e}", file=sys.stderr)
@@ -102,6 +107,7 @@ def _data(args: list[str]) -> int:
     import argparse
 
     from grpoflow.data.prepare import DATASETS, prepare_dataset
+    from grpoflow.errors import UserError
 
     parser = argparse.ArgumentParser(prog="grpoflow data", description="Write verl-style train/test parquet.")
     parser.add_argument("name", choices=sorted(DATASETS))
@@ -116,7 +122,7 @@ def _data(args: list[str]) -> int:
     try:
         written = prepare_dataset(ns.name, ns.source, ns.out, test_source=ns.test_source, test_size=test_size,
                                   seed=ns.seed, limit=ns.limit)
-    except (FileNotFoundError, ValueError) as e:
+    except UserError as e:
         print(f"grpoflow data: error: {e}", file=sys.stderr)
         return 2
     for split, path in written.items():
@@ -127,6 +133,7 @@ def _data(args: list[str]) -> int:
 def _plot(args: list[str]) -> int:
     import argparse
 
+    from grpoflow.errors import UserError
     from grpoflow.plotting import GROUPS
 
     parser = argparse.ArgumentParser(prog="grpoflow plot", description="Curves and report.md of one or more runs.")
@@ -141,7 +148,7 @@ def _plot(args: list[str]) -> int:
     try:
         images = plot_runs(ns.run_dirs, out, ns.metrics)
         report = write_report(ns.run_dirs, out, images)
-    except (FileNotFoundError, ValueError, ImportError) as e:
+    except UserError as e:
         print(f"grpoflow plot: error: {e}", file=sys.stderr)
         return 2
     print(f"{len(images)} plots and {report}")
@@ -156,11 +163,12 @@ def _view(args: list[str]) -> int:
     parser.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--refresh", type=float, default=2.0, help="seconds between the page's reloads of the files")
     ns = parser.parse_args(args)
+    from grpoflow.errors import UserError
     from grpoflow.viewer.server import serve
 
     try:
         serve(ns.run_dirs, port=ns.port, refresh_s=ns.refresh)
-    except (FileNotFoundError, ImportError, OSError) as e:
+    except UserError as e:
         print(f"grpoflow view: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -177,10 +185,11 @@ def _export(args: list[str]) -> int:
     parser.add_argument("--out", required=True, help="new folder for the model")
     ns = parser.parse_args(args)
     from grpoflow.controller.export import export
+    from grpoflow.errors import UserError
 
     try:
         out = export(ns.run_dir, ns.out, ns.step)
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
+    except UserError as e:
         print(f"grpoflow export: error: {e}", file=sys.stderr)
         return 2
     print(f"exported to {out}")

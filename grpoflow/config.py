@@ -32,9 +32,10 @@ from typing import Any, Optional
 import yaml
 
 from grpoflow.config_rules import curriculum_checks, distill_checks, judge_checks
+from grpoflow.errors import UserError
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A bad config value or key; the message names it and the fix."""
 
 

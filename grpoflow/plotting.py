@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 
 from grpoflow.controller.metrics import read_metrics
+from grpoflow.errors import MissingExtraError, UserError, UserFileNotFoundError
 
 # group name (also the PNG's name) -> (title, metric keys or fnmatch patterns)
 GROUPS: dict[str, tuple[str, list[str]]] = {
@@ -32,11 +33,11 @@ REWARD, STEP_TIME = "critic/score/mean", "timing_s/step"
 def load_runs(run_dirs: list[str]) -> dict[str, list[dict]]:
     """{label: records} per run; the label is the folder name (with its parent when two names clash)."""
     if not run_dirs:
-        raise ValueError("give at least one run folder (a trainer.output_dir holding metrics.jsonl).")
+        raise UserError("give at least one run folder (a trainer.output_dir holding metrics.jsonl).")
     for d in run_dirs:
         if not (Path(d) / "metrics.jsonl").is_file():
-            raise FileNotFoundError(f"{d} has no metrics.jsonl; give a run folder that training wrote "
-                                    f"(its trainer.output_dir, e.g. runs/default).")
+            raise UserFileNotFoundError(f"{d} has no metrics.jsonl; give a run folder that training wrote "
+                                        f"(its trainer.output_dir, e.g. runs/default).")
     paths = [Path(d).resolve() for d in run_dirs]
     names = [p.name for p in paths]
     labels = [f"{p.parent.name}/{p.name}" if names.count(p.name) > 1 else p.name for p in paths]
@@ -44,7 +45,7 @@ def load_runs(run_dirs: list[str]) -> dict[str, list[dict]]:
     for label, d in zip(labels, run_dirs):
         records = read_metrics(d)
         if not records:
-            raise ValueError(f"{Path(d) / 'metrics.jsonl'} has no records; the run stopped before its first step.")
+            raise UserError(f"{Path(d) / 'metrics.jsonl'} has no records; the run stopped before its first step.")
         runs[label] = records
     return runs
 
@@ -66,7 +67,7 @@ def matching_keys(runs: dict[str, list[dict]], patterns: list[str]) -> list[str]
 
 def _require_matplotlib() -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        raise ImportError("grpoflow plot needs matplotlib, which is not installed; pip install 'grpoflow[plot]'")
+        raise MissingExtraError("grpoflow plot needs matplotlib, which is not installed; pip install 'grpoflow[plot]'")
 
 
 def _draw(runs: dict[str, list[dict]], title: str, keys: list[str], path: Path) -> None:
@@ -108,8 +109,8 @@ def plot_runs(run_dirs: list[str], out_dir: str, metrics: list[str] | None = Non
         keys = matching_keys(runs, patterns)
         if not keys:
             if metrics is not None:
-                raise ValueError(f"no run logged a metric for {name!r}; use a group ({', '.join(GROUPS)}) "
-                                 f"or a key of metrics.jsonl, e.g. {', '.join(matching_keys(runs, ['*'])[:5])}.")
+                raise UserError(f"no run logged a metric for {name!r}; use a group ({', '.join(GROUPS)}) "
+                                f"or a key of metrics.jsonl, e.g. {', '.join(matching_keys(runs, ['*'])[:5])}.")
             continue
         path = out / (re.sub(r"[^\w.-]+", "_", name).strip("_") + ".png")
         _draw(runs, title, keys, path)

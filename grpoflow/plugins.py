@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from grpoflow.errors import UserError, UserFileNotFoundError
+
 # `something.py:function_name`: a user function named by its file instead of a registered name.
 _FILE_SPEC = re.compile(r"^(?P<path>.+\.py):(?P<fn>[A-Za-z_][A-Za-z0-9_]*)$")
 
@@ -40,13 +42,13 @@ def load_from_file(spec: str) -> Callable:
     """
     match = _FILE_SPEC.match(spec) if isinstance(spec, str) else None
     if match is None:
-        raise ValueError(
+        raise UserError(
             f"Cannot load {spec!r}: expected 'path/to/file.py:function_name'."
         )
     path = Path(match["path"]).expanduser().resolve()
     fn_name = match["fn"]
     if not path.is_file():
-        raise FileNotFoundError(
+        raise UserFileNotFoundError(
             f"Cannot load {spec!r}: file {str(path)!r} does not exist "
             f"(relative paths are taken from the working directory {str(Path.cwd())!r})."
         )
@@ -58,7 +60,7 @@ def load_from_file(spec: str) -> Callable:
             if not n.startswith("_") and callable(obj)
             and getattr(obj, "__module__", None) == module.__name__
         )
-        raise ValueError(
+        raise UserError(
             f"Cannot load {spec!r}: {str(path)!r} defines no function {fn_name!r}; "
             f"its public callables are {public}."
         )
@@ -74,15 +76,15 @@ def _import_file(path: Path):
         return sys.modules[module_name]
     module_spec = importlib.util.spec_from_file_location(module_name, path)
     if module_spec is None or module_spec.loader is None:
-        raise ValueError(f"Cannot import {str(path)!r} as a Python module.")
+        raise UserError(f"Cannot import {str(path)!r} as a Python module.")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_name] = module  # before exec: dataclasses and pickling look it up
     try:
         module_spec.loader.exec_module(module)
     except SyntaxError as e:
         del sys.modules[module_name]
-        raise ValueError(f"Cannot load {str(path)!r}: a syntax error at line {e.lineno}: {e.msg}"
-                         f"{f' ({e.text.strip()!r})' if e.text else ''}; fix the file.") from None
+        raise UserError(f"Cannot load {str(path)!r}: a syntax error at line {e.lineno}: {e.msg}"
+                        f"{f' ({e.text.strip()!r})' if e.text else ''}; fix the file.") from None
     except BaseException:
         del sys.modules[module_name]
         raise
@@ -107,12 +109,12 @@ class Registry:
         Keyword `meta` (e.g. `agg_modes=...`) is stored with the name; see `meta`.
         """
         if not isinstance(name, str) or not name:
-            raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}.")
+            raise UserError(f"{self.kind} name must be a non-empty string, got {name!r}.")
 
         def decorator(fn: Callable) -> Callable:
             existing = self._fns.get(name)
             if existing is not None and existing is not fn and not override:
-                raise ValueError(
+                raise UserError(
                     f"{self.kind} {name!r} is already registered to {fn_name(existing)}; "
                     f"pick another name or pass override=True to replace it."
                 )
@@ -148,9 +150,9 @@ class Registry:
             pass
         valid = [n for n in self.names() if not is_file_spec(n)]  # loaded files are not choices to list
         if not valid:
-            raise ValueError(f"Unknown {self.kind} {name!r}: no {self.kind}s are registered.")
+            raise UserError(f"Unknown {self.kind} {name!r}: no {self.kind}s are registered.")
         closest = difflib.get_close_matches(str(name), valid, n=1, cutoff=0.0)[0]
-        raise ValueError(
+        raise UserError(
             f"Unknown {self.kind} {name!r}; did you mean {closest!r}? Valid names: {valid}."
         )
 

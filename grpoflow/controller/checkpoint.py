@@ -41,6 +41,7 @@ from typing import Any, Callable
 import torch
 
 from grpoflow.distributed.worker_group import WorkerError
+from grpoflow.errors import UserError, UserFileNotFoundError
 from grpoflow.training.engine import load_tensor_file
 
 LATEST = "latest"
@@ -139,12 +140,12 @@ class CheckpointManager:
             return self.latest(verify=True)
         path = Path(resume)
         if not (path / "controller.pt").exists():
-            raise FileNotFoundError(f"trainer.resume={resume}: not a checkpoint folder (no controller.pt); give a "
-                                    f"folder such as {self.root / step_dir_name(50)}, or auto / never.")
+            raise UserFileNotFoundError(f"trainer.resume={resume}: not a checkpoint folder (no controller.pt); give a "
+                                        f"folder such as {self.root / step_dir_name(50)}, or auto / never.")
         why = problem(path, verify=True)
         if why is not None:
-            raise ValueError(f"trainer.resume={resume}: the checkpoint is damaged ({why}); give an earlier one, or "
-                             f"trainer.resume=auto to take the newest complete checkpoint of the run folder.")
+            raise UserError(f"trainer.resume={resume}: the checkpoint is damaged ({why}); give an earlier one, or "
+                            f"trainer.resume=auto to take the newest complete checkpoint of the run folder.")
         return path
 
     def _prune(self, keep: Path) -> None:

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from grpoflow.controller.checkpoint import CheckpointManager, problem, step_dir_name
+from grpoflow.errors import UserError, UserFileExistsError, UserFileNotFoundError
 from grpoflow.training.engine import OPTIMIZER_FILE
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.lora import merge_to_plain_model
@@ -20,12 +21,12 @@ def find_checkpoint(run_dir: str | Path, step: int | None = None) -> Path:
     if path is not None and step is not None and path.is_dir():
         why = problem(path, verify=True)
         if why is not None:
-            raise ValueError(f"the checkpoint {path} is damaged ({why}); export another --step, or leave --step "
-                             f"out to take the newest complete one.")
+            raise UserError(f"the checkpoint {path} is damaged ({why}); export another --step, or leave --step "
+                            f"out to take the newest complete one.")
     if path is None or not (path / "actor").is_dir():
         have = sorted(p.name for p in manager.root.glob("step_*")) if manager.root.exists() else []
-        raise FileNotFoundError(f"{run_dir} has no checkpoint{f' for step {step}' if step is not None else ''} "
-                                f"(found: {have or 'none'}); train with trainer.save_every > 0 first.")
+        raise UserFileNotFoundError(f"{run_dir} has no checkpoint{f' for step {step}' if step is not None else ''} "
+                                    f"(found: {have or 'none'}); train with trainer.save_every > 0 first.")
     return path
 
 
@@ -35,7 +36,7 @@ def export(run_dir: str | Path, out: str | Path, step: int | None = None) -> Pat
     actor = find_checkpoint(run_dir, step) / "actor"
     out = Path(out)
     if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"--out {out} is not empty; give a new folder so nothing there is overwritten.")
+        raise UserFileExistsError(f"--out {out} is not empty; give a new folder so nothing there is overwritten.")
     adapter_config = actor / "adapter_config.json"
     if adapter_config.exists():
         base = json.loads(adapter_config.read_text())["base_model_name_or_path"]

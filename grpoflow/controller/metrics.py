@@ -18,6 +18,8 @@ from typing import Iterator
 
 from tqdm import tqdm
 
+from grpoflow.errors import UserError
+
 log = logging.getLogger("grpoflow.metrics")
 
 
@@ -92,7 +94,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
     try:
         text = path.read_bytes().decode("utf-8", errors="replace")
     except IsADirectoryError:
-        raise ValueError(f"{path} is a folder, not a metrics file.") from None
+        raise UserError(f"{path} is a folder, not a metrics file.") from None
     lines = [(number, line) for number, line in enumerate(text.split("\n"), 1) if line.strip()]
     records = []
     for i, (number, line) in enumerate(lines):
@@ -105,7 +107,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
                 log.warning("%s: its last line (line %d) is cut short, as by a crash while it was written; dropped "
                             "(no checkpoint is behind it).", path, number)
                 break
-            raise ValueError(f"{path}, line {number}, is not a metrics record ({e}): {line[:120]!r}. Delete or fix "
-                             f"that line.") from None
+            raise UserError(f"{path}, line {number}, is not a metrics record ({e}): {line[:120]!r}. Delete or fix "
+                            f"that line.") from None
         records.append(record)
     return records

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from grpoflow.errors import UserError
 from grpoflow.training.engine import TrainEngine
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.multiturn.chat import ChatRenderer
@@ -56,8 +57,8 @@ def sft_examples(rows: list[dict], tokenizer, prompt_key: str, response_key: str
             ids = tokenizer.encode(str(target), add_special_tokens=False) + [tokenizer.eos_token_id]
             examples.append((tokenizer.encode(prompt, add_special_tokens=False), ids, [1] * len(ids)))
     if not examples:
-        raise ValueError(f"sft: no row has a string `{prompt_key}` and a `{response_key}` target; set "
-                         "sft.response_key to the column holding the target completion, or sft.steps=0.")
+        raise UserError(f"sft: no row has a string `{prompt_key}` and a `{response_key}` target; set "
+                        "sft.response_key to the column holding the target completion, or sft.steps=0.")
     return examples
 
 

@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
+from grpoflow.errors import MissingExtraError, UserError
+
 
 @runtime_checkable
 class Tracker(Protocol):
@@ -39,10 +41,6 @@ class Tracker(Protocol):
 
     def close(self) -> None:
         """Flush and finish; the tracker is not used afterwards."""
-
-
-class MissingExtraError(ImportError):
-    """A tracker's optional package is not installed; the message names the extra to install."""
 
 
 def _check_installed(package: str) -> None:
@@ -195,8 +193,8 @@ def check_trackers(names: list[str]) -> None:
         if name not in LOGGERS:
             close = difflib.get_close_matches(name, LOGGERS, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ValueError(f"trainer.loggers includes {name!r}, which is not a logger{hint}; "
-                             f"valid: {', '.join(LOGGERS)}.")
+            raise UserError(f"trainer.loggers includes {name!r}, which is not a logger{hint}; "
+                            f"valid: {', '.join(LOGGERS)}.")
         if name in TRACKERS:
             _check_installed(TRACKERS[name].package)
 

@@ -25,6 +25,8 @@ from typing import Any, Sequence
 
 import torch
 
+from grpoflow.errors import UserError
+
 POOLS = ("easy", "learnable", "hard")
 
 
@@ -34,10 +36,10 @@ class CurriculumSampler:
     def __init__(self, num_items: int, seed: int, *, shares: Sequence[float] = (0.1, 0.8, 0.1), window: int = 4,
                  easy_above: float = 0.8, hard_below: float = 0.2, retire_after: int = 0) -> None:
         if num_items <= 0:
-            raise ValueError(f"CurriculumSampler needs at least one item, got num_items={num_items}.")
+            raise UserError(f"CurriculumSampler needs at least one item, got num_items={num_items}.")
         if len(shares) != 3 or min(shares) < 0 or sum(shares) <= 0:
-            raise ValueError(f"data.curriculum.shares={list(shares)}: give three shares >= 0 (easy, learnable, hard) "
-                             "that do not all vanish.")
+            raise UserError(f"data.curriculum.shares={list(shares)}: give three shares >= 0 (easy, learnable, hard) "
+                            "that do not all vanish.")
         self.num_items, self.seed, self.window = num_items, seed, window
         self.shares = [s / sum(shares) for s in shares]
         self.easy_above, self.hard_below, self.retire_after = easy_above, hard_below, retire_after
@@ -100,8 +102,8 @@ class CurriculumSampler:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("kind") != "curriculum":
-            raise ValueError("the checkpoint's prompt sampler is not a curriculum (it was written with "
-                             "data.curriculum.enable=false); resume with the same data.curriculum settings.")
+            raise UserError("the checkpoint's prompt sampler is not a curriculum (it was written with "
+                            "data.curriculum.enable=false); resume with the same data.curriculum settings.")
         self.draws = int(state["draws"])
         self.history = {int(i): deque(h, maxlen=self.window) for i, h in state["history"].items()}
         self.streak = {int(i): int(s) for i, s in state["streak"].items()}

@@ -25,6 +25,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from grpoflow.errors import UserError, UserFileNotFoundError
+
 logger = logging.getLogger(__name__)
 
 SUPPORTED_EXTENSIONS = (".jsonl", ".json", ".parquet", ".arrow")
@@ -70,7 +72,7 @@ def _read_jsonl(path: str) -> list:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise ValueError(
+                raise UserError(
                     f"{path}: line {line_no} is not valid JSON ({e.msg} at column {e.colno}); "
                     f"fix or remove that line."
                 ) from e
@@ -86,7 +88,7 @@ def _read_json(path: str) -> list:
     except json.JSONDecodeError:
         return _read_jsonl(path)  # many ".json" dataset files are really JSON lines
     if not isinstance(data, list):
-        raise ValueError(
+        raise UserError(
             f"{path}: expected a JSON list of row objects at the top level, got "
             f"{type(data).__name__}; write the rows as a list or as JSON lines (.jsonl)."
         )
@@ -112,7 +114,7 @@ def _read_arrow(path: str) -> list:
         try:
             return pa.ipc.open_file(source).read_all().to_pylist()
         except pa.ArrowInvalid as e:
-            raise ValueError(
+            raise UserError(
                 f"{path}: not an Arrow IPC stream or file ({e}); give the .arrow files that "
                 f"`datasets` wrote, or convert the data to .parquet or .jsonl."
             ) from e
@@ -146,9 +148,9 @@ def _save_to_disk_files(folder: str) -> list[str]:
             try:
                 state = json.load(f)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{state_path} is not valid JSON ({e.msg}); re-save the dataset.") from e
+                raise UserError(f"{state_path} is not valid JSON ({e.msg}); re-save the dataset.") from e
     if state.get("_indices_data_files"):
-        raise ValueError(
+        raise UserError(
             f"{folder}: the saved dataset has an indices mapping (written by an old `datasets` "
             f"version); re-save it with `ds.flatten_indices().save_to_disk(...)`."
         )
@@ -158,7 +160,7 @@ def _save_to_disk_files(folder: str) -> list[str]:
     files = [os.path.join(folder, name) for name in listed]
     for path in files:
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{state_path} lists {os.path.basename(path)!r}, which is missing.")
+            raise UserFileNotFoundError(f"{state_path} lists {os.path.basename(path)!r}, which is missing.")
     return files
 
 
@@ -173,7 +175,7 @@ def _parquet_files(folder: str) -> list[str]:
             key = split.group(1) if rel_dir == "." else f"{rel_dir}/{split.group(1)}"
             groups.setdefault(key, path)
     if len(groups) > 1:  # e.g. train and test files of one hub snapshot: never mix them silently
-        raise ValueError(
+        raise UserError(
             f"{folder} holds parquet files of {len(groups)} splits ({', '.join(sorted(groups))}); "
             f"give one split's folder or files, e.g. {next(iter(groups.values()))!r}."
         )
@@ -185,7 +187,7 @@ def _read_folder(folder: str) -> list:
     if os.path.isfile(os.path.join(folder, "dataset_dict.json")):
         splits = _dataset_dict_splits(folder)
         example = os.path.join(folder, splits[0] if splits else "train")
-        raise ValueError(
+        raise UserError(
             f"{folder} is a saved DatasetDict with splits {splits}; name the split as a path, "
             f"e.g. {example!r}."
         )
@@ -195,7 +197,7 @@ def _read_folder(folder: str) -> list:
     parquet_files = _parquet_files(folder)
     if parquet_files:
         return [row for path in parquet_files for row in _read_parquet(path)]
-    raise ValueError(
+    raise UserError(
         f"folder {folder!r} holds no dataset: no state.json or data-*.arrow (Dataset.save_to_disk), "
         f"no dataset_dict.json and no .parquet files; give data files or such a folder."
     )
@@ -204,11 +206,11 @@ def _read_folder(folder: str) -> list:
 def _missing_path_error(path: str) -> Exception:
     parent = os.path.dirname(os.path.normpath(path))
     if parent and os.path.isfile(os.path.join(parent, "dataset_dict.json")):
-        return FileNotFoundError(
+        return UserFileNotFoundError(
             f"{parent} is a saved DatasetDict without a split {os.path.basename(path)!r}; its "
             f"splits are {_dataset_dict_splits(parent)}."
         )
-    return FileNotFoundError(
+    return UserFileNotFoundError(
         f"data file {path!r} does not exist; check the paths in `data.train_files` "
         f"(and `data.val_files`)."
     )
@@ -221,7 +223,7 @@ def _read_path(path: str) -> list:
         raise _missing_path_error(path)
     ext = os.path.splitext(path)[1].lower()
     if ext not in _READERS:
-        raise ValueError(
+        raise UserError(
             f"data file {path!r} has unsupported extension {ext!r}; supported: "
             f"{', '.join(SUPPORTED_EXTENSIONS)}, or a Hugging Face dataset folder."
         )
@@ -243,11 +245,11 @@ def load_rows(files: str | os.PathLike | list) -> list[dict]:
         try:
             read = _read_path(path)
         except UnicodeDecodeError as e:
-            raise ValueError(f"data file {path!r} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to "
-                             f"UTF-8 (e.g. iconv -f latin1 -t utf-8).") from None
+            raise UserError(f"data file {path!r} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to "
+                            f"UTF-8 (e.g. iconv -f latin1 -t utf-8).") from None
         for i, row in enumerate(read):
             if not isinstance(row, dict):
-                raise ValueError(
+                raise UserError(
                     f"{path}: row {i} is a {type(row).__name__}, not an object with named "
                     f"columns; each row must be a JSON object such as {{\"prompt\": ...}}."
                 )
@@ -268,7 +270,7 @@ def _prompt_text(i, prompt, tokenizer, apply_chat_template, system_prompt, promp
     if isinstance(prompt, str):
         if apply_chat_template is not True:
             if system_prompt is not None:
-                raise ValueError(
+                raise UserError(
                     f"row {i}: `{prompt_key}` is a plain string, which is not chat-templated, so "
                     f"system_prompt would be ignored; set data.apply_chat_template=true or drop "
                     f"data.system_prompt."
@@ -277,18 +279,18 @@ def _prompt_text(i, prompt, tokenizer, apply_chat_template, system_prompt, promp
         messages = [{"role": "user", "content": prompt}]
     elif _is_messages(prompt):
         if apply_chat_template is False:
-            raise ValueError(
+            raise UserError(
                 f"row {i}: `{prompt_key}` is a list of chat messages, which needs the chat template; "
                 f"set data.apply_chat_template=true (or leave it unset)."
             )
         messages = list(prompt)
     else:
-        raise ValueError(
+        raise UserError(
             f"row {i}: `{prompt_key}` must be a string or a list of {{\"role\", \"content\"}} "
             f"messages, got {type(prompt).__name__}: {str(prompt)[:80]!r}."
         )
     if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
+        raise UserError(
             f"row {i} needs a chat template but the tokenizer has none; use a tokenizer that has "
             f"one (an instruct/chat model's), or give plain-string prompts with "
             f"data.apply_chat_template=false."
@@ -299,7 +301,7 @@ def _prompt_text(i, prompt, tokenizer, apply_chat_template, system_prompt, promp
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                              **({"tools": tools} if tools else {}))
     except Exception as e:  # a template error says nothing about which row caused it
-        raise ValueError(
+        raise UserError(
             f"row {i}: the chat template failed on its messages ({type(e).__name__}: {e}); "
             f"check that each message has 'role' and 'content'."
         ) from e
@@ -332,12 +334,12 @@ def prepare_prompts(
     ``overlong`` (``overlong="drop"``) or raise ``ValueError`` (``overlong="error"``).
     """
     if overlong not in ("drop", "error"):
-        raise ValueError(f"overlong must be 'drop' or 'error', got {overlong!r}")
+        raise UserError(f"overlong must be 'drop' or 'error', got {overlong!r}")
     stats = DataStats(total=len(rows))
     kept_rows, texts = [], []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise ValueError(f"row {i} is a {type(row).__name__}, not a dict of columns.")
+            raise UserError(f"row {i} is a {type(row).__name__}, not a dict of columns.")
         prompt = row.get(prompt_key)
         if prompt is None or (isinstance(prompt, (str, list)) and len(prompt) == 0):
             stats.missing_prompt += 1
@@ -352,7 +354,7 @@ def prepare_prompts(
     for (i, row), text, ids in zip(kept_rows, texts, all_ids):
         if len(ids) > max_prompt_length:
             if overlong == "error":
-                raise ValueError(
+                raise UserError(
                     f"row {i}: prompt is {len(ids)} tokens, over data.max_prompt_length="
                     f"{max_prompt_length}; raise data.max_prompt_length or shorten that prompt."
                 )
@@ -377,7 +379,7 @@ def prepare_prompts(
             max_prompt_length,
         )
     if not items:
-        raise ValueError(
+        raise UserError(
             f"no usable prompts in {stats.total} rows ({stats.missing_prompt} without "
             f"`{prompt_key}`, {stats.overlong} over {max_prompt_length} tokens); check "
             f"data.prompt_key and data.max_prompt_length."

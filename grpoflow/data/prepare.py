@@ -24,6 +24,7 @@ import re
 from typing import Callable
 
 from grpoflow.data.dataset import load_rows
+from grpoflow.errors import UserError
 from grpoflow.rewards.math_normalize import last_boxed
 
 Converter = Callable[[dict, int, str], dict]
@@ -41,7 +42,7 @@ COUNTDOWN_TEMPLATE = (
 _GSM8K_ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")  # verl's extract_solution: the first "#### <number>"
 
 
-class RowError(ValueError):
+class RowError(UserError):
     """A source row that a converter cannot use; ``prepare_dataset`` adds the file and row number."""
 
 
@@ -122,15 +123,15 @@ def _read(source: str | os.PathLike | list) -> list[tuple[str, int, dict]]:
 
 def _test_count(test_size: int | float, n: int) -> int:
     if isinstance(test_size, bool) or not isinstance(test_size, (int, float)):
-        raise ValueError(f"test_size={test_size!r}: give a row count (int) or a fraction in (0, 1).")
+        raise UserError(f"test_size={test_size!r}: give a row count (int) or a fraction in (0, 1).")
     if isinstance(test_size, float):
         if not 0.0 < test_size < 1.0:
-            raise ValueError(f"test_size={test_size!r}: a fraction must be in (0, 1); give an int for a row count.")
+            raise UserError(f"test_size={test_size!r}: a fraction must be in (0, 1); give an int for a row count.")
         count = math.ceil(test_size * n)  # rounds up, as datasets' train_test_split does
     else:
         count = test_size
     if not 0 < count < n:
-        raise ValueError(f"test_size={test_size!r} gives {count} test rows of {n}; leave at least one row each.")
+        raise UserError(f"test_size={test_size!r} gives {count} test rows of {n}; leave at least one row each.")
     return count
 
 
@@ -148,7 +149,7 @@ def _convert(convert: Converter, rows: list[tuple[str, int, dict]], split: str) 
         try:
             out.append(convert(row, index, split))
         except RowError as e:
-            raise ValueError(f"{path}: row {i}: {e}.") from e
+            raise UserError(f"{path}: row {i}: {e}.") from e
     return out
 
 
@@ -180,11 +181,11 @@ def prepare_dataset(
     within each split. Returns ``{"train": path, "test": path}`` for the files written.
     """
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(sorted(DATASETS))}.")
+        raise UserError(f"unknown dataset {name!r}; choose one of: {', '.join(sorted(DATASETS))}.")
     if test_source is not None and test_size is not None:
-        raise ValueError("give test_source or test_size, not both: test_size splits the train source.")
+        raise UserError("give test_source or test_size, not both: test_size splits the train source.")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit={limit!r}: give a positive number of rows per split, or None for all.")
+        raise UserError(f"limit={limit!r}: give a positive number of rows per split, or None for all.")
 
     splits = {"train": _read(source)}
     if test_source is not None:
@@ -197,7 +198,7 @@ def prepare_dataset(
     for split, rows in splits.items():
         rows = rows[:limit] if limit is not None else rows
         if not rows:
-            raise ValueError(f"the {split} source of {name!r} has no rows; check the path.")
+            raise UserError(f"the {split} source of {name!r} has no rows; check the path.")
         path = os.path.join(os.fspath(out_dir), f"{split}.parquet")
         write_parquet(_convert(DATASETS[name], rows, split), path)
         written[split] = path

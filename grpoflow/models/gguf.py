@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from grpoflow.errors import MissingExtraError, UserError, UserFileExistsError, UserFileNotFoundError
+
 CONVERTED_FROM = "grpoflow_gguf_source.json"
 EXTRA_HINT = "pip install 'grpoflow[gguf]' (or: pip install gguf)"
 
@@ -43,7 +45,7 @@ def _require_gguf() -> None:
     try:
         import gguf  # noqa: F401  (transformers imports it itself; checked here for a clear message)
     except ImportError as e:
-        raise ImportError(f"model.path is a .gguf file, which needs the gguf package: {EXTRA_HINT}.") from e
+        raise MissingExtraError(f"model.path is a .gguf file, which needs the gguf package: {EXTRA_HINT}.") from e
 
 
 def convert_gguf(gguf_file: str | os.PathLike, out_dir: str | os.PathLike) -> str:
@@ -55,7 +57,7 @@ def convert_gguf(gguf_file: str | os.PathLike, out_dir: str | os.PathLike) -> st
     """
     src = Path(gguf_file).resolve()
     if not src.is_file():
-        raise FileNotFoundError(f"model.path={gguf_file}: no such .gguf file; give the path of a GGUF model file.")
+        raise UserFileNotFoundError(f"model.path={gguf_file}: no such .gguf file; give the path of a GGUF model file.")
     out = Path(out_dir)
     record = _source_record(src)
     marker = out / CONVERTED_FROM
@@ -63,11 +65,11 @@ def convert_gguf(gguf_file: str | os.PathLike, out_dir: str | os.PathLike) -> st
         previous = json.loads(marker.read_text())
         if previous == record:
             return str(out)
-        raise ValueError(f"{out} was converted from {previous.get('source')}, not from {src} (or the file changed "
-                         f"since); use a new trainer.output_dir for a different model.")
+        raise UserError(f"{out} was converted from {previous.get('source')}, not from {src} (or the file changed "
+                        f"since); use a new trainer.output_dir for a different model.")
     if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} already holds files that did not come from {src}; use a new "
-                              f"trainer.output_dir.")
+        raise UserFileExistsError(f"{out} already holds files that did not come from {src}; use a new "
+                                  f"trainer.output_dir.")
     _require_gguf()
     tmp = out.with_name(out.name + ".converting")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -91,8 +93,8 @@ def _load_dequantized(src: Path):
         tokenizer = AutoTokenizer.from_pretrained(src.parent, **kwargs)
         loaded = AutoModelForCausalLM.from_pretrained(src.parent, dtype=torch.float32, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
-        raise ValueError(f"could not read {src} with transformers' GGUF loader ({type(e).__name__}: {e}); "
-                         f"check that its architecture is one transformers supports for GGUF.") from e
+        raise UserError(f"could not read {src} with transformers' GGUF loader ({type(e).__name__}: {e}); "
+                        f"check that its architecture is one transformers supports for GGUF.") from e
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the mark that makes save_pretrained refuse
@@ -120,7 +122,7 @@ def cached_conversion(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike
     """The HF folder of `gguf_file` in `cache_dir` (default_cache_dir()), converted on first use, reused after."""
     src = Path(gguf_file).resolve()
     if not src.is_file():
-        raise FileNotFoundError(f"model.path={gguf_file}: no such .gguf file; give the path of a GGUF model file.")
+        raise UserFileNotFoundError(f"model.path={gguf_file}: no such .gguf file; give the path of a GGUF model file.")
     key = hashlib.sha256(json.dumps(_source_record(src), sort_keys=True).encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     root.mkdir(parents=True, exist_ok=True)

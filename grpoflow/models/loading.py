@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from grpoflow.errors import UserError, UserFileNotFoundError
+
 # Any one of these marks a folder as holding a tokenizer.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -23,7 +25,7 @@ def _check_folder(path: str | os.PathLike, what: str) -> str:
     """Return ``path`` as a string after checking it is an existing local folder."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(
+        raise UserFileNotFoundError(
             f"{what} path {path!r} does not exist; give a local folder written by "
             f"save_pretrained (grpoflow never downloads from a model hub)."
         )
@@ -43,20 +45,20 @@ def load_tokenizer(path: str | os.PathLike):
     """
     path = _check_folder(path, "tokenizer")
     if not any(os.path.exists(os.path.join(path, name)) for name in _TOKENIZER_FILES):
-        raise FileNotFoundError(
+        raise UserFileNotFoundError(
             f"folder {path!r} holds no tokenizer (none of {list(_TOKENIZER_FILES)}); save one "
             f"there with tokenizer.save_pretrained({path!r})."
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:
-        raise ValueError(
+        raise UserError(
             f"could not load the tokenizer in {path!r} ({type(e).__name__}: {e}); re-save it "
             f"with a transformers version that can read it."
         ) from e
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise ValueError(
+            raise UserError(
                 f"tokenizer in {path!r} has neither a pad nor an eos token; set eos_token in "
                 f"its tokenizer_config.json."
             )
@@ -74,19 +76,19 @@ def _load_checked(auto_class, path: str | os.PathLike, config_overrides: dict | 
     are set on its config first."""
     path = _check_folder(path, "model")
     if not os.path.exists(os.path.join(path, "config.json")):
-        raise FileNotFoundError(
+        raise UserFileNotFoundError(
             f"folder {path!r} has no config.json, so it is not a saved model; save one there "
             f"with model.save_pretrained({path!r})."
         )
     try:
         config = AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:
-        raise ValueError(
+        raise UserError(
             f"could not read {os.path.join(path, 'config.json')!r} ({type(e).__name__}: {e}); "
             f"check its model_type is one this transformers version knows."
         ) from e
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
-        raise ValueError(
+        raise UserError(
             f"model in {path!r} has model_type {config.model_type!r}, which is not a causal "
             f"language model; give a decoder-only LM such as Llama or Qwen2."
         )
@@ -95,7 +97,7 @@ def _load_checked(auto_class, path: str | os.PathLike, config_overrides: dict | 
     try:
         return auto_class.from_pretrained(path, config=config, local_files_only=True, **kwargs)
     except OSError as e:  # typically: config.json present but no weights file
-        raise FileNotFoundError(
+        raise UserFileNotFoundError(
             f"could not load the weights in {path!r} ({e}); save them there with "
             f"model.save_pretrained({path!r})."
         ) from e
@@ -129,7 +131,7 @@ def saved_state(model: torch.nn.Module, folder: str | os.PathLike) -> dict[str, 
     for file in sorted(Path(folder).glob("*.safetensors")):
         state.update(load_file(file))
     if not state:
-        raise FileNotFoundError(f"checkpoint {folder} holds no *.safetensors weights.")
+        raise UserFileNotFoundError(f"checkpoint {folder} holds no *.safetensors weights.")
     keys = list(model.state_dict())
     if hasattr(model, "peft_config"):  # LoRA: only the adapters were saved
         adapters = list(model.peft_config)  # type: ignore[arg-type]  # a PeftModel's dict of adapters
@@ -139,8 +141,8 @@ def saved_state(model: torch.nn.Module, folder: str | os.PathLike) -> dict[str, 
     unexpected = [k for k in state if k not in expected]
     missing = [k for k in expected if k not in state and not _is_tied(model, expected[k])]
     if unexpected or missing:
-        raise ValueError(f"checkpoint {folder} does not match the model: missing {missing[:3]}, unexpected "
-                         f"{unexpected[:3]}; resume with the model.path (and model.lora) it was trained with.")
+        raise UserError(f"checkpoint {folder} does not match the model: missing {missing[:3]}, unexpected "
+                        f"{unexpected[:3]}; resume with the model.path (and model.lora) it was trained with.")
     return {expected[k]: v for k, v in state.items()}
 
 
@@ -169,14 +171,14 @@ def load_reward_model(path: str | os.PathLike, dtype: torch.dtype = torch.float3
     try:
         model = AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (OSError, ValueError) as e:
-        raise ValueError(f"reward.model.path={path}: not a loadable sequence-classification model "
-                         f"({type(e).__name__}: {e}); save one with model.save_pretrained(path).") from e
+        raise UserError(f"reward.model.path={path}: not a loadable sequence-classification model "
+                        f"({type(e).__name__}: {e}); save one with model.save_pretrained(path).") from e
     if model.config.num_labels != 1:
-        raise ValueError(f"reward.model.path={path} has {model.config.num_labels} labels; a reward model gives "
-                         "one score per text (num_labels=1).")
+        raise UserError(f"reward.model.path={path} has {model.config.num_labels} labels; a reward model gives "
+                        "one score per text (num_labels=1).")
     if model.config.pad_token_id is None:
-        raise ValueError(f"reward.model.path={path}: its config has no pad_token_id, so the score position of a "
-                         "padded batch is unknown; set pad_token_id in its config.json.")
+        raise UserError(f"reward.model.path={path}: its config has no pad_token_id, so the score position of a "
+                        "padded batch is unknown; set pad_token_id in its config.json.")
     return model
 
 

@@ -15,13 +15,15 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
+from grpoflow.errors import MissingExtraError
+
 
 def _peft():
     try:
         import peft
     except ImportError:
-        raise ImportError("model.lora.rank > 0 needs peft, which is not installed; pip install 'grpoflow[lora]'.") \
-            from None
+        raise MissingExtraError("model.lora.rank > 0 needs peft, which is not installed; "
+                                "pip install 'grpoflow[lora]'.") from None
     return peft
 
 

@@ -18,6 +18,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from grpoflow.errors import UserError
+
 PAD, BOS, EOS, UNK = "<|pad|>", "<|bos|>", "<|endoftext|>", "<|unk|>"
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, UNK, IM_START, IM_END]
@@ -78,7 +80,7 @@ def build_tiny_model(
     building a model does not disturb the caller's random stream).
     """
     if size not in TINY_SIZES:
-        raise ValueError(f"unknown tiny model size {size!r}; choose one of {sorted(TINY_SIZES)}")
+        raise UserError(f"unknown tiny model size {size!r}; choose one of {sorted(TINY_SIZES)}")
     hidden, layers, heads, kv_heads, intermediate = TINY_SIZES[size]
     config = LlamaConfig(
         vocab_size=len(tokenizer),

@@ -41,6 +41,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
+from grpoflow.errors import UserError
 from grpoflow.multiturn.endpoint import Endpoint
 from grpoflow.multiturn.episode import EpisodeRecord
 from grpoflow.multiturn.loop import Played, RolloutItem
@@ -76,17 +77,17 @@ def load_agent(spec: str, agent_args: dict | None = None, model_name: str = "pol
     if spec in BUILTIN_AGENTS:
         return BUILTIN_AGENTS[spec](dict(agent_args or {}), model_name)
     if agent_args:
-        raise ValueError(f"rollout.agent_args are the settings of a built-in agent ({sorted(BUILTIN_AGENTS)}); "
-                         f"rollout.agent={spec!r} reads its own settings: leave rollout.agent_args empty.")
+        raise UserError(f"rollout.agent_args are the settings of a built-in agent ({sorted(BUILTIN_AGENTS)}); "
+                        f"rollout.agent={spec!r} reads its own settings: leave rollout.agent_args empty.")
     fn = load_from_file(spec)
     if not inspect.iscoroutinefunction(fn):
-        raise ValueError(f"rollout.agent={spec!r} is not an async function; define it as `async def run(row, client)` "
-                         "and await the client's calls (client.chat.completions.create is a coroutine).")
+        raise UserError(f"rollout.agent={spec!r} is not an async function; define it as `async def run(row, client)` "
+                        "and await the client's calls (client.chat.completions.create is a coroutine).")
     try:
         inspect.signature(fn).bind({}, None)
     except TypeError:
-        raise ValueError(f"rollout.agent={spec!r} must take two arguments, (row, client): the dataset row and an "
-                         "openai.AsyncOpenAI client.") from None
+        raise UserError(f"rollout.agent={spec!r} must take two arguments, (row, client): the dataset row and an "
+                        "openai.AsyncOpenAI client.") from None
     return fn
 
 

@@ -22,12 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from grpoflow.errors import UserError
+
 # A conversation used to check a template: two turns, a tool message, reasoning tags in an answer.
 _PROBE_USER, _PROBE_ANSWER = "What is 2+2?", "<think>2 and 2</think>The answer is 4."
 _PROBE_CONTENT = "Qx7"  # an assistant content whose rendering is easy to find
 
 
-class TemplateError(ValueError):
+class TemplateError(UserError):
     """The chat template cannot render a conversation token-exactly; the message names the problem."""
 
 
@@ -86,7 +88,7 @@ class ChatRenderer:
         everything else is rendered as a continuation."""
         first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
         if first is None:
-            raise ValueError("a demonstration conversation needs at least one assistant message.")
+            raise UserError("a demonstration conversation needs at least one assistant message.")
         segments: list[tuple[list[int], bool]] = []
         history, i = list(messages[:first]), first
         while i < len(messages):

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from grpoflow.errors import UserError
 from grpoflow.plugins import Registry
 
 ENVIRONMENTS = Registry("environment")
@@ -201,12 +202,14 @@ def load_env(spec: str) -> type:
     """The environment class of `rollout.env` (a registered name or `path/to/file.py:Class`)."""
     try:
         cls = ENVIRONMENTS.resolve(spec)
+    except FileNotFoundError:  # a missing file.py: the message names it
+        raise
     except ValueError as e:
-        raise ValueError(f"rollout.env={spec!r}: {e}") from None
+        raise UserError(f"rollout.env={spec!r}: {e}") from None
     missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
     if not inspect.isclass(cls) or missing:
-        raise ValueError(f"rollout.env={spec!r} is not an environment class: it needs reset(**row) and "
-                         f"step(assistant_text) methods (missing: {missing or 'it is not a class'}).")
+        raise UserError(f"rollout.env={spec!r} is not an environment class: it needs reset(**row) and "
+                        f"step(assistant_text) methods (missing: {missing or 'it is not a class'}).")
     return cls  # type: ignore[return-value]
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from grpoflow.errors import MissingExtraError, UserError
+
 EXTRA = "pip install 'grpoflow[openenv]'"
 OPENENV_FIELDS = ("done", "reward", "metadata")
 
@@ -30,7 +32,7 @@ def generic_client_class() -> Any:
     try:
         from openenv.core import GenericEnvClient
     except ImportError:
-        raise ImportError(f"rollout.env=openenv needs the openenv-core package: {EXTRA}.") from None
+        raise MissingExtraError(f"rollout.env=openenv needs the openenv-core package: {EXTRA}.") from None
     return GenericEnvClient
 
 
@@ -56,8 +58,8 @@ class OpenEnvEnvironment:
         text; observation_field: the observation's field shown to the model (None: its only field when a string,
         else all as JSON); timeout_s: seconds to connect and for each reply."""
         if not url:
-            raise ValueError("rollout.env=openenv needs the server's address: rollout.env_args={url: "
-                             "http://127.0.0.1:8000} (a server started with uvicorn on openenv's create_app).")
+            raise UserError("rollout.env=openenv needs the server's address: rollout.env_args={url: "
+                            "http://127.0.0.1:8000} (a server started with uvicorn on openenv's create_app).")
         client = generic_client_class()(base_url=url, connect_timeout_s=timeout_s, message_timeout_s=timeout_s)
         self.client = client.sync()
         self.action_field, self.observation_field = action_field, observation_field

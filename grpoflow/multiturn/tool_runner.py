@@ -42,6 +42,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from grpoflow.errors import UserError
 from grpoflow.multiturn.tool_parser import ToolCall
 from grpoflow.multiturn.tools import Tool
 from grpoflow.user_code import Outcome, ResourceLimits, UserCodeProcesses, dumps_function
@@ -84,16 +85,16 @@ class ToolRunner:
     def __init__(self, tools: list[Tool], *, timeout_s: float = 10.0, cpu_time_s: float = 10.0,
                  memory_mb: int = 1024, max_output_chars: int = 10_000, workers: int = 2):
         if not timeout_s > 0:
-            raise ValueError(f"tool timeout_s={timeout_s!r} must be a positive number of seconds.")
+            raise UserError(f"tool timeout_s={timeout_s!r} must be a positive number of seconds.")
         if isinstance(max_output_chars, bool) or not isinstance(max_output_chars, int) or max_output_chars < 1:
-            raise ValueError(f"max_output_chars={max_output_chars!r} must be a positive int.")
+            raise UserError(f"max_output_chars={max_output_chars!r} must be a positive int.")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"tool workers={workers!r} must be an int >= 1.")
+            raise UserError(f"tool workers={workers!r} must be an int >= 1.")
         self.tools: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in self.tools:
-                raise ValueError(f"two tools are named {tool.name!r}; the model calls tools by name, so names must "
-                                 f"be unique.")
+                raise UserError(f"two tools are named {tool.name!r}; the model calls tools by name, so names must "
+                                f"be unique.")
             self.tools[tool.name] = tool
         self.timeout_s, self.max_output_chars = timeout_s, max_output_chars
         limits = ResourceLimits(cpu_time_s=cpu_time_s, memory_mb=memory_mb)
@@ -236,7 +237,7 @@ def _start_pool(tools: list[Tool], max_output_chars: int, limits: ResourceLimits
         try:
             dumps_function(tool.fn)
         except Exception as e:  # pickling raises PicklingError, AttributeError or TypeError
-            raise ValueError(
+            raise UserError(
                 f"sandboxed tool {tool.name!r} cannot be sent to a worker process ({e}); define it at module level "
                 f"in an importable module or a path/to/file.py, or mark it sandboxed=False to run it in this "
                 f"process.") from None

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from grpoflow.errors import UserError
 from grpoflow.multiturn.builtin_tools import calculator, python
 from grpoflow.plugins import Registry, fn_name, is_file_spec
 
@@ -58,11 +59,11 @@ def tool_from_function(fn: Callable, *, sandboxed: bool = True, name: str | None
     try:
         schema = get_json_schema(fn)
     except TypeHintParsingException as e:
-        raise ValueError(
+        raise UserError(
             f"tool {_where(fn)} cannot be described to the model: {e}. Give every argument a JSON-compatible "
             f"type hint (str, int, float, bool, list[...], dict[str, ...], Literal[...], Optional[...]).") from None
     except DocstringParsingException as e:
-        raise ValueError(
+        raise UserError(
             f"tool {_where(fn)} cannot be described to the model: {e}. Write a Google-style docstring: a first "
             f"line saying what the tool does, then an 'Args:' section with one 'name: description' line per "
             f"argument.") from None
@@ -97,7 +98,7 @@ def load_tools(specs: list[str]) -> list[Tool]:
         sandboxed = TOOLS.meta(registered).get("sandboxed", True) if registered else True
         tool = tool_from_function(fn, sandboxed=sandboxed, name=registered or getattr(fn, "__name__", None))
         if tool.name in origin:
-            raise ValueError(
+            raise UserError(
                 f"two tools are named {tool.name!r} ({origin[tool.name]!r} and {spec!r}); the model calls tools by "
                 f"name, so give one another name with @register_tool(name=...) or list it once.")
         origin[tool.name] = spec
@@ -117,10 +118,10 @@ def _resolve(spec: str) -> Callable:
     try:
         module = importlib.import_module(match["module"])  # runs its @register_tool decorators
     except ImportError as e:
-        raise ValueError(f"Cannot load tool {spec!r}: {e}.") from None
+        raise UserError(f"Cannot load tool {spec!r}: {e}.") from None
     fn = getattr(module, match["fn"], None)
     if not callable(fn):
-        raise ValueError(f"Cannot load tool {spec!r}: module {match['module']!r} has no function {match['fn']!r}.")
+        raise UserError(f"Cannot load tool {spec!r}: module {match['module']!r} has no function {match['fn']!r}.")
     return fn
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from grpoflow.errors import UserError
 from grpoflow.tasks.verifiers_tasks import import_verifiers, task_of
 
 EPISODE_HEADER = "X-Episode-Id"
@@ -75,16 +76,16 @@ class VerifiersAgent:
         try:
             self.vf = import_verifiers()
         except ImportError as e:
-            raise ValueError(f"rollout.agent=verifiers: {e}") from None
+            raise UserError(f"rollout.agent=verifiers: {e}") from None
         if not isinstance(env_args, dict) or "taskset" in env_args:
-            raise ValueError(f"rollout.agent_args={env_args!r}: give the verifiers environment's config without its "
-                             "taskset (e.g. {agent: {harness: {id: null}}}); the taskset comes from "
-                             "data.train_files=[verifiers:TASKSET].")
+            raise UserError(f"rollout.agent_args={env_args!r}: give the verifiers environment's config without its "
+                            "taskset (e.g. {agent: {harness: {id: null}}}); the taskset comes from "
+                            "data.train_files=[verifiers:TASKSET].")
         runtimes = [v.get("runtime") for v in env_args.values() if isinstance(v, dict)]
         if all(r in (None, LOCAL_RUNTIME) for r in runtimes) and shutil.which("uv") is None:
-            raise ValueError("rollout.agent=verifiers runs verifiers' harness programs locally with uv, which is not "
-                             "on PATH: pip install 'grpoflow[verifiers]' installs it into the environment's bin "
-                             "folder; add that folder to PATH.")
+            raise UserError("rollout.agent=verifiers runs verifiers' harness programs locally with uv, which is not "
+                            "on PATH: pip install 'grpoflow[verifiers]' installs it into the environment's bin "
+                            "folder; add that folder to PATH.")
         self.env_args, self.model_name = dict(env_args), model_name
 
     def env_config(self, taskset: dict) -> Any:
@@ -97,8 +98,8 @@ class VerifiersAgent:
     async def run(self, row: dict, client: Any) -> dict[str, float]:
         column = row.get("verifiers")
         if not isinstance(column, dict):
-            raise ValueError("rollout.agent=verifiers plays rows of data.train_files=[verifiers:TASKSET]; this row "
-                             "has no `verifiers` column.")
+            raise UserError("rollout.agent=verifiers plays rows of data.train_files=[verifiers:TASKSET]; this row "
+                            "has no `verifiers` column.")
         vf = self.vf
         env = vf.load_environment(self.env_config(column["taskset"]))
         endpoint = vf.EvalClientConfig(base_url=str(client.base_url), api_key_var="GRPOFLOW_ENDPOINT_API_KEY",

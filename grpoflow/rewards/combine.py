@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from grpoflow.errors import UserError
 from grpoflow.plugins import is_file_spec
 from grpoflow.rewards.functions import RewardFn, is_async_reward, load_reward_function, short_repr, split_value
 
@@ -21,8 +22,8 @@ from grpoflow.rewards.functions import RewardFn, is_async_reward, load_reward_fu
 def _score_of(name: str, value: Any) -> tuple[float, dict[str, float]]:
     score, extras = split_value(value)
     if score is None:
-        raise ValueError(f"reward part {name!r} returned {short_repr(value)}, not a finite number or a dict with a "
-                         f"numeric 'score'.")
+        raise UserError(f"reward part {name!r} returned {short_repr(value)}, not a finite number or a dict with a "
+                        f"numeric 'score'.")
     return score, extras
 
 
@@ -37,18 +38,18 @@ class CombinedReward:
     def __init__(self, functions: Sequence[tuple[str, RewardFn]], weights: Sequence[float] | None = None):
         functions = list(functions)
         if not functions:
-            raise ValueError("CombinedReward needs at least one (name, function) pair.")
+            raise UserError("CombinedReward needs at least one (name, function) pair.")
         names = [name for name, _ in functions]
         if len(set(names)) != len(names) or "score" in names:
-            raise ValueError(f"CombinedReward: names {names} must be unique and not 'score' (they are log keys).")
+            raise UserError(f"CombinedReward: names {names} must be unique and not 'score' (they are log keys).")
         for name, fn in functions:
             if not callable(fn) or is_async_reward(fn):
-                raise ValueError(f"CombinedReward: part {name!r} must be a plain (not async) function "
-                                 f"fn(prompt, completion, **row); got {fn!r}.")
+                raise UserError(f"CombinedReward: part {name!r} must be a plain (not async) function "
+                                f"fn(prompt, completion, **row); got {fn!r}.")
         weights = [1.0] * len(functions) if weights is None else [float(w) for w in weights]
         if len(weights) != len(functions) or not all(math.isfinite(w) for w in weights):
-            raise ValueError(f"CombinedReward: weights {weights} must be {len(functions)} finite numbers, "
-                             f"one per function {names}.")
+            raise UserError(f"CombinedReward: weights {weights} must be {len(functions)} finite numbers, "
+                            f"one per function {names}.")
         self.functions, self.weights = functions, weights
 
     def __call__(self, prompt: str, completion: str, **row: Any) -> dict[str, float] | None:
@@ -116,7 +117,7 @@ def build_reward(spec: str | Sequence[str], weights: Sequence[float] | None = No
 def _build_one(spec: str | Sequence[str], weights: Sequence[float] | None) -> RewardFn:
     specs = [spec] if isinstance(spec, str) else list(spec)
     if not specs or not all(isinstance(s, str) for s in specs):
-        raise ValueError(f"reward spec {spec!r} must be a name or `file.py:function`, or a non-empty list of them.")
+        raise UserError(f"reward spec {spec!r} must be a name or `file.py:function`, or a non-empty list of them.")
     if len(specs) == 1 and weights is None:
         return load_reward_function(specs[0])
     names: list[str] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from grpoflow.errors import UserError
 from grpoflow.rewards.functions import register_reward
 
 DEFAULT_FORMAT = r"^<think>.*?</think>\s*<answer>.*?</answer>$"
@@ -30,5 +31,5 @@ def length_penalty_reward(prompt: str, completion: str, max_chars: int = 1000, *
     `max_chars` may come from a row column.
     """
     if not max_chars or max_chars <= 0:
-        raise ValueError(f"length_penalty: max_chars={max_chars!r} must be a positive number of characters.")
+        raise UserError(f"length_penalty: max_chars={max_chars!r} must be a positive number of characters.")
     return -max(0, len(completion) - max_chars) / max_chars

@@ -17,6 +17,7 @@ import inspect
 import math
 from typing import Any, Callable
 
+from grpoflow.errors import UserError
 from grpoflow.plugins import Registry
 
 RewardFn = Callable[..., Any]
@@ -92,8 +93,10 @@ def load_reward_function(spec: str) -> RewardFn:
     """A built-in name, or `path/to/file.py:function`."""
     try:
         fn = REWARD_FUNCTIONS.resolve(spec)
+    except FileNotFoundError:  # a missing file.py: the message names it
+        raise
     except ValueError as e:
-        raise ValueError(f"reward.function={spec!r}: {e} A user function is named `path/to/file.py:function`.") from None
+        raise UserError(f"reward.function={spec!r}: {e} A user function is named `path/to/file.py:function`.") from None
     _check_signature(fn, spec)
     return fn
 
@@ -102,5 +105,5 @@ def _check_signature(fn: RewardFn, spec: str) -> None:
     try:
         inspect.signature(fn).bind_partial("prompt", "completion")
     except TypeError as e:
-        raise ValueError(f"reward.function={spec}: it must accept (prompt, completion, **row_columns); "
-                         f"it cannot take two positional arguments: {e}.") from None
+        raise UserError(f"reward.function={spec}: it must accept (prompt, completion, **row_columns); "
+                        f"it cannot take two positional arguments: {e}.") from None

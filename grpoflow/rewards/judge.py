@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from grpoflow.errors import MissingExtraError, UserError
 from grpoflow.plugins import is_file_spec, load_from_file
 from grpoflow.rewards.functions import register_reward
 
@@ -33,7 +34,7 @@ JUDGE_COLUMN = "judge_score"  # the row column that carries a sample's judge sco
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
 
-class JudgeConfigError(ValueError):
+class JudgeConfigError(UserError):
     """A judge template or parser that cannot work; the message names it and the fix."""
 
 
@@ -145,7 +146,7 @@ class OpenAIJudge:
         try:
             from openai import AsyncOpenAI
         except ImportError:
-            raise ImportError("reward.judge.url needs the openai client: pip install -e '.[agents]'.") from None
+            raise MissingExtraError("reward.judge.url needs the openai client: pip install -e '.[agents]'.") from None
         client = AsyncOpenAI(base_url=self.url, api_key=self.api_key, max_retries=0, timeout=self.timeout_s)
         gate = asyncio.Semaphore(self.max_concurrency)
 

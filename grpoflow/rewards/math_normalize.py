@@ -16,6 +16,8 @@ import threading
 from fractions import Fraction
 from typing import Any
 
+from grpoflow.errors import MissingExtraError
+
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 
 
@@ -75,7 +77,7 @@ def math_equal(pred: str | None, truth: str | None, *, use_math_verify: bool | N
         return True
     module = _math_verify() if use_math_verify is not False else None
     if use_math_verify and module is None:
-        raise ImportError("math_equal(use_math_verify=True) needs the optional package: pip install math-verify")
+        raise MissingExtraError("math_equal(use_math_verify=True) needs the optional package: pip install math-verify")
     return module is not None and _verify_symbolically(module, str(pred), str(truth))
 
 

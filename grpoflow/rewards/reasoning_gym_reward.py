@@ -19,6 +19,7 @@ import json
 import re
 from typing import Any
 
+from grpoflow.errors import MissingExtraError, UserError
 from grpoflow.rewards.functions import register_reward
 
 EXTRA = "pip install 'grpoflow[reasoning-gym]'"
@@ -30,7 +31,7 @@ def import_reasoning_gym() -> Any:
     try:
         import reasoning_gym
     except ImportError:
-        raise ImportError(f"reasoning-gym tasks need the reasoning-gym package: {EXTRA}.") from None
+        raise MissingExtraError(f"reasoning-gym tasks need the reasoning-gym package: {EXTRA}.") from None
     return reasoning_gym
 
 
@@ -47,18 +48,18 @@ def task_dataset(task: str, options: dict) -> Any:
     except ValueError as e:
         names = sorted(import_reasoning_gym().factory.DATASETS)
         close = difflib.get_close_matches(task, names, n=3)
-        raise ValueError(f"reasoning_gym:{task}: {e}; did you mean {close}? All tasks: "
-                         "sorted(reasoning_gym.factory.DATASETS).") from None
+        raise UserError(f"reasoning_gym:{task}: {e}; did you mean {close}? All tasks: "
+                        "sorted(reasoning_gym.factory.DATASETS).") from None
     except TypeError as e:
-        raise ValueError(f"reasoning_gym:{task}: {e}; the options are the fields of the task's config class "
-                         f"(reasoning_gym.factory.DATASETS[{task!r}][1]).") from None
+        raise UserError(f"reasoning_gym:{task}: {e}; the options are the fields of the task's config class "
+                        f"(reasoning_gym.factory.DATASETS[{task!r}][1]).") from None
 
 
 def entry_of(ref: Any) -> tuple[Any, dict]:
     """(dataset, entry) of a row's `reasoning_gym` column {"task", "options", "index"}."""
     if not isinstance(ref, dict) or not {"task", "options", "index"} <= set(ref):
-        raise ValueError(f"the row's reasoning_gym column is {str(ref)[:80]!r}; the reasoning_gym reward and "
-                         "environment score rows built by data.train_files=[reasoning_gym:TASK?...].")
+        raise UserError(f"the row's reasoning_gym column is {str(ref)[:80]!r}; the reasoning_gym reward and "
+                        "environment score rows built by data.train_files=[reasoning_gym:TASK?...].")
     dataset = task_dataset(str(ref["task"]), dict(ref["options"]))
     return dataset, dataset[int(ref["index"])]
 

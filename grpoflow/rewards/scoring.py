@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpoflow.errors import UserError
 from grpoflow.rewards.functions import RewardFn, is_async_reward, short_repr, split_value
 from grpoflow.plugins import fn_name
 from grpoflow.user_code import Outcome, UserCodeProcesses, UserCodeStartError, dumps_function
@@ -87,9 +88,9 @@ class RewardScorer:
         if not callable(fn):
             raise TypeError(f"RewardScorer needs a callable reward function, got {fn!r}.")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"reward workers={workers!r} must be an int >= 0 (0 scores in this process).")
+            raise UserError(f"reward workers={workers!r} must be an int >= 0 (0 scores in this process).")
         if timeout_s is not None and not timeout_s > 0:
-            raise ValueError(f"reward timeout_s={timeout_s!r} must be a positive number of seconds, or None.")
+            raise UserError(f"reward timeout_s={timeout_s!r} must be a positive number of seconds, or None.")
         self.is_async = is_async_reward(fn)
         if timeout_s is not None and not self.is_async and workers == 0:
             workers = 1  # a hung call is stopped by killing the process that runs it: the timeout needs one

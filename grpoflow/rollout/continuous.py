@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from grpoflow.errors import UserError
 from grpoflow.models.loading import cache_keyword
 from grpoflow.rollout.protocol import Completion, Request
 from grpoflow.rollout.random_streams import uniforms
@@ -104,9 +105,9 @@ class ContinuousSampler:
                  compact_fraction: int = COMPACT_FRACTION) -> None:
         """`compact_fraction`: free slots are compacted away once they are 1 / compact_fraction of the slots."""
         if not supports(model.config):
-            raise ValueError(f"the HF rollout engine's continuous batching serves full-attention models only; "
-                             f"{type(model).__name__} has sliding-window or other attention layers. Use "
-                             "rollout.engine=vllm or sglang for it.")
+            raise UserError(f"the HF rollout engine's continuous batching serves full-attention models only; "
+                            f"{type(model).__name__} has sliding-window or other attention layers. Use "
+                            "rollout.engine=vllm or sglang for it.")
         self.model, self.pad_token_id, self.compact_fraction = model, pad_token_id, compact_fraction
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype

@@ -19,6 +19,7 @@ from typing import Iterable, Iterator
 import torch
 from torch import Tensor
 
+from grpoflow.errors import MissingExtraError
 from grpoflow.rollout.protocol import Generation, left_pad
 
 
@@ -28,7 +29,7 @@ def import_engine(module: str, install_hint: str):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"{install_hint} ({type(e).__name__}: {e})") from e
+        raise MissingExtraError(f"{install_hint} ({type(e).__name__}: {e})") from e
 
 
 class WeightSyncTimeout(TimeoutError):

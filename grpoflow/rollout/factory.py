@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from grpoflow.errors import UserError
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.plugins import Registry
 from grpoflow.rollout.protocol import RolloutEngine
@@ -92,8 +93,10 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
     """
     try:
         builder = ROLLOUT_ENGINES.resolve(name)
+    except FileNotFoundError:  # a missing file.py: the message names it
+        raise
     except ValueError as e:
-        raise ValueError(f"rollout.engine={name!r}: {e}") from None
+        raise UserError(f"rollout.engine={name!r}: {e}") from None
     adapters = {"lora": lora, "lora_versions": lora_versions} if lora is not None else {}
     return builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids(model_path, tokenizer),
                    dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,

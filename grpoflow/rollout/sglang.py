@@ -20,6 +20,7 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
+from grpoflow.errors import UserError
 from grpoflow.rollout.external import import_engine, pack_samples, weight_buckets
 from grpoflow.rollout.protocol import Generation, SamplingParams, stop_ids
 
@@ -36,8 +37,8 @@ class SGLangRolloutEngine:
                  enforce_eager: bool = True, free_cache_engine: bool = True, sync_timeout_s: float = 120.0,
                  bucket_bytes: int = 256 << 20) -> None:
         if os.environ.get("SGLANG_RETURN_ORIGINAL_LOGPROB", "").lower() in ("1", "true", "yes"):
-            raise ValueError("SGLANG_RETURN_ORIGINAL_LOGPROB is set, so SGLang would report log-probs before "
-                             "temperature, not those of the sampling distribution; unset it.")
+            raise UserError("SGLANG_RETURN_ORIGINAL_LOGPROB is set, so SGLang would report log-probs before "
+                            "temperature, not those of the sampling distribution; unset it.")
         sglang = import_engine("sglang", INSTALL_HINT)
         self.pad_token_id, self.eos_token_id = pad_token_id, eos_token_id
         self.sync_timeout_s, self.bucket_bytes = sync_timeout_s, bucket_bytes

@@ -35,6 +35,7 @@ from typing import Any, Iterable, Iterator
 import torch
 from torch import Tensor
 
+from grpoflow.errors import UserError
 from grpoflow.rollout.external import import_engine, pack_samples, weight_buckets
 from grpoflow.rollout.protocol import Generation, SamplingParams, stop_ids
 
@@ -192,7 +193,7 @@ def _lora_rank_slot(rank: int) -> int:
     for slot in (8, 16, 32, 64, 128, 256, 320, 512):
         if rank <= slot:
             return slot
-    raise ValueError(f"model.lora.rank={rank}: vLLM serves LoRA ranks up to 512.")
+    raise UserError(f"model.lora.rank={rank}: vLLM serves LoRA ranks up to 512.")
 
 
 def samples_from_vllm(outputs: list, n: int) -> tuple[list[list[int]], list[list[float]]]:

@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, urlencode
 
 import yaml
 
+from grpoflow.errors import UserError
 from grpoflow.rewards.reasoning_gym_reward import task_dataset
 
 PREFIX = "reasoning_gym:"
@@ -38,15 +39,15 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     body = spec.removeprefix(PREFIX)
     task, _, query = body.partition("?")
     if not task:
-        raise ValueError(f"data file {spec!r} names no task; write reasoning_gym:TASK[?size=N&seed=S&option=value].")
+        raise UserError(f"data file {spec!r} names no task; write reasoning_gym:TASK[?size=N&seed=S&option=value].")
     options: dict[str, Any] = {"size": DEFAULT_SIZE, "seed": 0}
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
         for key, value in pairs:
             options[key] = yaml.safe_load(value) if value else None
     except (ValueError, yaml.YAMLError) as e:
-        raise ValueError(f"data file {spec!r}: its options {query!r} are not key=value pairs joined by & ({e}); "
-                         "write e.g. reasoning_gym:chain_sum?size=500&seed=1&min_terms=2.") from None
+        raise UserError(f"data file {spec!r}: its options {query!r} are not key=value pairs joined by & ({e}); "
+                        "write e.g. reasoning_gym:chain_sum?size=500&seed=1&min_terms=2.") from None
     return task, options
 
 

@@ -23,6 +23,8 @@ from urllib.parse import parse_qsl
 
 import yaml
 
+from grpoflow.errors import MissingExtraError, UserError
+
 PREFIX = "verifiers:"
 EXTRA = "pip install 'grpoflow[verifiers]'"
 
@@ -32,7 +34,7 @@ def import_verifiers() -> Any:
     try:
         import verifiers.v1 as vf
     except ImportError:
-        raise ImportError(f"verifiers environments need the verifiers package: {EXTRA}.") from None
+        raise MissingExtraError(f"verifiers environments need the verifiers package: {EXTRA}.") from None
     return vf
 
 
@@ -45,7 +47,7 @@ def parse_spec(spec: str) -> tuple[dict[str, Any], int | None]:
     body = spec.removeprefix(PREFIX)
     ident, _, query = body.partition("?")
     if not ident:
-        raise ValueError(f"data file {spec!r} names no taskset; write verifiers:TASKSET[?limit=N&option=value].")
+        raise UserError(f"data file {spec!r} names no taskset; write verifiers:TASKSET[?limit=N&option=value].")
     taskset: dict[str, Any] = {"id": ident}
     limit = None
     try:
@@ -60,8 +62,8 @@ def parse_spec(spec: str) -> tuple[dict[str, Any], int | None]:
                 node = node.setdefault(part, {})
             node[last] = parsed
     except (ValueError, TypeError, AttributeError, yaml.YAMLError) as e:
-        raise ValueError(f"data file {spec!r}: its options {query!r} are not key=value pairs joined by & ({e}); "
-                         "write e.g. verifiers:my_set?limit=200&num_tasks=500.") from None
+        raise UserError(f"data file {spec!r}: its options {query!r} are not key=value pairs joined by & ({e}); "
+                        "write e.g. verifiers:my_set?limit=200&num_tasks=500.") from None
     return taskset, limit
 
 
@@ -74,8 +76,8 @@ def _tasks(key: str) -> list[Any]:
     if spec["limit"] is not None:
         taskset = taskset.take(spec["limit"])
     elif not taskset.bounded:
-        raise ValueError(f"the verifiers taskset {spec['taskset']['id']!r} is infinite; bound it with "
-                         f"verifiers:{spec['taskset']['id']}?limit=N.")
+        raise UserError(f"the verifiers taskset {spec['taskset']['id']!r} is infinite; bound it with "
+                        f"verifiers:{spec['taskset']['id']}?limit=N.")
     return list(taskset)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from grpoflow.config import Config
+from grpoflow.errors import MissingExtraError
 
 
 def _require_extras() -> None:
@@ -15,7 +16,7 @@ def _require_extras() -> None:
         except ImportError:
             missing.append(module)
     if missing:
-        raise ImportError(f"grpoflow serve tinker needs {missing}: pip install 'grpoflow[tinker]'.")
+        raise MissingExtraError(f"grpoflow serve tinker needs {missing}: pip install 'grpoflow[tinker]'.")
 
 
 def serve_tinker(cfg: Config) -> None:

@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 from torch.distributed.tensor import DTensor
 
+from grpoflow.errors import UserError
 from grpoflow.training.collectives import current_device, global_max, global_sum, rank, sum_over_ranks, to_device, \
     world_size
 from grpoflow.training.microbatch import PaddingBatch
@@ -264,8 +265,8 @@ def load_tensor_file(path: Path) -> Any:
         first = str(e).split("\n")[0].split(". ")[0]
         if "weights_only" in first:
             first = "it holds objects other than tensors and plain values"
-        raise ValueError(f"{path} cannot be loaded as a grpoflow checkpoint file ({type(e).__name__}: {first}); it "
-                         f"is damaged or was not written by grpoflow. Resume from another checkpoint "
-                         f"(trainer.resume=<folder>); do not load this file with weights_only=False, which would "
-                         f"run any code it holds.") from None
+        raise UserError(f"{path} cannot be loaded as a grpoflow checkpoint file ({type(e).__name__}: {first}); it "
+                        f"is damaged or was not written by grpoflow. Resume from another checkpoint "
+                        f"(trainer.resume=<folder>); do not load this file with weights_only=False, which would "
+                        f"run any code it holds.") from None
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from grpoflow.errors import UserFileNotFoundError
+
 METRICS, VAL_SAMPLES, TRAIN_SAMPLES, RESTARTS = "metrics.jsonl", "samples.jsonl", "train_samples.jsonl", "restarts.jsonl"
 CONFIG, CHECKPOINTS, LATEST, MANIFEST = "config.yaml", "checkpoints", "latest", "manifest.json"
 
@@ -83,8 +85,8 @@ class RunFolder:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).resolve()
         if not self.path.is_dir():
-            raise FileNotFoundError(f"run folder {str(path)!r} does not exist; give the trainer.output_dir of a run "
-                                    f"(e.g. runs/default).")
+            raise UserFileNotFoundError(f"run folder {str(path)!r} does not exist; give the trainer.output_dir of a "
+                                        f"run (e.g. runs/default).")
         self.metrics = JsonlFile(self.path / METRICS)
         self.val_samples = JsonlFile(self.path / VAL_SAMPLES)
         self.train_samples = JsonlFile(self.path / TRAIN_SAMPLES)

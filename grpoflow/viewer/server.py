@@ -19,6 +19,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Sequence
 
+from grpoflow.errors import MissingExtraError, UserError
 from grpoflow.viewer.run_folder import RunFolder
 
 STATIC = Path(__file__).parent / "static"
@@ -26,7 +27,7 @@ PAGES = {"index.html": "text/html", "app.js": "text/javascript", "curves.js": "t
          "rollouts.js": "text/javascript", "facts.js": "text/javascript", "style.css": "text/css"}
 
 
-class MissingViewExtraError(ImportError):
+class MissingViewExtraError(MissingExtraError):
     """fastapi, uvicorn or plotly is not installed."""
 
 
@@ -125,7 +126,8 @@ def serve(run_dirs: list[str], *, host: str = "127.0.0.1", port: int = 8765, ref
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise OSError(f"cannot listen on {host}:{port} ({e.strerror}); pass another --port (0: any free one).") from None
+        raise UserError(f"cannot listen on {host}:{port} ({e.strerror}); pass another --port (0: any free one).") \
+            from None
     bound = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     print(f"grpoflow view: http://{host}:{bound}/  ({len(run_dirs)} run(s); Ctrl-C stops)", flush=True)

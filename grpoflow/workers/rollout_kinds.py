@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from grpoflow.config import Config
+from grpoflow.errors import UserError
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import guarded, load_env, with_system_prompt
 from grpoflow.multiturn.loop import EnvLoop, SingleTurn
@@ -62,7 +63,7 @@ def run_tools(cfg: Config) -> list[Any]:
     names = [t.name for t in found]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ValueError(f"rollout.tools and the environment's tools name {duplicates} twice; rename one.")
+        raise UserError(f"rollout.tools and the environment's tools name {duplicates} twice; rename one.")
     return found
 
 

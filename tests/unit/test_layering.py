@@ -1,9 +1,11 @@
 """The dependency direction of DESIGN.md section 2, checked on the source with `ast`.
 
-    plugins, user_code -> algorithms, rewards -> data, models -> training | rollout -> multiturn -> workers
+    errors, plugins, user_code -> algorithms, rewards -> data, models -> training | rollout -> multiturn -> workers
         -> distributed -> controller -> cli
 
-`training` and `rollout` sit side by side and never import each other; `config` imports only `plugins`.
+`training` and `rollout` sit side by side and never import each other; `config` imports only `config_rules`,
+`plugins` and `errors`.
+`errors` (the user-error types, stdlib only) sits under everything.
 `user_code` (processes that run reward functions and tools under limits) is standard library + `plugins`,
 `user_code_child` (its child side) and `sandbox` (what a sandboxed worker gives up; stdlib only).
 
@@ -25,20 +27,21 @@ ROOT = Path(grpoflow.__file__).parent
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
 UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "tinker_server", "cli",
                  "plotting", "viewer"}
-EVERY_PART = {"plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards", "data",
+EVERY_PART = {"errors", "plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards", "data",
               "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
               "tinker_server", "config", "config_rules", "cli", "viewer"}
 FORBIDDEN_PARTS = {
-    "plugins": None,  # None: nothing from any other grpoflow part (registries, user-file loading; stdlib only)
+    "errors": None,  # None: nothing from any other grpoflow part (the user-error types; stdlib only)
+    "plugins": EVERY_PART - {"errors", "plugins"},  # registries, user-file loading; stdlib only
     "sandbox": EVERY_PART - {"sandbox"},  # stdlib only: what a sandboxed worker gives up, the reply format
     "user_code_child": EVERY_PART - {"sandbox", "user_code_child"},
-    "user_code": EVERY_PART - {"plugins", "sandbox", "user_code_child", "user_code"},
+    "user_code": EVERY_PART - {"errors", "plugins", "sandbox", "user_code_child", "user_code"},
     # reads metrics.jsonl via controller.metrics
     "plotting": {"training", "rollout", "workers", "distributed", "tinker_server", "cli"},
     # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
-    "viewer": EVERY_PART - {"plugins", "config", "viewer"},
-    "algorithms": EVERY_PART - {"plugins", "algorithms"},
-    "rewards": EVERY_PART - {"plugins", "user_code", "rewards"},
+    "viewer": EVERY_PART - {"errors", "plugins", "config", "viewer"},
+    "algorithms": EVERY_PART - {"errors", "plugins", "algorithms"},
+    "rewards": EVERY_PART - {"errors", "plugins", "user_code", "rewards"},
     "data": UPPER_OF_DATA,
     "models": UPPER_OF_DATA,
     "tasks": UPPER_OF_DATA,
@@ -51,8 +54,9 @@ FORBIDDEN_PARTS = {
     "controller": {"cli", "tinker_server"},
     # the Tinker API server: a command like train, on the engines and checkpoints; only the cli starts it
     "tinker_server": {"cli", "workers", "distributed", "multiturn"},
-    "config": EVERY_PART - {"plugins", "config", "config_rules"},  # the schema: plain values, no torch, no registries
-    "config_rules": EVERY_PART - {"config", "config_rules"},       # config.validate's newer checks (types only)
+    # the schema: plain values, no torch, no registries
+    "config": EVERY_PART - {"errors", "plugins", "config", "config_rules"},
+    "config_rules": EVERY_PART - {"errors", "config", "config_rules"},  # config.validate's newer checks (types only)
     "cli": set(),
 }
 # third-party modules that the pure parts never touch

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from grpoflow.controller import trackers
-from grpoflow.controller.trackers import (MissingExtraError, Tracker, build_trackers, check_trackers, flatten,
-                                          mlflow_name)
+from grpoflow.controller.trackers import Tracker, build_trackers, check_trackers, flatten, mlflow_name
+from grpoflow.errors import MissingExtraError
 
 # three steps as the controller logs them: validation alone at step 0, then training steps
 # with validation on the last one; the '@' keys are the ones MLflow rejects

@@ -25,10 +25,12 @@ def validate(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batc
     `rollouts` generates (the rollout worker group), `reward(batch)` scores a batch. The first `num_samples` completions are appended to
     `samples_path` (JSON lines: step, data_source, prompt, completion, score). `seed` (+ the chunk's
     offset) seeds each generate call, so sampled validation does not depend on where the engine runs.
+    Multi-turn and agent runs add `turns` and `tool_calls`: their means per trajectory.
     """
     k = params.n
     scores: dict[str, list[list[float]]] = defaultdict(list)
     answers: dict[str, list[list[str]]] = defaultdict(list)
+    conversation: dict[str, list[tuple[int, int]]] = defaultdict(list)  # (turns, tool calls) per trajectory
     shown: list[dict] = []
     for start in range(0, len(items), batch_size):
         chunk = items[start:start + batch_size]
@@ -38,6 +40,8 @@ def validate(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batc
             rows = range(i * k, (i + 1) * k)
             scores[item.data_source].append([scored.scores[j] for j in rows])
             answers[item.data_source].append([extract_answer(batch.completions[j]) for j in rows])
+            if batch.infos:
+                conversation[item.data_source] += [(batch.infos[j].turns, batch.infos[j].tool_calls) for j in rows]
         shown += [{"step": step, "data_source": chunk[j // k].data_source, "prompt": batch.prompts[j],
                    "completion": batch.completions[j], "score": scored.scores[j],
                    **({"conversation": batch.conversations[j]} if batch.conversations else {})}
@@ -49,8 +53,19 @@ def validate(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batc
     for source in scores:
         for name, value in group_metrics(scores[source], answers[source]).items():
             metrics[f"val/{source}/{name}"] = value
+        metrics.update({f"val/{source}/{name}": value for name, value in conversation_means(conversation[source])})
     if scores:
         every = [s for v in scores.values() for s in v]
         every_answers = [a for v in answers.values() for a in v]
         metrics.update({f"val/{name}": value for name, value in group_metrics(every, every_answers).items()})
+        metrics.update({f"val/{name}": value
+                        for name, value in conversation_means([c for v in conversation.values() for c in v])})
     return metrics
+
+
+def conversation_means(trajectories: list[tuple[int, int]]) -> list[tuple[str, float]]:
+    """[("turns", mean), ("tool_calls", mean)] over (turns, tool calls) per trajectory; [] for none."""
+    if not trajectories:
+        return []
+    n = len(trajectories)
+    return [("turns", sum(t for t, _ in trajectories) / n), ("tool_calls", sum(c for _, c in trajectories) / n)]

@@ -105,6 +105,9 @@ def test_a_run_logs_turns_and_whole_conversations(tmp_path, warm_model):
                 "multi_turn/budget_truncated", "tools/calls", "reward/env/mean", "critic/score/mean",
                 "val/mean@4"):
         assert key in records[-1], key
+    last = records[-1]  # validation's conversations: model turns (1..max_turns=4) and tool calls per trajectory
+    assert 1 <= last["val/turns"] <= 4 and last["val/tool_calls"] == 0
+    assert last["val/guess_number/turns"] == last["val/turns"]
     samples = [json.loads(line) for line in open(tmp_path / "samples.jsonl")]
     assert samples and all(s["conversation"][0] == {"role": "user", "content": "Guess 1-8"} for s in samples)
     assert all(s["conversation"][1]["role"] == "assistant" for s in samples)

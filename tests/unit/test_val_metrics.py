@@ -54,3 +54,10 @@ def test_extract_answer():
     assert extract_answer("so \\boxed{\\frac{1}{2}} done") == "\\frac{1}{2}"
     assert extract_answer("5 + 3 = 8\n#### 8") == "8"
     assert extract_answer(" 85 ") == "85"
+
+
+def test_conversation_means_by_hand():
+    from grpoflow.controller.validation import conversation_means
+
+    assert conversation_means([(2, 1), (1, 0), (3, 2)]) == [("turns", 2.0), ("tool_calls", 1.0)]
+    assert conversation_means([]) == []

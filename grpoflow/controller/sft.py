@@ -20,6 +20,7 @@ from tqdm import tqdm
 from grpoflow.errors import UserError
 from grpoflow.training.engine import TrainEngine
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
+from grpoflow.models.logprobs import compute_autocast
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import with_system_prompt
 
@@ -79,15 +80,18 @@ def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tenso
 
 def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: int, lr: float, batch_size: int,
             prompt_key: str = "prompt", response_key: str = "answer", seed: int = 0, system_prompt: str | None = None,
-            tools: list[dict] | None = None) -> str:
+            tools: list[dict] | None = None, compute_dtype: str = "float32") -> str:
     """Train `steps` supervised steps from `model_path`, save to `out_dir` (HF folder); return it.
-    `system_prompt` and `tools` render conversation targets as the rollout renders its prompts (sft_examples).
+    `system_prompt` and `tools` render conversation targets as the rollout renders its prompts (sft_examples);
+    `compute_dtype` (model.compute_dtype) is the autocast of the forward, as in RL.
 
     If `out_dir` already holds a warm start with the same settings (a resumed run), it is reused."""
     rows_hash = hashlib.sha1(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
     settings = {"model_path": str(model_path), "rows": rows_hash, "steps": steps, "lr": lr,
                 "batch_size": batch_size, "prompt_key": prompt_key, "response_key": response_key, "seed": seed}
     settings.update({k: v for k, v in (("system_prompt", system_prompt), ("tools", tools)) if v is not None})
+    if compute_dtype != "float32":
+        settings["compute_dtype"] = compute_dtype
     if finished_sft(out_dir, settings):
         tqdm.write(f"sft: reusing the warm start in {out_dir}")
         return str(out_dir)
@@ -101,7 +105,7 @@ def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: in
     for _ in bar:
         idx = torch.randint(len(examples), (batch_size,), generator=gen).tolist()
         batch = collate([examples[i] for i in idx], tokenizer.pad_token_id)
-        metrics = engine.forward_backward([batch], lambda m, b: _ce(m, b))
+        metrics = engine.forward_backward([batch], lambda m, b: _ce(m, b, compute_dtype))
         engine.optimizer_step()
         loss = metrics["loss"]
         bar.set_postfix(loss=f"{loss:.3f}")
@@ -128,6 +132,7 @@ def finished_sft(out_dir: str | Path, settings: dict) -> bool:
     return marker.exists() and json.loads(marker.read_text()) == settings
 
 
-def _ce(model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
-    loss = model(**batch).loss
+def _ce(model: torch.nn.Module, batch: dict, compute_dtype: str) -> tuple[torch.Tensor, dict]:
+    with compute_autocast(compute_dtype, batch["input_ids"].device):
+        loss = model(**batch).loss
     return loss, {"loss": loss.detach()}

@@ -1,9 +1,11 @@
 """verifiers environments as rollout.agent=verifiers, against the real `verifiers` package: its environment runs its
 own rollout (verifiers' chat harness in a local subprocess, its interception server) against grpoflow's
 OpenAI-compatible endpoint, and its rubric gives the reward. The environments are written with verifiers' own API:
-vf_echo.py (single turn, two weighted rewards) and vf_guess.py (a SingleAgentEnv answering every turn).
+vf_echo.py (single turn, two weighted rewards), vf_guess.py (a SingleAgentEnv answering every turn) and vf_calc.py
+(a Toolset served over MCP that the harness calls).
 
-First over a scripted engine (hand values: the rewards, the exact sampled ids, one sample per conversation), then
+First over a scripted engine (hand values: the rewards, the exact sampled ids, one sample per conversation, a tool
+call parsed by the endpoint and run by verifiers), then
 the tiny model trained end to end, single-turn and multi-turn. Skipped without verifiers (.ci/envs_stage installs
 it with `grpoflow[verifiers]`); its harness programs run under uv, which the extra installs beside python."""
 
@@ -29,13 +31,17 @@ from scripted import ScriptedEngine, play, serving  # noqa: E402
 from vf_echo import WORDS, letters  # noqa: E402
 from vf_guess import hint  # noqa: E402
 
-NULL_HARNESS = {"agent": {"harness": {"id": "null"}}}   # verifiers' plain chat loop (no tools)
+HERE = Path(__file__).parent
+NULL_HARNESS = {"agent": {"harness": {"id": "null"}}}   # verifiers' plain chat loop (MCP tools only)
+CALL = '<tool_call>{{"name": "calc_add", "arguments": {{"a": {}, "b": {}}}}}</tool_call>'
 
 
 @pytest.fixture(scope="module", autouse=True)
 def uv_on_path():
-    """The harness programs run with uv: the one installed beside this python (the extra's), when not on PATH."""
+    """The harness programs run with uv: the one installed beside this python (the extra's), when not on PATH. The
+    taskset modules here are importable by verifiers' tool-server processes too (an installed taskset package is)."""
     with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
         if shutil.which("uv") is None:
             mp.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
         if shutil.which("uv") is None:
@@ -96,6 +102,30 @@ def test_a_multi_turn_environment_is_one_sample_with_its_user_turns_masked():
             batch.conversations[k][:1])):]]
         assert int(mask.sum()) == 2 * turns   # one digit and its end-of-turn token per reply
     assert metrics["agent/samples/mean"] == 1 and metrics["agent/errors"] == 0
+
+
+def test_a_tool_call_runs_verifiers_mcp_tool_and_its_result_joins_the_sample_masked():
+    tok = build_char_tokenizer()
+
+    def policy(text):   # call calc_add on the question's numbers, then answer with the tool's result
+        if "<|im_start|>tool" in text:
+            return text.rsplit("<|im_start|>tool\n", 1)[1].split("<|im_end|>")[0].strip()
+        a, b = text.rsplit("<|im_start|>user\n", 1)[1].split("<|im_end|>")[0].split("+")
+        return CALL.format(int(a), int(b))
+
+    engine = ScriptedEngine(tok, policy, None)
+    with serving(engine, tok) as endpoint:
+        agent = AgentEpisodes(load_agent("verifiers", NULL_HARNESS), endpoint, timeout_s=60, error_score=-1.0,
+                              opening=opening)
+        batch, metrics = play(agent, engine, items("verifiers:vf_calc?limit=2"),
+                              SamplingParams(n=1, max_new_tokens=300, temperature=1.0), 0, agent=True)
+    assert batch.env_rewards.tolist() == [1.0, 1.0] and metrics["agent/errors"] == 0
+    call = CALL.format(1, 40)
+    assert batch.conversations[1] == [{"role": "user", "content": "1+40"}, {"role": "assistant", "content": call},
+                                      {"role": "tool", "content": "41", "name": "calc_add"},
+                                      {"role": "assistant", "content": "41"}]
+    # one sample: the call and the answer trained (each with its end-of-turn token), the tool's result masked
+    assert metrics["agent/samples/mean"] == 1 and batch.response_mask[1].sum() == len(call) + 1 + 2 + 1
 
 
 def test_grpoflow_trains_the_tiny_model_on_a_verifiers_taskset(tmp_path):

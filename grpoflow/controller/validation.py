@@ -40,7 +40,7 @@ def validate(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batc
             rows = range(i * k, (i + 1) * k)
             scores[item.data_source].append([scored.scores[j] for j in rows])
             answers[item.data_source].append([extract_answer(batch.completions[j]) for j in rows])
-            if batch.infos:
+            if batch.infos and batch.conversations:  # multi-turn and agent samples
                 conversation[item.data_source] += [(batch.infos[j].turns, batch.infos[j].tool_calls) for j in rows]
         shown += [{"step": step, "data_source": chunk[j // k].data_source, "prompt": batch.prompts[j],
                    "completion": batch.completions[j], "score": scored.scores[j],

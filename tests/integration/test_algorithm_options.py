@@ -1,4 +1,7 @@
-"""Each estimator, loss and option of the family runs through the real controller; user plugins load by name."""
+"""Smoke runs: each estimator, loss and option of the family runs end to end through the real controller (two
+steps, every metric finite); the engine's and trainer's distributions agree on policy; user plugins load by name.
+
+What each option changes is asserted in test_option_wiring.py, against hand values."""
 
 import pytest
 
@@ -26,7 +29,7 @@ TINY = ["model.path=builtin:tiny-0.5m", "sft.steps=30", "data.prompts_per_step=4
     (["actor.entropy_coeff=0.01", "actor.kl_coef=0.1", "actor.kl_estimator=k3+"], "actor/kl_loss"),
     (["actor.loss_agg_mode=seq-mean-token-sum"], "actor/pg_loss"),
 ])
-def test_option_runs(tmp_path, overrides, expect):
+def test_smoke_option_runs_end_to_end(tmp_path, overrides, expect):
     train(load_config(None, [f"trainer.output_dir={tmp_path}", *TINY, *overrides]))
     rows = read_metrics(tmp_path)
     assert len(rows) == 2 and expect in rows[-1]

@@ -4,7 +4,9 @@
         ...   # any number of client.chat.completions.create(model="policy", messages=..., tools=...)
 
 given as `rollout.agent=path/to/file.py:run`, or a built-in agent by name with its settings in
-`rollout.agent_args`: `verifiers` plays a verifiers environment's episode (verifiers_agent.py). `AgentEpisodes.play(batcher, items, params, seed)` plays
+`rollout.agent_args`: `verifiers` plays a verifiers environment's episode (verifiers_agent.py). An agent object
+may have a `step_scope()` method, an async context manager entered once around each step's episodes on their
+event loop (the verifiers agent serves its environment there, once per step). `AgentEpisodes.play(batcher, items, params, seed)` plays
 `params.n` episodes of each prompt at once (one asyncio event loop in a thread of its own), each with a copy
 of the dataset row and a client whose base URL is the endpoint and whose `X-Episode-Id` header names the
 episode. Each episode is a client of the rollout's request batcher: its calls join the running decode
@@ -189,8 +191,10 @@ class AgentEpisodes:
     async def play_all(self, ids: list[str], rows: list[dict], outcomes: dict[str, Outcome]) -> None:
         import openai
 
-        async with openai.AsyncOpenAI(base_url=self.endpoint.url, api_key="grpoflow", max_retries=0,
-                                      timeout=self.timeout_s) as client:
+        scope = getattr(self.program, "step_scope", None)
+        async with scope() if scope is not None else contextlib.nullcontext(), \
+                openai.AsyncOpenAI(base_url=self.endpoint.url, api_key="grpoflow", max_retries=0,
+                                   timeout=self.timeout_s) as client:
             errors: list[str] = []
             await asyncio.gather(*(self.episode(client, e, row, outcomes, errors) for e, row in zip(ids, rows)))
         if len(errors) > 1:

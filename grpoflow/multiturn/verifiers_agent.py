@@ -8,7 +8,9 @@ names the episode), this agent
 1. builds the verifiers environment: `rollout.agent_args` is its `EnvConfig` as verifiers' own config reads it
    (`{id: my-env, agent: {harness: {id: null}}}`, the keys of `--env.*`), with the row's taskset; a seat whose
    runtime is not set runs its harness locally (`runtime: {type: subprocess}`; verifiers' own default is a
-   remote Prime sandbox);
+   remote Prime sandbox). One environment per taskset serves all the episodes of a step (`step_scope`, which
+   agents.py enters around them): its interception server and the taskset's tool servers start once per step,
+   and its episodes run concurrently, as in verifiers' own eval runner;
 2. runs `env.run_episode(task, ModelContext(model, client))` with an eval client config that points at the
    episode's endpoint URL and sends its header: the harness program (verifiers' chat loop, Codex, ...) calls
    verifiers' interception server, which relays every model call to grpoflow's endpoint unchanged;
@@ -22,12 +24,17 @@ Imports verifiers only when built.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import logging
 import shutil
-from typing import Any
+from typing import Any, AsyncIterator
 
 from grpoflow.errors import UserError
 from grpoflow.tasks.verifiers_tasks import import_verifiers, task_of
 
+log = logging.getLogger("grpoflow.verifiers")
 EPISODE_HEADER = "X-Episode-Id"
 LOCAL_RUNTIME = {"type": "subprocess"}
 
@@ -70,7 +77,8 @@ def env_config_dict(env_args: dict, taskset: dict, seats: list[str]) -> dict:
 
 
 class VerifiersAgent:
-    """`run(row, client)`: one verifiers episode of the row's task (module docstring)."""
+    """`run(row, client)`: one verifiers episode of the row's task; `step_scope()` around a step's episodes
+    (module docstring)."""
 
     def __init__(self, env_args: dict, model_name: str) -> None:
         try:
@@ -87,6 +95,34 @@ class VerifiersAgent:
                             "on PATH: pip install 'grpoflow[verifiers]' installs it into the environment's bin "
                             "folder; add that folder to PATH.")
         self.env_args, self.model_name = dict(env_args), model_name
+        self._stack: contextlib.AsyncExitStack | None = None  # the open step's serving environments
+        self._envs: dict[str, Any] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @contextlib.asynccontextmanager
+    async def step_scope(self) -> AsyncIterator[None]:
+        """Serve each taskset's environment once for the episodes run inside (started by the first of them), and
+        stop them all at the end; a failure to stop is a warning, not the step's error."""
+        self._stack, self._envs, self._locks = contextlib.AsyncExitStack(), {}, {}
+        try:
+            yield
+        finally:
+            stack, self._stack, self._envs, self._locks = self._stack, None, {}, {}
+            try:
+                await stack.aclose()
+            except Exception as e:  # verifiers' teardown: the episodes are already scored
+                log.warning("stopping the verifiers environment failed: %s: %s", type(e).__name__, e)
+
+    async def serving_env(self, taskset: dict) -> Any:
+        """The step's environment for `taskset`, serving (built and started by the first episode that asks)."""
+        assert self._stack is not None
+        key = json.dumps(taskset, sort_keys=True)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if key not in self._envs:
+                env = self.vf.load_environment(self.env_config(taskset))
+                await self._stack.enter_async_context(env.serving())
+                self._envs[key] = env
+        return self._envs[key]
 
     def env_config(self, taskset: dict) -> Any:
         """The verifiers EnvConfig of an episode of `taskset`."""
@@ -101,14 +137,20 @@ class VerifiersAgent:
             raise UserError("rollout.agent=verifiers plays rows of data.train_files=[verifiers:TASKSET]; this row "
                             "has no `verifiers` column.")
         vf = self.vf
-        env = vf.load_environment(self.env_config(column["taskset"]))
         endpoint = vf.EvalClientConfig(base_url=str(client.base_url), api_key_var="GRPOFLOW_ENDPOINT_API_KEY",
                                        headers={EPISODE_HEADER: client.default_headers[EPISODE_HEADER]})
+        ctx = vf.ModelContext(model=self.model_name, client=endpoint)
+        if self._stack is not None:
+            env = await self.serving_env(column["taskset"])
+            return episode_rewards(await env.run_episode(task_of(column), ctx))
+        env = vf.load_environment(self.env_config(column["taskset"]))   # outside a step scope: its own
         async with env.serving():
-            episode = await env.run_episode(task_of(column), vf.ModelContext(model=self.model_name, client=endpoint))
+            episode = await env.run_episode(task_of(column), ctx)
         return episode_rewards(episode)
+
+    __call__ = run
 
 
 def build(agent_args: dict, model_name: str) -> Any:
-    """The agent function of `rollout.agent=verifiers`."""
-    return VerifiersAgent(agent_args, model_name).run
+    """The agent of `rollout.agent=verifiers`: called as `agent(row, client)`, with a `step_scope`."""
+    return VerifiersAgent(agent_args, model_name)

@@ -57,7 +57,12 @@ def opening(row):
     return row["prompt"]
 
 
-def test_a_single_turn_episode_is_scored_by_the_rubric_and_trains_the_sampled_ids():
+def test_a_single_turn_episode_is_scored_by_the_rubric_and_trains_the_sampled_ids(monkeypatch):
+    import verifiers.v1 as vf
+
+    built = []
+    load_environment = vf.load_environment
+    monkeypatch.setattr(vf, "load_environment", lambda config: built.append(config) or load_environment(config))
     tok = build_char_tokenizer()
     engine = ScriptedEngine(tok, lambda text: "cat", None, version=2)
     with serving(engine, tok) as endpoint:
@@ -70,6 +75,7 @@ def test_a_single_turn_episode_is_scored_by_the_rubric_and_trains_the_sampled_id
     assert batch.env_rewards.tolist() == [1.5, 1.5, 0.5, 0.5]
     assert metrics["reward/agent/letters/mean"] == 0.5 and metrics["reward/agent/short/mean"] == 0.5
     assert metrics["agent/errors"] == 0 and metrics["agent/calls/mean"] == 1
+    assert len(built) == 1   # one environment served the step's four episodes (VerifiersAgent.step_scope)
     assert batch.conversations[2] == [{"role": "user", "content": "Say dog"}, {"role": "assistant", "content": "cat"}]
     for k in range(4):   # the prompt verifiers' harness sent, rendered by grpoflow; the reply's ids as sampled
         prompt = batch.conversations[k][:1]

@@ -98,3 +98,13 @@ def test_seats_run_locally_unless_the_user_names_a_runtime():
 def test_the_taskset_comes_from_the_rows_not_the_agent_args():
     with pytest.raises(ValueError, match="data.train_files=\\[verifiers:TASKSET\\]"):
         load_agent("verifiers", {"taskset": {"id": "reverse_text"}})
+
+
+@needs_verifiers
+def test_without_uv_the_run_stops_at_start_saying_so(monkeypatch):
+    import grpoflow.multiturn.verifiers_agent as adapter
+
+    monkeypatch.setattr(adapter.shutil, "which", lambda name: None)
+    with pytest.raises(ValueError, match="uv, which is not on PATH"):
+        load_agent("verifiers", {"agent": {"harness": {"id": "null"}}})
+    load_agent("verifiers", {"agent": {"runtime": {"type": "docker"}}})   # a container brings its own uv

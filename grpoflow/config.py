@@ -31,7 +31,7 @@ from typing import Any, Optional
 
 import yaml
 
-from grpoflow.config_rules import curriculum_checks, distill_checks, judge_checks
+from grpoflow.config_rules import curriculum_checks, distill_checks, judge_checks, partial_checks
 from grpoflow.errors import UserError
 
 
@@ -148,6 +148,15 @@ class RolloutConfig:
                               "pause; samples may then differ between runs in rare draws).")
     kv_reuse_mb: int = opt(1024, "hf engine: memory for the KV caches a trajectory keeps between its turns (its next "
                            "turn prefills only the new tokens); beyond it the oldest are dropped and recomputed.")
+    partial: bool = opt(False, "Partial rollout (APRIL): a step's rollout plays rollout.partial_oversample x "
+                        "data.prompts_per_step groups and stops as soon as data.prompts_per_step are complete; the "
+                        "unfinished samples pause and continue in the next step's rollout with the new weights (each "
+                        "token records its version; token-level actor.rollout_is corrects). Single-turn, hf engine, "
+                        "trainer.mode=sync (docs/multi-turn.md).")
+    partial_oversample: float = opt(1.5, "rollout.partial: groups in flight per step, as a multiple of "
+                                    "data.prompts_per_step (>= 1; carried-over groups count).")
+    partial_max_staleness: int = opt(2, "rollout.partial: a group with a token sampled more than this many versions "
+                                     "before the policy it would train is restarted from its prompt.")
     # Multi-turn (docs/multi-turn.md): on when rollout.env or rollout.tools is set. rollout.max_new_tokens is
     # then the budget of each trajectory: every token after the prompt, the model's and the environment's.
     env: Optional[str] = opt(None, "Environment answering the model between turns: a registered name "
@@ -320,7 +329,8 @@ class ActorConfig:
                                "loss (DAPO's overlong filtering).")
     rollout_is: Optional[str] = opt(None, "Truncated importance sampling against the rollout engine's sampling "
                                     "log-probs: token, sequence or off. None resolves at validation: token in "
-                                    "trainer.mode=async with rollout.max_staleness > 0 (stale samples), else off.")
+                                    "trainer.mode=async with rollout.max_staleness > 0 and with rollout.partial "
+                                    "(stale samples), else off.")
     rollout_is_cap: float = opt(2.0, "Upper bound of the truncated importance weight.")
     minibatches: int = opt(1, "Optimizer steps per RL step per epoch; 1 is strictly on-policy. Must divide "
                            "data.prompts_per_step (mini-batches hold whole groups).")
@@ -632,7 +642,7 @@ def resolve_defaults(cfg: Config) -> None:
     """Set the keys whose default depends on other keys, so that the resolved config (config.yaml, `grpoflow
     config`) says what the run does."""
     if cfg.actor.rollout_is is None:
-        stale = cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0
+        stale = (cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0) or cfg.rollout.partial
         cfg.actor.rollout_is = "token" if stale else "off"
 
 
@@ -713,6 +723,7 @@ def validate(cfg: Config) -> None:
         *distill_checks(cfg.distill),
         *judge_checks(cfg.reward.judge),
         *curriculum_checks(cfg.data.curriculum),
+        *partial_checks(cfg),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
         (cfg.trainer.log_train_every >= 0 and cfg.trainer.log_train_groups >= 0,
          "trainer.log_train_every and trainer.log_train_groups must be >= 0 (0 turns train_samples.jsonl off)."),

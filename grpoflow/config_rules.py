@@ -1,4 +1,5 @@
-"""Range and combination checks of the config's newer sections (curriculum, LLM judge, distillation), kept out of
+"""Range and combination checks of the config's newer sections (curriculum, LLM judge, distillation, partial
+rollout), kept out of
 config.py so it stays under the size bound; `config.validate` runs them with the rest. Each returns (holds,
 message naming the key and the fix) pairs."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the dataclasses live in config.py, which imports this module
-    from grpoflow.config import CurriculumConfig, DistillConfig, JudgeConfig
+    from grpoflow.config import Config, CurriculumConfig, DistillConfig, JudgeConfig
 
 
 def curriculum_checks(c: CurriculumConfig) -> list[tuple[bool, str]]:
@@ -42,4 +43,29 @@ def distill_checks(d: DistillConfig) -> list[tuple[bool, str]]:
          "(distill.teacher.prompt_template) the teacher equals the student and the signal is 0: set a template."),
         (not (self_teacher and d.topk > 0), "distill.topk needs a teacher model of its own (distill.teacher.path); the "
                                             "self-distilling teacher gives the sampled tokens' log-probs only."),
+    ]
+
+
+def partial_checks(cfg: Config) -> list[tuple[bool, str]]:
+    """rollout.partial's ranges, and what it cannot be combined with (yet)."""
+    r = cfg.rollout
+    if not r.partial:
+        return [(r.partial_oversample >= 1 and r.partial_max_staleness >= 0,
+                 "rollout.partial_oversample must be >= 1 and rollout.partial_max_staleness >= 0.")]
+    return [
+        (r.partial_oversample >= 1 and r.partial_max_staleness >= 0,
+         "rollout.partial_oversample must be >= 1 and rollout.partial_max_staleness >= 0."),
+        (not (r.env or r.tools or r.agent),
+         "rollout.partial pauses samples and carries them (and the checkpoint saves them) into the next step, but a "
+         "multi-turn trajectory (rollout.env, rollout.tools, rollout.agent) holds live environment, tool or agent "
+         "state that cannot be saved; partial rollout is single-turn only: unset rollout.partial or those keys."),
+        (r.engine == "hf",
+         f"rollout.partial stops samples at a token boundary and continues their random streams there; "
+         f"rollout.engine={r.engine} decodes a whole batch per call here and cannot pause: use rollout.engine=hf."),
+        (cfg.trainer.mode == "sync",
+         "rollout.partial continues a step's unfinished samples in the next step's rollout, which trainer.mode=async "
+         "has already started before the step ends: use trainer.mode=sync with rollout.partial."),
+        (not cfg.algorithm.filter_groups.enable,
+         "rollout.partial chooses a step's groups by when they finish, and algorithm.filter_groups draws again for "
+         "groups with signal; use one of them."),
     ]

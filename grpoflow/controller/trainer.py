@@ -29,6 +29,7 @@ from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.controller.distill import SELF, Distiller, resolve_teacher
 from grpoflow.controller.judging import Judging, judged, resolve_judge_path
 from grpoflow.controller.metrics import MetricsLogger, StageTimer
+from grpoflow.controller.partial import PartialQueue
 from grpoflow.controller.placement import build_placement
 from grpoflow.controller.preemption import stop_on_signals
 from grpoflow.controller.restart import record_restart, restartable, with_restart_advice
@@ -86,7 +87,7 @@ class Controller:
         # Stale samples (async mode) need the proximal policy's log-probs and, through actor.rollout_is,
         # the importance weight pi_old / pi_rollout.
         self.is_async = cfg.trainer.mode == "async"
-        stale = self.is_async and r.max_staleness > 0
+        stale = (self.is_async and r.max_staleness > 0) or r.partial  # rollout.partial: tokens of older versions
         self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward or stale
         self.sampling = SamplingParams(n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
         # One path for every kind of run: the rollout workers play the trajectories (single-turn samples,
@@ -109,10 +110,18 @@ class Controller:
         self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
                                            target_kl=kl.target_kl, horizon=kl.horizon)
         self.rollouts.group = self.rollout
-        self.queue = RolloutQueue(self.rollouts, self.train_items, build_sampler(cfg, len(self.train_items)),
-                                  prompts_per_step=cfg.data.prompts_per_step, params=self.sampling,
-                                  ahead=r.max_staleness if self.is_async else 0, last_step=cfg.trainer.total_steps,
-                                  seed_of=self.step_seed)
+        sampler, per_step = build_sampler(cfg, len(self.train_items)), cfg.data.prompts_per_step
+        self.queue: RolloutQueue | PartialQueue
+        if r.partial:  # groups carried from step to step, unfinished samples paused (controller/partial.py)
+            self.queue = PartialQueue(self.rollouts, self.train_items, sampler, prompts_per_step=per_step,
+                                      params=self.sampling, oversample=r.partial_oversample,
+                                      max_staleness=r.partial_max_staleness, seed_of=self.step_seed,
+                                      version=lambda: self.version,
+                                      pad_token_id=load_tokenizer(self.model_path).pad_token_id)
+        else:
+            self.queue = RolloutQueue(self.rollouts, self.train_items, sampler, prompts_per_step=per_step,
+                                      params=self.sampling, ahead=r.max_staleness if self.is_async else 0,
+                                      last_step=cfg.trainer.total_steps, seed_of=self.step_seed)
         self.rewards = RewardAssembly(scorer, self.reward_model, cfg.reward, max_new_tokens=r.max_new_tokens,
                                       judging=Judging(cfg.reward, self.judge) if judged(cfg.reward) else None)
         self.weight_sync = WeightSync(self.actor, self.rollout, queued=self.is_async)

@@ -36,7 +36,9 @@ class Batch:
     values: Optional[Tensor] = None         # [B, R] critic values before the update
     returns: Optional[Tensor] = None        # [B, R] critic regression targets
     truncated: Optional[Tensor] = None      # [B] bool, hit the length limit before EOS
-    policy_version: Optional[Tensor] = None  # [B] int64, version of the weights that sampled it
+    policy_version: Optional[Tensor] = None  # [B] int64, version of the weights that sampled it (its oldest token)
+    token_versions: Optional[Tensor] = None  # [B, R] int64, version of the weights that sampled each token (0 on
+                                             # padding and environment tokens; rollout.partial spans several)
     # [B, R] 1 on every real response token, the model's and (multi-turn) the environment's, which the
     # model reads but is not trained on; None: the response is all the model's, so response_mask.
     response_attention: Optional[Tensor] = None

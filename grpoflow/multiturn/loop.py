@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -29,15 +29,20 @@ from grpoflow.rollout.batcher import Client, RequestBatcher
 from grpoflow.rollout.protocol import Request, SamplingParams
 from grpoflow.rollout.random_streams import prompt_seeds
 
+if TYPE_CHECKING:  # partial.py builds on this module
+    from grpoflow.multiturn.partial import Progress
+
 
 @dataclass
 class RolloutItem:
     """One prompt as a rollout worker receives it: its ids, dataset index (seeds its streams), position in the
-    step's prompts (its group id), and for multi-turn runs its dataset row."""
+    step's prompts (its group id), for multi-turn runs its dataset row, and for a partial rollout the progress of
+    its n samples so far (multiturn/partial.py)."""
     ids: list[int]
     index: int
     position: int
     row: dict | None = None
+    carried: list[Progress] | None = None
 
 
 Played = list[tuple[int, Trajectory, SampleInfo]]  # (group id, sample, its facts), prompt-major

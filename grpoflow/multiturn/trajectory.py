@@ -20,7 +20,8 @@ from grpoflow.rollout.protocol import left_pad
 class Segment:
     ids: list[int]
     log_probs: list[float] | None = None  # the model's sampling log-probs; None: environment tokens (not trained)
-    version: int | None = None            # the model's: weight version of the engine that sampled it
+    version: int | None = None            # the model's: weight version of the engine that sampled it (the oldest)
+    versions: list[int] | None = None     # the model's, per token (None: all `version`)
 
     @property
     def trainable(self) -> bool:
@@ -79,6 +80,7 @@ def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts:
     response_mask = torch.zeros((b, width), dtype=torch.long)
     attention = torch.zeros((b, width), dtype=torch.long)
     log_probs = torch.zeros((b, width), dtype=torch.float32)
+    versions = torch.zeros((b, width), dtype=torch.long)
     for i, t in enumerate(trajectories):
         at = 0
         for s in t.segments:
@@ -88,19 +90,22 @@ def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts:
             if s.log_probs is not None:
                 response_mask[i, at:end] = 1
                 log_probs[i, at:end] = torch.tensor(s.log_probs, dtype=torch.float32)
+                versions[i, at:end] = torch.tensor(s.versions, dtype=torch.long) if s.versions is not None else \
+                    (s.version or 0)
             at = end
     if not multi_turn:
         return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                      response_mask=response_mask, group_ids=torch.zeros(b, dtype=torch.long),
                      rollout_log_probs=log_probs, truncated=torch.tensor([t.truncated for t in trajectories]),
                      policy_version=torch.tensor([t.version for t in trajectories], dtype=torch.long),
-                     prompts=list(prompt_texts), completions=[t.last_assistant_text() for t in trajectories],
-                     rows=list(rows))
+                     token_versions=versions, prompts=list(prompt_texts),
+                     completions=[t.last_assistant_text() for t in trajectories], rows=list(rows))
     return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                  response_mask=response_mask, response_attention=attention,
                  group_ids=torch.zeros(b, dtype=torch.long), rollout_log_probs=log_probs,
                  truncated=torch.tensor([t.truncated for t in trajectories], dtype=torch.bool),
                  policy_version=torch.tensor([t.version for t in trajectories], dtype=torch.long),
+                 token_versions=versions,
                  env_rewards=torch.tensor([sum(t.rewards.values()) for t in trajectories], dtype=torch.float32),
                  prompts=list(prompt_texts), completions=[t.last_assistant_text() for t in trajectories],
                  rows=list(rows), conversations=[list(t.messages) for t in trajectories])

@@ -61,6 +61,8 @@ class SampleInfo:
     episode: int = 0        # the episode (or trajectory) it came from, numbered within the rollout
     prefilled: int = 0      # prompt tokens the engine computed for its turns (not reused, not shared)
     context: int = 0        # prompt tokens of its turns (what prefilling each turn from scratch would compute)
+    paused: bool = False    # rollout.partial: stopped unfinished, to continue in a later rollout
+    finished_at: int = -1   # rollout.partial: the batcher tick it finished at in this rollout (-1: not in it)
 
 
 def info_of(t: Trajectory, **extra: Any) -> SampleInfo:
@@ -72,7 +74,7 @@ def info_of(t: Trajectory, **extra: Any) -> SampleInfo:
 def add_model_turn(t: Trajectory, c: Completion, text: str, prompt_tokens: int) -> None:
     """Append a sampled turn (asked with `prompt_tokens` of context): its exact ids and log-probs, its text as the
     assistant message."""
-    t.segments.append(Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0)))
+    t.segments.append(Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0), list(c.versions)))
     t.turns += 1
     t.prefilled += c.prefilled
     t.context += prompt_tokens

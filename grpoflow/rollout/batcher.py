@@ -14,6 +14,12 @@ counts, in the fixed order of the clients, never by the clock. The cost: while a
 environment or tools between two turns, decoding pauses (the other trajectories' replies still run
 concurrently). `deterministic=False` admits whatever has arrived at each tick and never pauses.
 
+Pausing (rollout.partial). `pause()` asks the batcher to stop: at the next point where it would tick (in
+deterministic mode: once every live trajectory waits for the engine or is done, a point set by token
+counts), every request running or waiting is handed back with what it sampled so far and finish "paused",
+and so is every request made after that. The engine must have `pause()` (the HF engine's continuous
+sampler); a trajectory keeps the paused tokens and continues them in a later rollout.
+
 Engines that decode one whole batch per call (vLLM's and SGLang's offline `generate`) are served by
 `BatchCalls`: the requests admitted at a tick form one call, so a call never waits for a trajectory
 that is still in its environment, but each call waits for its own longest sample.
@@ -39,6 +45,9 @@ class StepEngine(Protocol):
     def admit(self, requests: list[tuple[int, Request]]) -> None: ...
 
     def step(self, version: int) -> list[tuple[int, Completion]]: ...
+
+    # Engines that can stop their running requests at a token boundary (RequestBatcher.pause) also have
+    # pause() -> list[tuple[int, Completion]]: every running request with finish "paused".
 
 
 class EngineFailure(RuntimeError):
@@ -71,6 +80,7 @@ class RequestBatcher:
         self.busy_s = 0.0                        # seconds in the engine's admit and step
         self.ticks = 0
         self.failure: EngineFailure | None = None
+        self.pausing = False                     # pause() was called: requests are handed back unfinished
 
     def client(self, order: int) -> "Client":
         """A client for the trajectory with position `order` (its requests are admitted in this order)."""
@@ -83,6 +93,11 @@ class RequestBatcher:
     def close(self) -> None:
         """No more clients: `serve` returns once the requests still running have finished."""
         self._closed = True
+        self._event.set()
+
+    def pause(self) -> None:
+        """Hand back every request, running or still to come, unfinished (see the module docstring)."""
+        self.pausing = True
         self._event.set()
 
     def _submit(self, order: int, request: Request) -> asyncio.Future:
@@ -122,7 +137,10 @@ class RequestBatcher:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._event.wait(), None if deadline is None else
                                                max(deadline - loop.time(), 0.0))
-                self._tick()
+                if self.pausing:
+                    self._pause()
+                else:
+                    self._tick()
                 await asyncio.sleep(0)  # let the trajectories whose requests finished take their next step
         except Exception as e:
             failure = self.failure = EngineFailure(f"the rollout engine failed: {type(e).__name__}: {e}")
@@ -146,6 +164,23 @@ class RequestBatcher:
         finished = self.engine.step(self.version())
         self.busy_s += time.perf_counter() - started
         self.ticks += 1
+        self._hand_back(finished)
+
+    def _pause(self) -> None:
+        """Every request waiting (nothing sampled) or running (what it sampled so far) back, finish "paused"."""
+        waiting, self.waiting = sorted(self.waiting, key=lambda w: (w.order, w.seq)), []
+        stopped = [(w.seq, Completion([], [], [], "paused")) for w in waiting]
+        for w in waiting:
+            self.running[w.seq] = (w.order, w.future)
+        if self.engine.busy:
+            pause = getattr(self.engine, "pause", None)
+            if pause is None:
+                raise RuntimeError(f"{type(self.engine).__name__} cannot stop its requests at a token boundary "
+                                   "(no pause()); rollout.partial needs rollout.engine=hf.")
+            stopped += pause()
+        self._hand_back(stopped)
+
+    def _hand_back(self, finished: list[tuple[int, Completion]]) -> None:
         for rid, completion in finished:
             order, future = self.running.pop(rid)
             if order in self.open:

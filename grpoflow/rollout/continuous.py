@@ -210,13 +210,25 @@ class ContinuousSampler:
             self._decode(going)
         return finished
 
+    def pause(self) -> list[tuple[int, Completion]]:
+        """Stop every request in a slot at the token boundary it is at: (request id, what it sampled so far, finish
+        "paused"); the slots are freed and nothing is parked (a paused request goes on later with new weights,
+        re-prefilling its prompt and these tokens)."""
+        paused: list[tuple[int, Completion]] = []
+        for slot, row in enumerate(self.rows):
+            if row is not None:
+                paused.append((row.rid, Completion(row.ids, row.log_probs, row.versions, "paused", row.prefilled)))
+                self.rows[slot] = None
+        return paused
+
     def _draw(self, live: list[int]) -> tuple[list[int], list[float]]:
         """The next token of each live slot and its log-prob, from the slot's logits and its stream."""
         assert self.logits is not None
         rows = [self.rows[s] for s in live]
         logits = self.logits[torch.tensor(live, device=self.device)]
         streams = torch.tensor([r.request.stream for r in rows if r], dtype=torch.long, device=self.device)
-        positions = torch.tensor([len(r.ids) for r in rows if r], dtype=torch.long, device=self.device)
+        positions = torch.tensor([r.request.position + len(r.ids) for r in rows if r], dtype=torch.long,
+                                 device=self.device)
         token = torch.empty(len(live), dtype=torch.long, device=self.device)
         log_prob = torch.empty(len(live), device=self.device)
         kinds = sorted({(r.request.temperature, r.request.top_p) for r in rows if r})

@@ -53,6 +53,10 @@ class HFRolloutEngine:
     def step(self, version: int) -> list[tuple[int, Completion]]:
         return self.sampler.step(version)
 
+    def pause(self) -> list[tuple[int, Completion]]:
+        """Every running request stopped where it is (finish "paused"; rollout.partial)."""
+        return self.sampler.pause()
+
     def end_rollout(self) -> None:
         """Forget the KV caches parked for trajectories' next turns."""
         self.sampler.clear()

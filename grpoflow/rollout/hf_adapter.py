@@ -52,6 +52,9 @@ class HFAdapterEngine:
     def step(self, version: int) -> list[tuple[int, Completion]]:
         return self.inner.step(version)
 
+    def pause(self) -> list[tuple[int, Completion]]:
+        return self.inner.pause()
+
     def end_rollout(self) -> None:
         self.inner.end_rollout()
 

@@ -41,9 +41,11 @@ class Generation:
 class Request:
     """One sample of one prompt: what a trajectory asks of the request batcher (`rollout.batcher`).
 
-    `stream` seeds this request's random stream (`random_streams.uniforms_at`), so its tokens do not depend
-    on the requests it shares a decode batch with. `key` names the trajectory it belongs to: a later request
-    with the same key whose prompt starts with this one's ids reuses their KV cache (engines that keep one).
+    `stream` seeds this request's random stream (`random_streams.uniforms`), so its tokens do not depend
+    on the requests it shares a decode batch with; its first new token draws at stream position `position`
+    (0, or a paused sample's tokens so far: continued later, it draws on where it stopped, rollout.partial).
+    `key` names the trajectory it belongs to: a later request with the same key whose prompt starts with this
+    one's ids reuses their KV cache (engines that keep one).
     """
     prompt_ids: tuple[int, ...]
     max_new_tokens: int
@@ -52,12 +54,14 @@ class Request:
     temperature: float = 1.0
     top_p: float = 1.0
     key: int | None = None
+    position: int = 0
 
 
 @dataclass
 class Completion:
     """What a `Request` sampled: the ids (up to and including a stop id), their log-probs under the sampling
-    distribution, the weight version that sampled each, and why it ended ("stop" or "length")."""
+    distribution, the weight version that sampled each, and why it ended ("stop" or "length"; "paused": the
+    rollout stopped it at a token boundary, `RequestBatcher.pause`, and a later request may continue it)."""
     ids: list[int]
     log_probs: list[float]
     versions: list[int]

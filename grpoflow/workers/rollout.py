@@ -11,8 +11,9 @@ import torch
 from torch import Tensor
 
 from grpoflow.config import Config, RolloutConfig
-from grpoflow.data.batch import Batch
+from grpoflow.data.batch import Batch, split_bounds
 from grpoflow.multiturn.loop import RolloutItem
+from grpoflow.multiturn.partial import PartialSingleTurn
 from grpoflow.multiturn.rollout import Kind, run_rollout
 from grpoflow.rollout.factory import build_engine
 from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
@@ -30,6 +31,7 @@ class RolloutWorker:
         kind of trajectories `rollout` plays (environment, tools, agent); `lora` (rollout.lora_sync=adapter) the
         adapter layout."""
         cfg = cfg or RolloutConfig()
+        self.rank, self.world_size = rank, world_size
         self.run_config = run_config
         self.tokenizer = load_tokenizer(model_path)
         self.engine: RolloutEngine = build_engine(
@@ -54,6 +56,16 @@ class RolloutWorker:
         return run_rollout(self._kind, self.engine, items, params, seed, deterministic=self.deterministic,
                            pad_token_id=self.tokenizer.pad_token_id,
                            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False))
+
+    def rollout_partial(self, items: list[RolloutItem], params: SamplingParams, complete: int) -> Batch:
+        """rollout.partial: each item's samples go on from their progress (`RolloutItem.carried`) until this
+        worker's share of `complete` groups (the step's data.prompts_per_step, split over the workers as their
+        items are) have finished; then every sample still running pauses. Every sample comes back, finished or
+        not, with its tokens, log-probs and per-token versions so far (`infos[i].paused`, `.finished_at`)."""
+        bounds = split_bounds(complete, self.world_size)
+        kind = PartialSingleTurn(self.tokenizer, bounds[self.rank + 1] - bounds[self.rank])
+        return run_rollout(kind, self.engine, items, params, None, deterministic=self.deterministic,
+                           pad_token_id=self.tokenizer.pad_token_id)
 
     def close(self) -> None:
         """Stop what the rollouts started (tool processes, the agent endpoint)."""

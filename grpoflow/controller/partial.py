@@ -1,0 +1,166 @@
+"""Partial rollout, the controller's side (`rollout.partial`; the rollout's side is multiturn/partial.py).
+
+`PartialQueue` stands in for `RolloutQueue` (sync mode). It keeps a pool of groups in flight across steps:
+
+1. At step t, a group whose oldest token is more than `rollout.partial_max_staleness` versions behind the
+   weights the engines hold (those step t trains) is restarted: its samples are dropped and it starts again from
+   its prompt, with the same random streams. (Restarted, not redrawn: a redraw would drop exactly the prompts
+   whose samples run long and bias the data towards short answers.)
+2. New prompts top the pool up to ceil(rollout.partial_oversample x data.prompts_per_step) groups, after the
+   carried-over ones (which the batcher therefore admits first).
+3. The rollout workers play every unfinished sample and pause once data.prompts_per_step groups are complete
+   (none is played when that many were already complete).
+4. The step trains the first data.prompts_per_step complete groups, in the order they completed (step, batcher
+   tick, then pool position); every other group, finished samples included, stays in the pool for step t+1.
+
+Every token keeps the weight version that sampled it (Batch.token_versions); the actor's token-level importance
+weights (actor.rollout_is=token, on by default with rollout.partial) correct for the older ones. A checkpoint saves
+the pool (as the async queue saves its steps in flight), so a resumed run continues the same samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from grpoflow.controller.rollouts import PendingRollout, Rollouts, attach
+from grpoflow.data.batch import Batch
+from grpoflow.data.dataset import PromptItem
+from grpoflow.data.sampler import PromptSampler
+from grpoflow.multiturn.loop import RolloutItem
+from grpoflow.multiturn.partial import Progress, trajectory_of
+from grpoflow.multiturn.rollout import played_batch
+from grpoflow.multiturn.turns import SampleInfo, first_turn_seeds
+from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.workers.rollout import RolloutWorker
+
+
+@dataclass
+class Group:
+    """A prompt's n samples in flight: `item` indexes the run's training items; `done_at` = (step, tick) at which
+    its last sample finished (None while some still run)."""
+    item: int
+    samples: list[Progress]
+    done_at: tuple[int, int] | None = None
+
+    @property
+    def oldest(self) -> int | None:
+        """The weight version of its oldest token (None: nothing sampled yet)."""
+        return min((min(p.versions) for p in self.samples if p.versions), default=None)
+
+
+def partial_metrics(token_versions: Tensor, mask: Tensor, version: int) -> dict[str, float]:
+    """Token staleness of a step's samples: token t of sample b is `version - token_versions[b, t]` versions old.
+
+    token_versions, mask: [B, R] (mask 1 on the sampled tokens); version: the weights the step trains.
+    staleness/max: the worst token of any sample; staleness/sample_max_mean: the mean over samples of each sample's
+    worst token; staleness/mean: the mean over samples of each sample's mean token staleness; multi_version_frac:
+    the fraction of samples whose tokens come from more than one version.
+    """
+    m = mask.bool()
+    stale = (version - token_versions).float()
+    count = m.sum(-1).clamp(min=1)
+    worst = torch.where(m, stale, torch.zeros_like(stale)).amax(-1)
+    mean = torch.where(m, stale, torch.zeros_like(stale)).sum(-1) / count
+    big = torch.iinfo(torch.long).max
+    newest = torch.where(m, token_versions, torch.full_like(token_versions, -big)).amax(-1)
+    oldest = torch.where(m, token_versions, torch.full_like(token_versions, big)).amin(-1)
+    return {"rollout/partial/staleness/max": worst.max().item(), "rollout/partial/staleness/sample_max_mean":
+            worst.mean().item(), "rollout/partial/staleness/mean": mean.mean().item(),
+            "rollout/partial/multi_version_frac": (newest > oldest).float().mean().item()}
+
+
+class PartialQueue:
+    """Each step's generation with rollout.partial (the module docstring); the interface of `RolloutQueue`."""
+
+    def __init__(self, rollouts: Rollouts, items: list[PromptItem], sampler: PromptSampler, *, prompts_per_step: int,
+                 params: SamplingParams, oversample: float, max_staleness: int, seed_of: Callable[[int], int],
+                 version: Callable[[], int], pad_token_id: int) -> None:
+        """`seed_of(step)`: the seed of the streams of the prompts drawn at `step`; `version()`: the weights the
+        engines hold (those the step trains, sync mode)."""
+        self.rollouts, self.items, self.sampler, self.pad_token_id = rollouts, items, sampler, pad_token_id
+        self.prompts_per_step, self.params = prompts_per_step, params
+        self.in_flight_groups = max(prompts_per_step, math.ceil(oversample * prompts_per_step))
+        self.max_staleness, self.seed_of, self.version = max_staleness, seed_of, version
+        self.pool: list[Group] = []
+        self._position = {id(item): i for i, item in enumerate(items)}
+
+    def draw(self, count: int) -> list[PromptItem]:
+        return [self.items[i] for i in self.sampler.next_indices(count)]
+
+    def take(self, step: int) -> PendingRollout:
+        """Step `step`'s samples: restart stale groups, top the pool up, play it until enough groups are complete,
+        take the first that completed."""
+        version, n = self.version(), self.params.n
+        restarted = 0
+        for g in self.pool:
+            if g.oldest is not None and version - g.oldest > self.max_staleness:
+                g.samples, g.done_at = [Progress(p.stream) for p in g.samples], None
+                restarted += 1
+        new = self.draw(self.in_flight_groups - len(self.pool))
+        streams = first_turn_seeds(self.seed_of(step), [it.index for it in new], n)
+        self.pool += [Group(self._position[id(it)], [Progress(s) for s in streams[k * n:(k + 1) * n]])
+                      for k, it in enumerate(new)]
+        busy = self.play(step)
+        order = sorted((g.done_at, k) for k, g in enumerate(self.pool) if g.done_at is not None)
+        picked = {k for _, k in order[:self.prompts_per_step]}
+        if len(picked) < self.prompts_per_step:
+            raise RuntimeError(f"partial rollout: {len(picked)} groups complete after the rollout, "
+                               f"{self.prompts_per_step} needed; the rollout workers stopped early.")
+        chosen = [self.pool[k] for _, k in order[:self.prompts_per_step]]
+        self.pool = [g for k, g in enumerate(self.pool) if k not in picked]
+        items = [self.items[g.item] for g in chosen]
+        played = [(k, trajectory_of(items[k].prompt_ids, p), SampleInfo(episode=k * n + j))
+                  for k, g in enumerate(chosen) for j, p in enumerate(g.samples)]
+        batch = attach(played_batch(played, False, pad_token_id=self.pad_token_id, decode=None), items)
+        assert batch.token_versions is not None
+        metrics = {**partial_metrics(batch.token_versions, batch.response_mask, version),
+                   "rollout/partial/new_groups": float(len(new)), "rollout/partial/restarted_groups": float(restarted),
+                   "rollout/partial/carried_groups": float(len(self.pool)),
+                   "rollout/partial/carried_samples": float(sum(not p.finish for g in self.pool for p in g.samples))}
+        return PendingRollout(items, None, n=n, done=(batch, busy), metrics=metrics)
+
+    def play(self, step: int) -> float:
+        """Play the pool's unfinished samples until data.prompts_per_step groups are complete; the engines' time."""
+        if sum(g.done_at is not None for g in self.pool) >= self.prompts_per_step:
+            return 0.0
+        requests = [RolloutItem(self.items[g.item].prompt_ids, self.items[g.item].index, k, carried=g.samples)
+                    for k, g in enumerate(self.pool)]
+        call = self.rollouts.group.submit_overlapped(RolloutWorker.rollout_partial, requests, self.params,
+                                                     self.prompts_per_step)
+        batch = call.result()
+        n = self.params.n
+        assert batch.token_versions is not None and batch.rollout_log_probs is not None
+        for r, info in enumerate(batch.infos):
+            g = self.pool[int(batch.group_ids[r])]
+            length = int(batch.response_mask[r].sum())
+            finish = "" if info.paused else "length" if bool(batch.truncated[r]) else "stop"
+            g.samples[r % n] = Progress(g.samples[r % n].stream, batch.response_ids[r, :length].tolist(),
+                                        batch.rollout_log_probs[r, :length].tolist(),
+                                        batch.token_versions[r, :length].tolist(), finish, batch.completions[r])
+        for k, g in enumerate(self.pool):
+            ticks = [info.finished_at for info in batch.infos[k * n:(k + 1) * n]]
+            if g.done_at is None and all(p.finish for p in g.samples):
+                g.done_at = (step, max(ticks))
+        return call.busy_s
+
+    def state_dict(self) -> dict[str, Any]:
+        """{"sampler": its position, "in_flight": the pool (every group's samples so far)}."""
+        groups = [{"item": g.item, "done_at": list(g.done_at) if g.done_at else None,
+                   "samples": [dataclasses.asdict(p) for p in g.samples]} for g in self.pool]
+        return {"sampler": self.sampler.state_dict(), "in_flight": {"partial_pool": groups}}
+
+    def load_state_dict(self, sampler: dict[str, Any], step: int, in_flight: Any = None) -> None:
+        """Continue after checkpoint step `step` with the sampler at `sampler` and the saved pool."""
+        self.sampler.load_state_dict(sampler)
+        saved = in_flight.get("partial_pool", []) if isinstance(in_flight, dict) else []
+        self.pool = [Group(g["item"], [Progress(**p) for p in g["samples"]],
+                           tuple(g["done_at"]) if g["done_at"] else None) for g in saved]
+
+    def drain(self) -> None:
+        """Nothing runs between steps (each step's rollout is over when `take` returns)."""

@@ -1,0 +1,195 @@
+"""Partial rollout (rollout.partial): staleness metrics by hand, a sample paused at a token boundary and continued
+later (the same tokens with the same weights; with new weights, the log-probs of the weights that sampled each
+token), the pause once enough groups are complete, stale groups restarted, the pool saved and loaded, and the
+config's refusals."""
+
+import copy
+from functools import partial
+
+import pytest
+import torch
+
+from grpoflow.config import ConfigError, load_config
+from grpoflow.controller.partial import Group, PartialQueue, partial_metrics
+from grpoflow.controller.rollouts import Rollouts
+from grpoflow.data.dataset import PromptItem
+from grpoflow.data.sampler import EpochSampler
+from grpoflow.distributed.worker_group import WorkerGroup, broadcast
+from grpoflow.models.loading import load_causal_lm
+from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model
+from grpoflow.multiturn.loop import RolloutItem, SingleTurn
+from grpoflow.multiturn.partial import PartialSingleTurn, Progress
+from grpoflow.multiturn.rollout import run_rollout
+from grpoflow.multiturn.turns import first_turn_seeds
+from grpoflow.rollout.hf import HFRolloutEngine
+from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.workers.rollout import RolloutWorker
+
+TOK = build_char_tokenizer()
+MODEL = build_tiny_model(TOK, size="0.5m").eval()
+PARAMS = SamplingParams(n=1, max_new_tokens=12)
+STREAM = first_turn_seeds(None, [0], 1)[0]  # the stream of sample 0 of the prompt with dataset index 0, seed None
+
+
+def test_staleness_metrics_by_hand():
+    versions = torch.tensor([[3, 3, 4, 0], [2, 4, 4, 4], [4, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
+    m = partial_metrics(versions, mask, version=4)
+    # staleness 4 - v on the sampled tokens: [1, 1, 0], [2, 0, 0, 0], [0]; worst per sample 1, 2, 0;
+    # mean per sample 2/3, 2/4, 0; samples spanning several versions: the first two
+    assert m["rollout/partial/staleness/max"] == 2
+    assert m["rollout/partial/staleness/sample_max_mean"] == pytest.approx(1.0)
+    assert m["rollout/partial/staleness/mean"] == pytest.approx((2 / 3 + 0.5 + 0) / 3)
+    assert m["rollout/partial/multi_version_frac"] == pytest.approx(2 / 3)
+
+
+def engine(model=MODEL):
+    return HFRolloutEngine(copy.deepcopy(model), pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id)
+
+
+def item(text, position, carried):
+    return RolloutItem(TOK.encode(text, add_special_tokens=False), 0, position, carried=carried)
+
+
+def play(eng, items, quota):
+    batch = run_rollout(PartialSingleTurn(TOK, quota), eng, items, PARAMS, None, pad_token_id=TOK.pad_token_id)
+    out = []
+    for r, info in enumerate(batch.infos):
+        length = int(batch.response_mask[r].sum())
+        out.append((batch.response_ids[r, :length].tolist(), batch.rollout_log_probs[r, :length],
+                    batch.token_versions[r, :length].tolist(), info))
+    return out
+
+
+def pause_after_nine(eng):
+    """Y (fresh) next to Z, which carries 3 tokens (9 left): with quota 1 the rollout pauses when Z completes, at
+    tick 9, so Y pauses with its first 9 tokens."""
+    z = Progress(stream=77, ids=TOK.encode("abc", add_special_tokens=False), log_probs=[0.0] * 3, versions=[0] * 3)
+    (y_ids, y_lp, y_versions, y_info), (z_ids, _, _, z_info) = play(
+        eng, [item("12+7=", 0, [Progress(stream=STREAM)]), item("3+4=", 1, [z])], quota=1)
+    assert z_info.finished_at == 9 and not z_info.paused and len(z_ids) == 12  # setup: no EOS before the budget
+    assert y_info.paused and len(y_ids) == 9 and y_versions == [0] * 9
+    return Progress(STREAM, y_ids, y_lp.tolist(), y_versions)
+
+
+@torch.no_grad()
+def forced(model, prompt, ids):
+    logits = model(input_ids=torch.tensor([prompt + ids])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)[len(prompt) - 1:-1]
+    return lp.gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+
+
+def test_a_paused_sample_continued_with_the_same_weights_samples_what_it_would_have_uninterrupted():
+    eng = engine()
+    y = pause_after_nine(eng)
+    (ids, lp, versions, info), = play(eng, [item("12+7=", 0, [y])], quota=1)
+    assert not info.paused and len(ids) == 12 and ids[:9] == y.ids
+    # the plain single-turn sample of this prompt (dataset index 0, stream STREAM), never paused
+    alone = run_rollout(SingleTurn(TOK), engine(), [RolloutItem(TOK.encode("12+7=", add_special_tokens=False), 0, 0)],
+                        PARAMS, None, pad_token_id=TOK.pad_token_id)
+    assert ids == alone.response_ids[0, :int(alone.response_mask[0].sum())].tolist()  # drawn on at its offset
+    torch.testing.assert_close(lp, alone.rollout_log_probs[0, :12], atol=2e-5, rtol=0)
+
+
+def test_continued_log_probs_are_those_of_the_weights_that_sampled_each_token():
+    eng = engine()
+    y = pause_after_nine(eng)
+    new = copy.deepcopy(MODEL)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    eng.update_weights(new.named_parameters(), version=1)
+    (ids, lp, versions, info), = play(eng, [item("12+7=", 0, [y])], quota=1)
+    prompt = TOK.encode("12+7=", add_special_tokens=False)
+    assert not info.paused and len(ids) == 12 and versions == [0] * 9 + [1] * 3
+    expected = torch.cat([forced(MODEL, prompt, ids)[:9], forced(new, prompt, ids)[9:]])
+    torch.testing.assert_close(lp, expected, atol=2e-5, rtol=0)
+    # the new weights differ enough that the old ones' log-probs of the last tokens are not what was recorded
+    assert (forced(MODEL, prompt, ids)[9:] - lp[9:]).abs().max() > 1e-3
+
+
+@pytest.fixture(scope="module")
+def rollout_group(tiny_model_path):
+    return WorkerGroup("rollout", partial(RolloutWorker, model_path=tiny_model_path))
+
+
+def prompt_items():
+    texts = [f"{a}+{b}=" for a in range(10, 30) for b in (3, 41)]
+    return [PromptItem(TOK.encode(t, add_special_tokens=False), t, {"prompt": t}, "s", index=i)
+            for i, t in enumerate(texts)]
+
+
+def partial_queue(group, items, version, **kw):
+    # the untrained model rarely samples EOS: the digits end a sample too, so that lengths vary (mean about 10)
+    digits = tuple(TOK.convert_tokens_to_ids(list("0123456789")))
+    options = dict(prompts_per_step=4, params=SamplingParams(n=2, max_new_tokens=30, stop_token_ids=digits),
+                   oversample=2.0,
+                   max_staleness=1, seed_of=lambda step: 100 + step, version=version, pad_token_id=TOK.pad_token_id)
+    return PartialQueue(Rollouts(group), items, EpochSampler(len(items), seed=0), **{**options, **kw})
+
+
+def test_the_queue_trains_the_first_complete_groups_restarts_stale_ones_and_saves_its_pool(rollout_group,
+                                                                                           tiny_model_path):
+    items, version = prompt_items(), [0]
+    queue = partial_queue(rollout_group, items, lambda: version[0])
+    pending = queue.take(1)
+    batch, _ = pending.result()
+    assert len(batch) == 8 and batch.group_ids.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert pending.metrics["rollout/partial/new_groups"] == 8 and len(queue.pool) == 4
+    assert pending.metrics["rollout/partial/carried_groups"] == 4
+    assert all(g.done_at is None or g.done_at[0] == 1 for g in queue.pool)
+    paused = [p for g in queue.pool for p in g.samples if not p.finish]
+    assert paused and any(p.ids for p in paused), "nothing was left unfinished: the test needs a pause"
+    # saved and loaded, the pool is the same
+    state = queue.state_dict()
+    loaded = partial_queue(rollout_group, items, lambda: version[0])
+    loaded.load_state_dict(state["sampler"], 1, state["in_flight"])
+    assert [(g.item, g.samples, g.done_at) for g in loaded.pool] == [(g.item, g.samples, g.done_at) for g in queue.pool]
+    # two versions later (the same weights, as version 2), every carried group that holds a token of version 0 is
+    # too stale: restarted
+    version[0] = 2
+    weights = list(load_causal_lm(tiny_model_path).named_parameters())
+    rollout_group.call(RolloutWorker.update_weights, broadcast(weights), 2)
+    stale = sum(any(p.ids for p in g.samples) for g in queue.pool)
+    pending = queue.take(2)
+    assert pending.metrics["rollout/partial/restarted_groups"] == stale > 0
+    batch, _ = pending.result()
+    assert batch.token_versions[batch.response_mask.bool()].min() == 2  # nothing older than 1 version is trained
+
+
+def test_complete_groups_carried_over_are_trained_first_in_the_order_they_completed(rollout_group):
+    items = prompt_items()
+    queue = partial_queue(rollout_group, items, lambda: 3, prompts_per_step=2, oversample=2.0)
+
+    def done(text):
+        return Progress(0, TOK.encode(text, add_special_tokens=False), [-1.0] * len(text), [3] * len(text), "stop", text)
+
+    queue.pool = [Group(7, [done("a"), done("bb")], (1, 5)), Group(3, [Progress(1), done("c")]),
+                  Group(9, [done("ddd"), done("e")], (1, 2))]
+    pending = queue.take(2)
+    batch, busy = pending.result()
+    assert busy == 0.0  # two groups were complete already: no rollout ran
+    assert [items.index(it) for it in pending.items] == [9, 7]  # completed at tick 2 of step 1, then at tick 5
+    assert batch.completions == ["ddd", "e", "a", "bb"] and batch.group_ids.tolist() == [0, 0, 1, 1]
+    # the pool was topped up to 4 groups by one new prompt (not played yet); the unfinished group stays first
+    assert pending.metrics["rollout/partial/new_groups"] == 1 and [g.item for g in queue.pool][0] == 3
+    assert len(queue.pool) == 2 and not any(p.ids for p in queue.pool[1].samples)
+
+
+@pytest.mark.parametrize("override, says", [
+    ("rollout.tools=[calculator]", "partial rollout is single-turn only"),
+    ("rollout.agent=x.py:run", "partial rollout is single-turn only"),
+    ("rollout.engine=vllm", "use rollout.engine=hf"),
+    ("algorithm.filter_groups.enable=true", "use one of them"),
+    ("rollout.partial_oversample=0.9", "rollout.partial_oversample must be >= 1"),
+])
+def test_the_config_refuses_what_partial_rollout_cannot_do(override, says):
+    with pytest.raises(ConfigError, match=says):
+        load_config(None, ["rollout.partial=true", override])
+
+
+def test_async_mode_is_refused_and_token_level_is_turns_on():
+    with pytest.raises(ConfigError, match="use trainer.mode=sync with rollout.partial"):
+        load_config(None, ["rollout.partial=true", "trainer.mode=async", "backend=ray", "placement=split"])
+    assert load_config(None, ["rollout.partial=true"]).actor.rollout_is == "token"
+    assert load_config(None, []).actor.rollout_is == "off"

@@ -87,7 +87,7 @@ class Controller:
         # Stale samples (async mode) need the proximal policy's log-probs and, through actor.rollout_is,
         # the importance weight pi_old / pi_rollout.
         self.is_async = cfg.trainer.mode == "async"
-        stale = (self.is_async and r.max_staleness > 0) or r.partial  # rollout.partial: tokens of older versions
+        stale = self.is_async and r.max_staleness > 0
         self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward or stale
         self.sampling = SamplingParams(n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
         # One path for every kind of run: the rollout workers play the trajectories (single-turn samples,

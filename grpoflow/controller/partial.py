@@ -2,16 +2,18 @@
 
 `PartialQueue` stands in for `RolloutQueue` (sync mode). It keeps a pool of groups in flight across steps:
 
-1. At step t, a group whose oldest token is more than `rollout.partial_max_staleness` versions behind the
-   weights the engines hold (those step t trains) is restarted: its samples are dropped and it starts again from
-   its prompt, with the same random streams. (Restarted, not redrawn: a redraw would drop exactly the prompts
-   whose samples run long and bias the data towards short answers.)
-2. New prompts top the pool up to ceil(rollout.partial_oversample x data.prompts_per_step) groups, after the
+1. New prompts top the pool up to ceil(rollout.partial_oversample x data.prompts_per_step) groups, after the
    carried-over ones (which the batcher therefore admits first).
-3. The rollout workers play every unfinished sample and pause once data.prompts_per_step groups are complete
-   (none is played when that many were already complete).
-4. The step trains the first data.prompts_per_step complete groups, in the order they completed (step, batcher
-   tick, then pool position); every other group, finished samples included, stays in the pool for step t+1.
+2. A group is *due* when its oldest token is `rollout.partial_max_staleness` versions behind the weights the
+   engines hold (those step t trains; with staleness 0, every group): one more step would make it too stale.
+3. The rollout workers play every unfinished sample and pause once data.prompts_per_step groups are complete and
+   every due group is (none is played when that is already so). So a long sample is never starved: it finishes
+   within partial_max_staleness + 1 rollouts of its start, and the data keeps its long answers.
+4. The step trains data.prompts_per_step complete groups: the due ones first, then in the order they completed
+   (step, batcher tick, pool position); every other group, finished samples included, stays for step t+1.
+5. A group still too stale at the next step (more due groups were complete than a step trains) is restarted:
+   its samples are dropped and it starts again from its prompt, with the same random streams. (Restarted, not
+   redrawn: a redraw would drop the prompts whose samples run long and bias the data towards short answers.)
 
 Every token keeps the weight version that sampled it (Batch.token_versions); the actor's token-level importance
 weights (actor.rollout_is=token, on by default with rollout.partial) correct for the older ones. A checkpoint saves
@@ -52,6 +54,12 @@ class Group:
     def oldest(self) -> int | None:
         """The weight version of its oldest token (None: nothing sampled yet)."""
         return min((min(p.versions) for p in self.samples if p.versions), default=None)
+
+    def due(self, version: int, max_staleness: int) -> bool:
+        """Whether it must finish in a rollout at `version`: its oldest token (or, with none yet, the ones it is about
+        to sample) would be more than `max_staleness` versions old one step later."""
+        oldest = self.oldest
+        return version - (version if oldest is None else oldest) >= max_staleness
 
 
 def partial_metrics(token_versions: Tensor, mask: Tensor, version: int) -> dict[str, float]:
@@ -106,13 +114,14 @@ class PartialQueue:
         streams = first_turn_seeds(self.seed_of(step), [it.index for it in new], n)
         self.pool += [Group(self._position[id(it)], [Progress(s) for s in streams[k * n:(k + 1) * n]])
                       for k, it in enumerate(new)]
-        busy = self.play(step)
-        order = sorted((g.done_at, k) for k, g in enumerate(self.pool) if g.done_at is not None)
-        picked = {k for _, k in order[:self.prompts_per_step]}
+        due = [g.due(version, self.max_staleness) for g in self.pool]
+        busy = self.play(step, due)
+        order = sorted((not due[k], g.done_at, k) for k, g in enumerate(self.pool) if g.done_at is not None)
+        picked = {k for _, _, k in order[:self.prompts_per_step]}
         if len(picked) < self.prompts_per_step:
             raise RuntimeError(f"partial rollout: {len(picked)} groups complete after the rollout, "
                                f"{self.prompts_per_step} needed; the rollout workers stopped early.")
-        chosen = [self.pool[k] for _, k in order[:self.prompts_per_step]]
+        chosen = [self.pool[k] for _, _, k in order[:self.prompts_per_step]]
         self.pool = [g for k, g in enumerate(self.pool) if k not in picked]
         items = [self.items[g.item] for g in chosen]
         played = [(k, trajectory_of(items[k].prompt_ids, p), SampleInfo(episode=k * n + j))
@@ -121,16 +130,19 @@ class PartialQueue:
         assert batch.token_versions is not None
         metrics = {**partial_metrics(batch.token_versions, batch.response_mask, version),
                    "rollout/partial/new_groups": float(len(new)), "rollout/partial/restarted_groups": float(restarted),
+                   "rollout/partial/due_groups": float(sum(due)),
                    "rollout/partial/carried_groups": float(len(self.pool)),
                    "rollout/partial/carried_samples": float(sum(not p.finish for g in self.pool for p in g.samples))}
         return PendingRollout(items, None, n=n, done=(batch, busy), metrics=metrics)
 
-    def play(self, step: int) -> float:
-        """Play the pool's unfinished samples until data.prompts_per_step groups are complete; the engines' time."""
-        if sum(g.done_at is not None for g in self.pool) >= self.prompts_per_step:
+    def play(self, step: int, due: list[bool]) -> float:
+        """Play the pool's unfinished samples until data.prompts_per_step groups and the `due` ones are complete;
+        the engines' time."""
+        unfinished_due = any(d and g.done_at is None for g, d in zip(self.pool, due))
+        if sum(g.done_at is not None for g in self.pool) >= self.prompts_per_step and not unfinished_due:
             return 0.0
-        requests = [RolloutItem(self.items[g.item].prompt_ids, self.items[g.item].index, k, carried=g.samples)
-                    for k, g in enumerate(self.pool)]
+        requests = [RolloutItem(self.items[g.item].prompt_ids, self.items[g.item].index, k, carried=g.samples,
+                                must_finish=d) for k, (g, d) in enumerate(zip(self.pool, due))]
         call = self.rollouts.group.submit_overlapped(RolloutWorker.rollout_partial, requests, self.params,
                                                      self.prompts_per_step)
         batch = call.result()

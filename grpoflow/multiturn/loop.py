@@ -37,12 +37,13 @@ if TYPE_CHECKING:  # partial.py builds on this module
 class RolloutItem:
     """One prompt as a rollout worker receives it: its ids, dataset index (seeds its streams), position in the
     step's prompts (its group id), for multi-turn runs its dataset row, and for a partial rollout the progress of
-    its n samples so far (multiturn/partial.py)."""
+    its n samples so far and whether they must all finish in this rollout (multiturn/partial.py)."""
     ids: list[int]
     index: int
     position: int
     row: dict | None = None
     carried: list[Progress] | None = None
+    must_finish: bool = False
 
 
 Played = list[tuple[int, Trajectory, SampleInfo]]  # (group id, sample, its facts), prompt-major

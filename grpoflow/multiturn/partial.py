@@ -3,7 +3,8 @@ rollout, with the weights of that later step.
 
 A step's rollout gets more groups than the step trains (carried-over ones first, then new prompts), each sample
 with its `Progress` so far. `PartialSingleTurn` plays the unfinished samples over the request batcher and counts
-the groups whose samples have all finished; once `quota` groups are complete it pauses the batcher
+the groups whose samples have all finished; once `quota` groups are complete, and every group marked
+`must_finish` (one whose oldest token would otherwise grow too stale) is too, it pauses the batcher
 (`RequestBatcher.pause`): at that point, set by token counts, every sample still running is handed back with
 the tokens it sampled so far, their log-probs and the weight version of each. A paused sample's next request
 is its prompt plus those tokens (re-prefilled under the new weights) with the budget left, drawing from its own
@@ -52,8 +53,8 @@ def trajectory_of(prompt_ids: list[int], p: Progress) -> Trajectory:
 
 
 class PartialSingleTurn:
-    """Single-turn samples that go on from their `RolloutItem.carried` progress and pause once `quota` groups are
-    complete (the module docstring). Each sample's `SampleInfo` says whether it paused and, if it finished in this
+    """Single-turn samples that go on from their `RolloutItem.carried` progress and pause once `quota` groups and
+    every `must_finish` one are complete (the module docstring). Each sample's `SampleInfo` says whether it paused and, if it finished in this
     rollout, at which batcher tick (`finished_at`: which groups completed first)."""
     multi_turn = False
     agent = False
@@ -70,13 +71,14 @@ class PartialSingleTurn:
                                  "carried); the controller's PartialQueue sends them.")
         left = [sum(not p.finish for p in item.carried or []) for item in items]  # samples still to finish
         complete = sum(count == 0 for count in left)
-        if complete >= self.quota:
+        due = sum(count > 0 and item.must_finish for item, count in zip(items, left))  # must finish first
+        if complete >= self.quota and not due:
             batcher.pause()
         infos: dict[tuple[int, int], SampleInfo] = {}
         clients = [batcher.client(k) for k in range(len(items) * n)]  # all open before the first tick
 
         async def sample(k: int, j: int) -> Progress:
-            nonlocal complete
+            nonlocal complete, due
             item, client = items[k], clients[k * n + j]
             p = (item.carried or [])[j]
             try:
@@ -95,7 +97,8 @@ class PartialSingleTurn:
             if not paused:
                 left[k] -= 1
                 complete += left[k] == 0
-                if complete >= self.quota:
+                due -= left[k] == 0 and item.must_finish
+                if complete >= self.quota and not due:
                     batcher.pause()
             return p
 

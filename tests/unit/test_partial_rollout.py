@@ -108,6 +108,14 @@ def test_continued_log_probs_are_those_of_the_weights_that_sampled_each_token():
     assert (forced(MODEL, prompt, ids)[9:] - lp[9:]).abs().max() > 1e-3
 
 
+def test_a_group_that_must_finish_keeps_the_rollout_going_past_the_quota():
+    z = Progress(stream=77, ids=TOK.encode("abc", add_special_tokens=False), log_probs=[0.0] * 3, versions=[0] * 3)
+    y = item("12+7=", 0, [Progress(stream=STREAM)])
+    y.must_finish = True
+    (y_ids, _, _, y_info), (_, _, _, z_info) = play(engine(), [y, item("3+4=", 1, [z])], quota=1)
+    assert z_info.finished_at == 9 and not y_info.paused and len(y_ids) == 12 and y_info.finished_at == 12
+
+
 @pytest.fixture(scope="module")
 def rollout_group(tiny_model_path):
     return WorkerGroup("rollout", partial(RolloutWorker, model_path=tiny_model_path))
@@ -155,6 +163,26 @@ def test_the_queue_trains_the_first_complete_groups_restarts_stale_ones_and_save
     assert pending.metrics["rollout/partial/restarted_groups"] == stale > 0
     batch, _ = pending.result()
     assert batch.token_versions[batch.response_mask.bool()].min() == 2  # nothing older than 1 version is trained
+
+
+def test_groups_one_step_from_too_stale_finish_in_the_next_rollout_and_are_trained(rollout_group, tiny_model_path):
+    items = prompt_items()
+    version = [0]
+    queue = partial_queue(rollout_group, items, lambda: version[0])
+    weights = list(load_causal_lm(tiny_model_path).named_parameters())
+    rollout_group.call(RolloutWorker.update_weights, broadcast(weights), 0)  # the engine is shared by the module
+    queue.take(1)
+    started = sum(any(p.ids for p in g.samples) for g in queue.pool)
+    assert started, "nothing was left unfinished: the test needs a pause"
+    rollout_group.call(RolloutWorker.update_weights, broadcast(weights), 1)
+    version[0] = 1
+    pending = queue.take(2)  # max_staleness 1: a group with a version-0 token is due at version 1
+    assert pending.metrics["rollout/partial/due_groups"] == started
+    assert pending.metrics["rollout/partial/restarted_groups"] == 0
+    assert all(g.oldest is None or g.oldest == 1 for g in queue.pool)  # every version-0 token was trained
+    batch, _ = pending.result()
+    assert pending.metrics["rollout/partial/staleness/max"] == 1 == batch.token_versions.max() - \
+        batch.token_versions[batch.response_mask.bool()].min()
 
 
 def test_complete_groups_carried_over_are_trained_first_in_the_order_they_completed(rollout_group):

@@ -1,13 +1,14 @@
 """Partial rollout (rollout.partial) on a task with a long-tailed response length: step time and reward, off vs on.
 
     .venv/bin/python bench/partial_rollout.py [--steps K] [--repeats R] [--threads T] [--sft-steps S]
+                                              [--oversample X] [--max-staleness V]
 
-The task: "c*L=" asks for the letter c written L times; L is 1-4 for most prompts and 24-48 for one in seven, so
-a step's longest samples are ten times its typical one. The reward is the share of the length right when the
+The task: "c*L=" asks for the letter c written L times; L is 1-4 for most prompts and 40-100 for one in seven, so
+a step's longest samples are 20-40 times its typical one. The reward is the share of the length right when the
 answer is all c's (bench_reward.py, written next to the data). The tiny 0.5M model is warm-started on the answers
 (S sft steps, the same seed: the same start for both runs), then `grpoflow train` runs K GRPO steps, once with
-rollout.partial=false and once with rollout.partial=true (oversample 1.5, staleness <= 2); the runs alternate when
-repeated. Prints, per setting, the medians over steps 2..K of the step time and the generation stage, the mean
+rollout.partial=false and once with rollout.partial=true (oversample X, default 1.5; staleness <= V, default 2);
+the runs alternate when repeated. Prints, per setting, the medians over steps 2..K of the step time and the generation stage, the mean
 score over the steps, the held-out score after the last step, and the partial-rollout metrics.
 """
 
@@ -41,20 +42,21 @@ def write_task(folder: Path, rows: int, seed: int) -> None:
         with open(folder / f"{name}.jsonl", "w") as f:
             for _ in range(count):
                 c = rng.choice("abcdefgh")
-                length = rng.randint(24, 48) if rng.random() < 1 / 7 else rng.randint(1, 4)
+                length = rng.randint(40, 100) if rng.random() < 1 / 7 else rng.randint(1, 4)
                 f.write(json.dumps({"prompt": f"{c}*{length}=", "answer": c * length}) + "\n")
     (folder / "bench_reward.py").write_text(REWARD)
 
 
-def run(folder: Path, out: Path, partial: bool, steps: int, threads: int, sft_steps: int) -> None:
+def run(folder: Path, out: Path, partial: bool, a: argparse.Namespace) -> None:
+    steps = a.steps
     args = ["train", "model.path=builtin:tiny-0.5m", f"data.train_files=[{folder / 'train.jsonl'}]",
             f"data.val_files=[{folder / 'val.jsonl'}]", f"reward.function={folder / 'bench_reward.py'}:score",
-            "data.prompts_per_step=16", "rollout.n=8", "rollout.max_new_tokens=64",
+            "data.prompts_per_step=16", "rollout.n=8", "rollout.max_new_tokens=128",
             f"trainer.total_steps={steps}", f"trainer.val_every={steps}", "trainer.save_every=0",
             "trainer.log_train_every=0", f"trainer.output_dir={out}", "trainer.resume=never",
-            f"rollout.partial={str(partial).lower()}", "rollout.partial_oversample=1.5",
-            "rollout.partial_max_staleness=2", f"sft.steps={sft_steps}"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1",
+            f"rollout.partial={str(partial).lower()}", f"rollout.partial_oversample={a.oversample}",
+            f"rollout.partial_max_staleness={a.max_staleness}", f"sft.steps={a.sft_steps}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(a.threads), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     subprocess.run([sys.executable, "-m", "grpoflow.cli", *args], check=True, env=env, cwd=ROOT,
                    stdout=subprocess.DEVNULL)
@@ -70,7 +72,7 @@ def summary(out: Path) -> dict[str, float]:
            "length": statistics.mean(r["response_length/mean"] for r in steps),
            "val": next((v for k, v in last.items() if k.startswith("val/") and "mean@1" in k), float("nan"))}
     for key in ("rollout/partial/staleness/mean", "rollout/partial/multi_version_frac",
-                "rollout/partial/staleness/max", "rollout/partial/carried_samples"):
+                "rollout/partial/staleness/max", "rollout/partial/carried_samples", "rollout/partial/restarted_groups"):
         if key in steps[-1]:
             row[key.removeprefix("rollout/partial/")] = statistics.mean(r[key] for r in steps)
     return row
@@ -82,6 +84,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--sft-steps", type=int, default=300)
+    p.add_argument("--oversample", type=float, default=1.5, help="rollout.partial_oversample")
+    p.add_argument("--max-staleness", type=int, default=2, help="rollout.partial_max_staleness")
     a = p.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="grpoflow-partial-bench-"))
     write_task(folder, rows=2000, seed=0)
@@ -89,10 +93,11 @@ def main() -> None:
     for r in range(a.repeats):
         for partial in (False, True):
             out = folder / f"run-{'partial' if partial else 'full'}-{r}"
-            run(folder, out, partial, a.steps, a.threads, a.sft_steps)
+            run(folder, out, partial, a)
             results[partial].append(summary(out))
-    print(f"long-tailed lengths (1-4, one in seven 24-48), tiny-0.5m, 16 prompts x 8, {a.steps} steps, "
-          f"{a.threads} threads, {a.repeats} run(s) each; medians of steps 2..{a.steps}")
+    print(f"long-tailed lengths (1-4, one in seven 40-100), tiny-0.5m, 16 prompts x 8, {a.steps} steps, "
+          f"{a.threads} threads, {a.repeats} run(s) each, partial: oversample {a.oversample}, max staleness "
+          f"{a.max_staleness}; medians of steps 2..{a.steps}")
     for partial, rows in results.items():
         merged = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
         print(f"rollout.partial={str(partial).lower():5s} " + "  ".join(f"{k} {v:.3f}" for k, v in merged.items()))

@@ -216,7 +216,13 @@ def test_the_config_refuses_what_partial_rollout_cannot_do(override, says):
         load_config(None, ["rollout.partial=true", override])
 
 
-def test_async_mode_is_refused_and_token_level_is_turns_on():
+def test_top_p_below_one_is_refused_since_the_importance_weights_need_the_full_distribution():
+    from grpoflow.controller.checks import check_config
+    with pytest.raises(ConfigError, match=r"rollout.partial turns it on.*rollout.top_p=1 or actor.rollout_is=off"):
+        check_config(load_config(None, ["rollout.partial=true", "rollout.top_p=0.9"]))
+
+
+def test_async_mode_is_refused_and_token_level_is_is_on():
     with pytest.raises(ConfigError, match="use trainer.mode=sync with rollout.partial"):
         load_config(None, ["rollout.partial=true", "trainer.mode=async", "backend=ray", "placement=split"])
     assert load_config(None, ["rollout.partial=true"]).actor.rollout_is == "token"

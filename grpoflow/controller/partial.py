@@ -110,7 +110,7 @@ class PartialQueue:
             if g.oldest is not None and version - g.oldest > self.max_staleness:
                 g.samples, g.done_at = [Progress(p.stream) for p in g.samples], None
                 restarted += 1
-        new = self.draw(self.in_flight_groups - len(self.pool))
+        new = self.draw(max(self.in_flight_groups - len(self.pool), 0))
         streams = first_turn_seeds(self.seed_of(step), [it.index for it in new], n)
         self.pool += [Group(self._position[id(it)], [Progress(s) for s in streams[k * n:(k + 1) * n]])
                       for k, it in enumerate(new)]
@@ -147,7 +147,7 @@ class PartialQueue:
                                                      self.prompts_per_step)
         batch = call.result()
         n = self.params.n
-        assert batch.token_versions is not None and batch.rollout_log_probs is not None
+        assert batch.token_versions is not None and batch.rollout_log_probs is not None and batch.truncated is not None
         for r, info in enumerate(batch.infos):
             g = self.pool[int(batch.group_ids[r])]
             length = int(batch.response_mask[r].sum())

@@ -66,3 +66,17 @@ def test_sigkill_then_resume_with_paused_samples_equals_uninterrupted(uninterrup
     assert any(p["ids"] and not p["finish"] for g in pool for p in g["samples"]), "the checkpoint holds no paused sample"
     train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))  # trainer.resume=auto
     assert comparable(tmp_path) == uninterrupted[1]
+
+
+def test_two_rollout_workers_on_ray_each_pause_on_their_share(ray_cluster, tmp_path):
+    # placement=split with two engines: the pool is split over them, each pauses once its share of the step's
+    # groups is complete; the step still trains whole groups within the staleness bound
+    args = [a for a in ARGS if not a.startswith(("trainer.total_steps", "trainer.save_every", "trainer.val_every"))]
+    train(load_config(None, [f"trainer.output_dir={tmp_path}", *args, "trainer.total_steps=4", "trainer.save_every=0",
+                             "trainer.val_every=0", "backend=ray", "placement=split", "rollout.workers=2",
+                             "resources.cpus_per_rank=0.5"]))
+    steps = [m for m in comparable(tmp_path) if "rollout/partial/staleness/max" in m]
+    assert [m["step"] for m in steps] == [1, 2, 3, 4]
+    assert all(m["rollout/partial/staleness/max"] <= 1 for m in steps)
+    assert steps[0]["rollout/partial/new_groups"] == 6 and all(m["rollout/partial/carried_groups"] == 2 for m in steps)
+    assert any(m["rollout/partial/carried_samples"] > 0 for m in steps)

@@ -204,6 +204,18 @@ def test_complete_groups_carried_over_are_trained_first_in_the_order_they_comple
     assert len(queue.pool) == 2 and not any(p.ids for p in queue.pool[1].samples)
 
 
+def test_a_due_group_is_trained_before_one_that_completed_earlier(rollout_group):
+    # staleness bound 1, engines at version 3: group 9 holds version-2 tokens (due: one more step would make them
+    # too stale), group 7 only version-3 ones; one group per step, the due one goes first
+    items = prompt_items()
+    queue = partial_queue(rollout_group, items, lambda: 3, prompts_per_step=1, oversample=2.0)
+    queue.pool = [Group(7, [Progress(0, [5], [-1.0], [3], "stop", "a")] * 2, (1, 2)),
+                  Group(9, [Progress(0, [6], [-1.0], [2], "stop", "b")] * 2, (1, 9))]
+    pending = queue.take(2)
+    assert pending.result()[1] == 0.0 and [items.index(it) for it in pending.items] == [9]
+    assert pending.metrics["rollout/partial/due_groups"] == 1 and [g.item for g in queue.pool] == [7]
+
+
 @pytest.mark.parametrize("override, says", [
     ("rollout.tools=[calculator]", "partial rollout is single-turn only"),
     ("rollout.agent=x.py:run", "partial rollout is single-turn only"),

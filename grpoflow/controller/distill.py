@@ -90,7 +90,7 @@ class Distiller:
     def score(self, batch: Batch) -> Batch:
         """`batch` with `teacher_log_probs` (and top-k fields) from the teacher, which reads the privileged prompts
         when `distill.teacher.prompt_template` is set."""
-        scored = batch.tensors()
+        scored = batch
         template = self.cfg.teacher.prompt_template
         if template:
             ids, mask = teacher_prompts(batch.prompts, batch.rows, template, self.tokenizer)

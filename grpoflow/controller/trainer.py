@@ -205,25 +205,25 @@ class Controller:
                     batch = batch.replace(baselines=self.rewards.greedy_baselines(self.rollouts, items, cfg.rollout.n))
             if self.need_old_log_probs:
                 with timer("old_log_prob"):
-                    batch = batch.replace(old_log_probs=self.actor.call(ActorWorker.compute_log_prob, batch.tensors()))
+                    batch = batch.replace(old_log_probs=self.actor.call(ActorWorker.compute_log_prob, batch))
             if self.needs_ref:
                 with timer("ref"):
-                    batch = batch.replace(ref_log_probs=self.ref_log_prob(batch.tensors()))
+                    batch = batch.replace(ref_log_probs=self.ref_log_prob(batch))
             if self.distiller is not None:
                 with timer("teacher"):
                     batch = self.distiller.score(batch)
             if self.critic is not None:
                 with timer("values"):
-                    batch = batch.replace(values=self.critic.call(CriticWorker.compute_values, batch.tensors()))
+                    batch = batch.replace(values=self.critic.call(CriticWorker.compute_values, batch))
             with timer("adv"):
                 scored, batch = batch, self.compute_advantages(batch, metrics)
             self.train_samples.record(step, scored, batch)  # a copy of a few groups to a writer thread
             if self.critic is not None:
                 with timer("update_critic"):
-                    metrics.update(self.critic.call(CriticWorker.update_critic, batch.tensors()))
+                    metrics.update(self.critic.call(CriticWorker.update_critic, batch))
             if step > cfg.critic.warmup_steps or self.critic is None:
                 with timer("update_actor"):
-                    metrics.update(self.actor.call(ActorWorker.update_policy, batch.tensors()))
+                    metrics.update(self.actor.call(ActorWorker.update_policy, batch))
                 with timer("sync"):
                     self.version += 1
                     self.weight_sync.push(self.version)

@@ -80,8 +80,8 @@ class Batch:
         return dataclasses.replace(self, **changes)
 
     def tensors(self) -> "Batch":
-        """The same batch without its texts and dataset rows: what a model worker needs, and all that is
-        sent to one."""
+        """The same batch without its texts and dataset rows: what a model worker needs, and all that a
+        WorkerGroup sends to one (it strips every Batch argument itself)."""
         return dataclasses.replace(self, prompts=[], completions=[], rows=[], conversations=[], reward_parts=[],
                                    infos=[])
 

@@ -78,17 +78,16 @@ class RankHost:
     def call(self, role: str, method: str, args: tuple, kwargs: dict) -> Any:
         return _on_rank(self.rank, getattr(self.roles[role], method), *args, **kwargs)
 
-    def timed_call(self, role: str, method: str, args: tuple, kwargs: dict, tp: int = 1) -> tuple[Any, float]:
+    def timed_call(self, role: str, method: str, args: tuple, kwargs: dict) -> tuple[Any, float]:
         """`call`, and the seconds it took in this process (for the controller's wait metrics).
 
-        The result goes back only if the controller gathers it (the dispatch rule: a Batch or tensor from the
-        first rank of each tensor-parallel replica, anything else from rank 0), so e.g. full weights
-        gathered on every rank cross the wire once."""
+        The result goes back only if the controller gathers it (the dispatch rule: a Batch or tensor from every
+        rank, anything else from rank 0), so e.g. metrics all-reduced on every rank cross the wire once."""
         import torch
 
         began = time.perf_counter()
         result = self.call(role, method, args, kwargs)
-        kept = self.rank % tp == 0 if isinstance(result, (Batch, torch.Tensor)) else self.rank == 0
+        kept = isinstance(result, (Batch, torch.Tensor)) or self.rank == 0
         return (result if kept else None), time.perf_counter() - began
 
     def pipe(self, src_role: str, src_method: str, dst_role: str, dst_method: str, args: tuple,

@@ -8,14 +8,14 @@ and type checkers follow the call to the worker class, and a wrong verb fails in
 One dispatch rule for every verb, whatever the backend:
 
 - the first positional argument, if it is a `Batch` or a list, is split into one contiguous
-  shard per data-parallel rank (every rank of a tensor-parallel replica gets the same shard);
-  `broadcast(value)` sends `value` whole to every rank; every other argument goes to every rank
-  unchanged;
-- results are gathered from the ranks that hold one (the first rank of each data-parallel
-  replica): when the call was split, `Batch` and tensor results are its shards' results and are
-  concatenated back in rank order (dim 0); anything else (metrics, which ranks have already
-  all-reduced), and every result of a call that was not split, is taken from rank 0. Verbs
-  return only what they compute (a tensor of per-row values), not the batch they were given.
+  shard per rank; `broadcast(value)` sends `value` whole to every rank; every other argument goes
+  to every rank unchanged;
+- a `Batch` argument travels without its texts and dataset rows (`Batch.tensors()`): model workers
+  read tensors only, so prompts, completions, rows and conversations never cross to a rank;
+- results are gathered: when the call was split, `Batch` and tensor results are its shards'
+  results and are concatenated back in rank order (dim 0); anything else (metrics, which ranks
+  have already all-reduced), and every result of a call that was not split, is taken from rank 0.
+  Verbs return only what they compute (a tensor of per-row values), not the batch they were given.
 
 A group lives on a pool of ranks (`grpoflow.distributed.host`): `LocalPool` in this process,
 `RayPool` in Ray actors. Roles placed on the same pool are colocated: they share each rank's
@@ -65,18 +65,13 @@ class WorkerGroup(Generic[W]):
     """`world_size` ranks (or the pool's), each holding one `W` built by `factory(rank, world_size)`."""
 
     def __init__(self, role: str, factory: Callable[[int, int], W], *, pool: Pool | None = None,
-                 world_size: int = 1, tensor_parallel: int = 1,
-                 timeouts: dict[Callable[..., Any], float] | None = None) -> None:
+                 world_size: int = 1, timeouts: dict[Callable[..., Any], float] | None = None) -> None:
         self.pool = pool if pool is not None else LocalPool(world_size)
-        world_size = self.pool.world_size
-        if world_size % tensor_parallel:
-            raise ValueError(f"{role}: world size {world_size} is not a multiple of tensor_parallel={tensor_parallel}.")
-        self.role, self.world_size, self.tp = role, world_size, tensor_parallel
+        self.role, self.world_size = role, self.pool.world_size
         self.worker_cls: type = factory.func if isinstance(factory, partial) else factory  # type: ignore[assignment]
-        self.dp_size = world_size // tensor_parallel
         self.timeouts = {self._verb(m): t for m, t in (timeouts or {}).items()}
         self.dispatch_s = 0.0
-        self._guard("__init__", lambda: self.pool.run("add_role", [(role, factory)] * world_size))
+        self._guard("__init__", lambda: self.pool.run("add_role", [(role, factory)] * self.world_size))
 
     def call(self, method: Callable[Concatenate[W, P], R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run `method` (a method of the group's worker class) on every rank; the gathered result."""
@@ -111,25 +106,23 @@ class WorkerGroup(Generic[W]):
         return name
 
     def _start(self, method: str, args: tuple, kwargs: dict) -> Any:
+        args, kwargs = tuple(_tensors_only(a) for a in args), {k: _tensors_only(v) for k, v in kwargs.items()}
         first = args[0] if args else None
-        per_rank = [(self.role, method, args, kwargs, self.tp)] * self.world_size
+        per_rank = [(self.role, method, args, kwargs)] * self.world_size
         if isinstance(first, Broadcast):
-            per_rank = [(self.role, method, (first.value, *args[1:]), kwargs, self.tp)] * self.world_size
+            per_rank = [(self.role, method, (first.value, *args[1:]), kwargs)] * self.world_size
         elif isinstance(first, (Batch, list)):  # what _is_split(args) tells the gather
-            shards = _split(first, self.dp_size)
-            per_rank = [(self.role, method, (shards[rank // self.tp], *args[1:]), kwargs, self.tp)
-                        for rank in range(self.world_size)]
+            shards = _split(first, self.world_size)
+            per_rank = [(self.role, method, (shards[rank], *args[1:]), kwargs) for rank in range(self.world_size)]
         return self._guard(method, lambda: self.pool.submit("timed_call", per_rank))
 
     def gather(self, results: list[Any], *, sharded: bool) -> Any:
-        """A split call's Batch or tensor shards, from the replica leaders, concatenated in rank order;
-        anything else from rank 0."""
-        held = [results[rank] for rank in range(0, self.world_size, self.tp)]
-        if sharded and all(isinstance(r, Batch) for r in held):
-            return Batch.concat(held)
-        if sharded and all(isinstance(r, torch.Tensor) for r in held):
-            return torch.cat(held) if len(held) > 1 else held[0]
-        return held[0]
+        """A split call's Batch or tensor shards concatenated in rank order; anything else from rank 0."""
+        if sharded and all(isinstance(r, Batch) for r in results):
+            return Batch.concat(results)
+        if sharded and all(isinstance(r, torch.Tensor) for r in results):
+            return torch.cat(results) if len(results) > 1 else results[0]
+        return results[0]
 
     def colocated_with(self, other: "WorkerGroup[Any]") -> bool:
         return self.pool is other.pool
@@ -180,6 +173,15 @@ class GroupCall(Generic[R]):
 def _is_split(args: tuple) -> bool:
     """Whether a call's first argument is split by data-parallel rank (a Batch or a list, not broadcast)."""
     return bool(args) and isinstance(args[0], (Batch, list))
+
+
+def _tensors_only(value: Any) -> Any:
+    """A Batch argument (or a broadcast one) without its texts and dataset rows; anything else as it is."""
+    if isinstance(value, Batch):
+        return value.tensors()
+    if isinstance(value, Broadcast) and isinstance(value.value, Batch):
+        return Broadcast(value.value.tensors())
+    return value
 
 
 def _split(value: Batch | list, parts: int) -> list:

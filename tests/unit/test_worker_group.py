@@ -99,13 +99,13 @@ def test_batch_is_split_into_contiguous_shards_and_gathered_in_order(world_size)
     group = WorkerGroup("actor", Toy, world_size=world_size)
     batch = make_batch(11)
     out = group.call(Toy.double_scores, batch, factor=3.0)
-    # the same as calling the row-wise verb on the whole batch
-    assert_batches_equal(out, Toy(0, 1).double_scores(batch, factor=3.0))
+    # the same as calling the row-wise verb on the whole batch (as the ranks get it: without its texts)
+    assert_batches_equal(out, Toy(0, 1).double_scores(batch.tensors(), factor=3.0))
     shards = [h.seen[-1] for h in workers(group)]
     sizes = [len(s) for s in shards]
     assert sum(sizes) == 11 and max(sizes) - min(sizes) <= 1
     # contiguous and in rank order
-    assert [p for s in shards for p in s.prompts] == batch.prompts
+    assert torch.equal(torch.cat([s.prompt_ids for s in shards]), batch.prompt_ids)
     start = 0
     for s in shards:
         assert s.scores.tolist() == list(range(start, start + len(s)))
@@ -153,24 +153,31 @@ def test_ranks_are_constructed_with_rank_and_world_size():
     assert [(h.rank, h.world_size) for h in workers(group)] == [(0, 4), (1, 4), (2, 4), (3, 4)]
 
 
-def test_tensor_parallel_ranks_share_a_shard_and_only_replica_leaders_are_gathered():
-    group = WorkerGroup("rollout", Toy, world_size=4, tensor_parallel=2)
-    assert group.dp_size == 2
-    batch = make_batch(7)
-    out = group.call(Toy.stamp_rank, batch)
+def with_texts(batch: Batch) -> Batch:
+    """`batch` with every text and row field set, as a scored rollout batch has them."""
+    n = len(batch)
+    return batch.replace(completions=[f"c{i}" for i in range(n)], rows=[{"answer": str(i)} for i in range(n)],
+                         conversations=[[{"role": "user", "content": "hi"}]] * n, infos=[object()] * n,
+                         reward_parts=[{"score": 1.0}] * n)
+
+
+def test_a_batch_argument_reaches_the_ranks_without_texts_and_rows():
+    """The group strips texts and dataset rows from every Batch argument (split, broadcast or keyword), so no call
+    site can forget to and send every row to every rank; the tensors arrive whole."""
+    group = WorkerGroup("actor", Toy, world_size=2)
+    batch = with_texts(make_batch(6))
+    texts = ("prompts", "completions", "rows", "conversations", "infos", "reward_parts")
+    assert all(getattr(batch, name) for name in texts)
+    group.call(Toy.stamp_rank, batch)
     shards = [h.seen[-1] for h in workers(group)]
-    assert_batches_equal(shards[0], shards[1])
-    assert_batches_equal(shards[2], shards[3])
-    assert len(shards[0]) + len(shards[2]) == 7
-    assert shards[0].prompts + shards[2].prompts == batch.prompts
-    # results of ranks 1 and 3 are dropped: the scores say which rank produced each row
-    assert out.scores.tolist() == [0.0] * len(shards[0]) + [2.0] * len(shards[2])
-    assert out.prompts == batch.prompts
-
-
-def test_world_size_not_a_multiple_of_tensor_parallel_errors():
-    with pytest.raises(ValueError, match="tensor_parallel=2"):
-        WorkerGroup("rollout", Toy, world_size=3, tensor_parallel=2)
+    assert all(getattr(s, name) == [] for s in shards for name in texts)
+    assert torch.equal(torch.cat([s.response_ids for s in shards]), batch.response_ids)
+    group.call(Toy.stats, broadcast(batch), batch, tag=batch)
+    for h in workers(group):
+        whole, extra, tag = h.seen[-1]
+        for b in (whole, extra, tag):
+            assert len(b) == 6 and all(getattr(b, name) == [] for name in texts)
+    assert batch.prompts and batch.rows  # the controller's batch keeps them
 
 
 def test_worker_exception_becomes_worker_error_naming_role_rank_and_cause():
@@ -215,11 +222,11 @@ def test_a_verb_is_a_method_of_the_worker_class_checked_in_the_controller():
     assert all(not h.seen for h in workers(group))  # nothing reached a rank
 
 
-def test_tensor_results_are_concatenated_from_the_replica_leaders():
-    group = WorkerGroup("actor", Toy, world_size=4, tensor_parallel=2)
+def test_tensor_results_are_concatenated_in_rank_order():
+    group = WorkerGroup("actor", Toy, world_size=3)
     out = group.call(Toy.row_values, make_batch(7))
-    # ranks 0 and 2 lead the two replicas; each returns rank * 10 + row index within its shard
-    assert out.tolist() == [0.0, 1.0, 2.0, 3.0, 20.0, 21.0, 22.0]
+    # each rank returns rank * 10 + row index within its shard (3, 2, 2 rows)
+    assert out.tolist() == [0.0, 1.0, 2.0, 10.0, 11.0, 20.0, 21.0]
     # a call that was not split returns rank 0's tensor, whatever the other ranks hold
     assert group.call(Toy.rank_tensor).tolist() == [0.0]
 

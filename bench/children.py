@@ -128,7 +128,7 @@ def child_prepare(spec: dict) -> dict:
     """Warm-start the built-in model of `spec["size"]` (cached) and measure its held-out accuracy; for a real model
     (`spec["real_model"]`, a folder) only the accuracy."""
     from grpoflow.config import load_config
-    from grpoflow.controller.run import sft_stage
+    from grpoflow.commands.run import sft_stage
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     set_threads(spec["threads"])
     if spec.get("real_model"):  # its accuracy is cached per folder and weights file date
@@ -196,10 +196,10 @@ def instrument_grpoflow() -> list[dict]:
 
 
 def child_grpoflow(spec: dict) -> dict:
-    """`grpoflow.controller.run.train` with the row's settings; per-step records from metrics.jsonl."""
+    """`grpoflow.commands.run.train` with the row's settings; per-step records from metrics.jsonl."""
     from grpoflow.config import load_config
     from grpoflow.controller.metrics import read_metrics
-    from grpoflow.controller.run import train
+    from grpoflow.commands.run import train
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     set_threads(spec["threads"])
     out = Path(tempfile.mkdtemp(prefix="grpoflow-", dir=spec["tmp"]))

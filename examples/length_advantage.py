@@ -15,7 +15,7 @@ import torch
 
 from grpoflow.algorithms import group_mean_std, register_advantage
 from grpoflow.config import load_config
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 
 
 @register_advantage("minus_group_mean")

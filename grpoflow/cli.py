@@ -67,13 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     recipe = rest[0] if rest and "=" not in rest[0] else None
     overrides = rest[1:] if recipe else rest
     from grpoflow.controller.checkpoint import CheckpointWriteError
-    from grpoflow.controller.evaluate import evaluate
-    from grpoflow.controller.run import sft_stage, train
-    from grpoflow.controller.trainer import TrainingError
+    from grpoflow.commands.evaluate import evaluate
+    from grpoflow.commands.run import sft_stage, train
+    from grpoflow.controller.fit import TrainingError
     from grpoflow.distributed.ray_pool import ClusterError
     from grpoflow.distributed.worker_group import WorkerError
     from grpoflow.errors import UserError
-    from grpoflow.tinker_server.serve import serve_tinker
+    from grpoflow.commands.serve import serve_tinker
     commands: dict[str, Callable[[Config], Any]] = {
         "train": train, "sft": sft_stage, "eval": evaluate, "serve": serve_tinker,
         "config": lambda cfg: print(describe_layers(recipe, overrides) + to_yaml(cfg))}
@@ -184,7 +184,7 @@ def _export(args: list[str]) -> int:
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
     parser.add_argument("--out", required=True, help="new folder for the model")
     ns = parser.parse_args(args)
-    from grpoflow.controller.export import export
+    from grpoflow.commands.export import export
     from grpoflow.errors import UserError
 
     try:

@@ -5,7 +5,7 @@ memory, its node gone) or a call that did not answer in time (a weight sync past
 `rollout.sync_timeout_s`). An exception raised by the code on a live rank (a bad reward function,
 a NaN loss, a shape error) would only happen again, so it stops the run as before.
 
-The controller (trainer.py) then tears every worker group down, builds them again on the Ray nodes
+The run loop (fit.py) then has the controller tear every worker group down, builds them again on the Ray nodes
 still alive, loads the newest checkpoint this run wrote (or starts over if there is none) and goes
 on; resume is exact, so the steps after that checkpoint are redone identically. Each restart prints
 one line with its cause and appends it to `<run folder>/restarts.jsonl`; every later step logs the

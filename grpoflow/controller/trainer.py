@@ -5,12 +5,15 @@ values -> advantages -> critic update -> actor update -> weight sync -> metrics.
 happens in worker groups; the controller only moves typed batches between them and never
 branches on an algorithm's name: what a step computes follows from what the configured
 estimator's signature asks for (values -> a critic, baselines -> a greedy rollout).
+
+The controller holds the roles (worker groups), the step, the advantages and the checkpoint state
+(save, load, the last checkpoint written); the run around it (resume, the loop over steps,
+validation and checkpoint cadence, logging, preemption, automatic restarts) is `RunLoop` in fit.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from functools import partial
 from typing import Any, Callable, Iterator
 from pathlib import Path
@@ -22,22 +25,19 @@ from tqdm import tqdm
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with_available, groups_with_signal,
                                  required_inputs)
 from grpoflow.config import Config, to_yaml
-from grpoflow.controller.checkpoint import (CheckpointManager, load_state, rng_state, save_state, set_rng_state,
-                                           step_dir_name)
+from grpoflow.controller.checkpoint import CheckpointManager, load_state, rng_state, save_state, set_rng_state
 from grpoflow.controller.checks import check_config
 from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.controller.distill import SELF, Distiller, resolve_teacher
 from grpoflow.controller.judging import Judging, judged, resolve_judge_path
-from grpoflow.controller.metrics import MetricsLogger, StageTimer
+from grpoflow.controller.metrics import StageTimer
 from grpoflow.controller.partial import PartialQueue
 from grpoflow.controller.placement import build_placement
-from grpoflow.controller.preemption import stop_on_signals
-from grpoflow.controller.restart import record_restart, restartable, with_restart_advice
+from grpoflow.controller.restart import restartable
 from grpoflow.controller.rewarding import RewardAssembly
 from grpoflow.controller.rollouts import RolloutQueue, Rollouts
 from grpoflow.controller.step_math import group_rows, partition_groups, token_rewards
 from grpoflow.controller.train_samples import TrainSamples
-from grpoflow.controller.trackers import build_trackers
 from grpoflow.controller.validation import validate
 from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.data.batch import Batch
@@ -45,7 +45,6 @@ from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rollout.protocol import SamplingParams
-from grpoflow.training.engine import NonFiniteLossError
 from grpoflow.training.forward import UpdateSchedule
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
@@ -56,11 +55,9 @@ from grpoflow.workers.rollout import RolloutWorker
 from grpoflow.workers.teacher import TeacherWorker
 
 
-class TrainingError(RuntimeError):
-    """Training stopped; the message names the cause, the fix, and what was kept."""
-
-
 class Controller:
+    """The roles of one run, its step and its checkpoint state; `RunLoop(controller).fit()` runs it."""
+
     def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list,
                  scorer: RewardScorer | None, run_dir: str | Path) -> None:
         check_config(cfg)
@@ -95,13 +92,10 @@ class Controller:
         self.rollouts = Rollouts(self.rollout, multi_turn=r.multi_turn, agent=bool(r.agent))
         self.model_path, self.train_items, self.needs = model_path, train_items, needs
         self._start_state(scorer)
-        self.restarts, self.current_step = 0, 0  # automatic restarts of this process's run (trainer.max_restarts)
         self.last_saved: Path | None = None  # the newest checkpoint this run wrote or loaded: where a restart resumes
-        self.logger = MetricsLogger(self.run_dir, every=cfg.trainer.log_every)
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
         self.train_samples = TrainSamples(self.run_dir, every=cfg.trainer.log_train_every,
                                           groups=cfg.trainer.log_train_groups, load_decode=partial(decoder, model_path))
-        self.trackers: list = []  # built in fit(), once the resume step is known
 
     def _start_state(self, scorer: RewardScorer | None) -> None:
         """What the run holds beside the workers, as at step 0: KL controller, prompt queue, rewards, weight sync
@@ -393,110 +387,6 @@ class Controller:
             tqdm.write(schedule_change_warning(saved_total, self.cfg))
         self.last_saved = folder
         return state["step"]
-
-    def fit(self, checkpoint: Path | None | str = "resolve") -> dict[str, Any]:
-        """(Resume,) validate, train to `trainer.total_steps` (validating every `val_every`, saving every
-        `save_every`), validate again. A worker process or node that dies, or a weight sync that times out,
-        rebuilds the workers and continues from the last checkpoint, up to `trainer.max_restarts` times.
-        `checkpoint`: the one to resume from, as the run folder chose it (default: resolve trainer.resume)."""
-        t = self.cfg.trainer
-        chosen = self.checkpoints.resolve(t.resume) if checkpoint == "resolve" else checkpoint
-        start, history = self.resume_from(Path(chosen) if chosen is not None else None)
-        self.trackers = build_trackers(t.loggers, self.run_dir, self.cfg.to_dict(), t.project,
-                                       t.run_name or self.run_dir.resolve().name, resume_step=start)
-        try:
-            while True:
-                try:
-                    return self.train_from(start, history)
-                except WorkerError as e:
-                    if not restartable(e) or self.restarts >= t.max_restarts:
-                        raise with_restart_advice(e, t.max_restarts, self.last_saved) from None
-                    self.restarts += 1
-                    record_restart(self.run_dir, self.restarts, t.max_restarts, self.current_step, e,
-                                   self.last_saved)
-                    self.rebuild()
-                    start, history = self.resume_from(self.last_saved)
-        finally:
-            self.train_samples.close()
-            for tracker in self.trackers:
-                tracker.close()
-
-    def resume_from(self, checkpoint: Path | None) -> tuple[int, list[dict]]:
-        """Load `checkpoint` (None: start at step 0); the step to continue after, and the kept metric records."""
-        start = self.load_checkpoint(checkpoint) if checkpoint is not None else 0
-        history = self.logger.start(start)
-        self.train_samples.start(start)
-        if not start:
-            (self.run_dir / "samples.jsonl").unlink(missing_ok=True)
-        if checkpoint is not None:
-            tqdm.write(f"resumed from {checkpoint} (step {start} of {self.cfg.trainer.total_steps})")
-        return start, history
-
-    def train_from(self, start: int, history: list[dict]) -> dict[str, Any]:
-        """Steps start+1 .. trainer.total_steps; `history` holds the kept records of a resumed run.
-
-        SIGTERM or a first Ctrl-C ends the run after the current step with a checkpoint (preemption.py);
-        the result's "stopped" then says by which signal, at which step and where the checkpoint is."""
-        t = self.cfg.trainer
-        do_val = t.val_every > 0 and bool(self.val_items)
-        began = time.perf_counter()
-        stopped: dict[str, Any] = {}
-        with stop_on_signals() as stop:
-            first = next((r for r in history if r["step"] == 0), {}) if start else \
-                (self.validate(0) if do_val else {})
-            if first and not start:
-                self.log(0, first, force_print=True)
-            first = {k: v for k, v in first.items() if k != "step"}
-            last = next(({k: v for k, v in r.items() if k.startswith("val/")} for r in reversed(history)
-                         if any(k.startswith("val/") for k in r)), dict(first))
-            done, saved = start, start  # the last step trained, and the last with a checkpoint (0: none needed)
-            bar = tqdm(range(start + 1, t.total_steps + 1), desc="rl", unit="step", dynamic_ncols=True)
-            for step in bar:
-                if stop.requested:
-                    break
-                self.current_step = step
-                metrics = self.checked_step(step)
-                if self.restarts:
-                    metrics["restarts"] = self.restarts
-                if do_val and (step % t.val_every == 0 or step == t.total_steps):
-                    last = self.validate(step)
-                    metrics.update(last)
-                self.log(step, metrics, force_print=step == t.total_steps)
-                done = step
-                if (t.save_every and (step % t.save_every == 0 or step == t.total_steps)) or stop.requested:
-                    self.save_checkpoint(step)
-                    saved = step
-                bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}")
-            bar.close()
-            if stop.requested and done < t.total_steps:
-                stopped = {"signal": stop.signal_name, "step": done,
-                           "checkpoint": self.checkpoints.root / step_dir_name(saved) if saved else None}
-            self.drain()
-        if start >= t.total_steps:
-            tqdm.write(f"nothing left to train: the checkpoint is at step {start} of trainer.total_steps="
-                       f"{t.total_steps}; use trainer.resume=never or another trainer.output_dir to start over.")
-        return {"before": first, "after": last, "seconds": time.perf_counter() - began, "stopped": stopped}
-
-    def checked_step(self, step: int) -> dict[str, float]:
-        """`step(step)`, with a non-finite loss turned into a TrainingError that says what to change."""
-        try:
-            return self.step(step)
-        except WorkerError as e:
-            if isinstance(e.original, NonFiniteLossError):
-                latest = self.checkpoints.latest()
-                kept = f"the last checkpoint, {latest}, is where a rerun resumes" if latest else \
-                    "no checkpoint was written yet"
-                raise TrainingError(
-                    f"Stopped at step {step}: {e.original}. Lower actor.lr, check that rewards are finite and "
-                    f"of moderate scale, or lower actor.grad_clip; {kept}, and metrics of steps before {step} are "
-                    f"kept in {self.logger.path}.") from None
-            raise
-
-    def log(self, step: int, metrics: dict[str, float], *, force_print: bool = False) -> None:
-        """One step's metrics to metrics.jsonl and the console, and to every tracker of trainer.loggers."""
-        self.logger.log(step, metrics, force_print=force_print)
-        for tracker in self.trackers:
-            tracker.log(step, metrics)
 
 
 def decoder(model_path: str) -> Callable[[list[int]], str]:

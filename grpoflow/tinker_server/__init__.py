@@ -7,5 +7,6 @@
     models.py    base_model names -> local models; LoRA / full training models; saved states
     futures.py   futures (long-polled), the one worker thread, seq_id ordering per model
     wire.py      the SDK's protobuf wire format (its own schema, tinker.proto)
-    serve.py     the command: build the app and run uvicorn on 127.0.0.1
+
+The command that builds the app and runs uvicorn on 127.0.0.1 is grpoflow/commands/serve.py.
 """

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from grpoflow.config import load_config
-from grpoflow.controller.run import sft_stage, train
+from grpoflow.commands.run import sft_stage, train
 
 pytestmark = pytest.mark.browser
 CHROMIUM = os.environ.get("GRPOFLOW_CHROMIUM", "/usr/bin/chromium")

@@ -4,7 +4,7 @@ import pytest
 
 from fault_runs import ARGS, Reference, comparable, final_weights
 from grpoflow.config import load_config
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ from fault_runs import REWARDS, TIMEOUT_S, comparable, last_step, report
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, problem
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import sft_stage, train
+from grpoflow.commands.run import sft_stage, train
 from grpoflow.distributed.worker_group import WorkerError
 
 pytestmark = pytest.mark.faults

@@ -14,7 +14,7 @@ from grpoflow.cli import main
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, problem
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 from grpoflow.tasks.addition import addition_splits
 
 pytestmark = pytest.mark.faults

@@ -62,7 +62,7 @@ def test_colocated_weight_sync_on_cuda(tiny_model_path):
 
 def test_a_short_grpo_run_on_cuda_learns(tmp_path):
     from grpoflow.config import load_config
-    from grpoflow.controller.run import train
+    from grpoflow.commands.run import train
 
     result = train(load_config(None, ["model.path=builtin:tiny-4m", "trainer.total_steps=40", "trainer.val_every=40",
                                       "data.val_max_prompts=200", f"trainer.output_dir={tmp_path}"]))

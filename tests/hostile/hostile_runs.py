@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from grpoflow.config import load_config
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 
 ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=5", "data.prompts_per_step=2", "rollout.n=2",
         "rollout.max_new_tokens=3", "trainer.save_every=1", "trainer.keep_last=2", "trainer.val_every=0",

@@ -12,7 +12,7 @@ import pytest
 
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 from grpoflow.rewards import RewardScorer, load_reward_function
 
 REWARDS = textwrap.dedent('''

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grpoflow.controller.export import export
+from grpoflow.commands.export import export
 from hostile_runs import metrics, run
 
 WEIGHTS = Path("actor") / "model.safetensors"

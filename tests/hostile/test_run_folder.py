@@ -15,7 +15,7 @@ import pytest
 
 from grpoflow.config import ConfigError
 from grpoflow.controller.checkpoint import CheckpointManager, save_state
-from grpoflow.controller.export import export
+from grpoflow.commands.export import export
 from hostile_runs import ARGS, checkpoints, metrics, run
 
 

@@ -10,7 +10,7 @@ import torch
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.controller.rollouts import metrics_of
-from grpoflow.controller.run import sft_stage, train
+from grpoflow.commands.run import sft_stage, train
 from grpoflow.data.dataset import PromptItem
 from grpoflow.multiturn.agents import AgentEpisodes
 from grpoflow.multiturn.chat import ChatRenderer

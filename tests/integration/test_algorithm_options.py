@@ -8,7 +8,7 @@ import pytest
 from grpoflow.cli import main
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 
 TINY = ["model.path=builtin:tiny-0.5m", "sft.steps=30", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=5", "trainer.total_steps=2", "trainer.val_every=0", "trainer.log_every=1"]

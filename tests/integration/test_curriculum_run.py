@@ -13,7 +13,7 @@ import pytest
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 
 
 def args(out, data):

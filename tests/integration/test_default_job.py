@@ -8,7 +8,7 @@ import pytest
 
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 
 
 @pytest.mark.slow

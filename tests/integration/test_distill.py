@@ -7,7 +7,7 @@ import torch
 from grpoflow.config import ConfigError, load_config
 from grpoflow.controller.distill import TeacherError, resolve_teacher, teacher_prompts
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import build_scorer, train
+from grpoflow.commands.run import build_scorer, train
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.models.loading import load_tokenizer

@@ -6,7 +6,7 @@ import json
 from grpoflow.cli import main
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 
 ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=5", "trainer.total_steps=2", "trainer.save_every=2", "trainer.val_every=2",

@@ -6,9 +6,9 @@ from transformers import AutoModelForCausalLM
 
 from grpoflow.cli import main
 from grpoflow.config import ActorConfig, ModelConfig, load_config
-from grpoflow.controller.export import export, find_checkpoint
+from grpoflow.commands.export import export, find_checkpoint
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.batch import Batch
 from grpoflow.workers.actor import ActorWorker
@@ -69,7 +69,7 @@ def test_lora_trains_adapters_only_reference_is_the_same_model_and_export_merges
 
 
 def test_lora_reference_is_not_a_second_model(tmp_path):
-    from grpoflow.controller.run import sft_stage
+    from grpoflow.commands.run import sft_stage
     from grpoflow.data.dataset import prepare_prompts
     from grpoflow.models.loading import load_tokenizer
     from grpoflow.rewards import RewardScorer, exact_match

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse  # noqa: E402
 from grpoflow.config import load_config  # noqa: E402
 from grpoflow.controller.judging import Judging  # noqa: E402
 from grpoflow.controller.metrics import read_metrics  # noqa: E402
-from grpoflow.controller.run import train  # noqa: E402
+from grpoflow.commands.run import train  # noqa: E402
 from grpoflow.rewards.judge import JUDGE_COLUMN, JudgeStats, OpenAIJudge  # noqa: E402
 from grpoflow.workers.judge import JudgeWorker  # noqa: E402
 

@@ -8,7 +8,7 @@ pytest.importorskip("peft")
 
 from grpoflow.config import ActorConfig, LoRAConfig, ModelConfig, load_config  # noqa: E402
 from grpoflow.controller.metrics import read_metrics  # noqa: E402
-from grpoflow.controller.run import train  # noqa: E402
+from grpoflow.commands.run import train  # noqa: E402
 from grpoflow.models.loading import load_tokenizer  # noqa: E402
 from grpoflow.rollout.factory import build_engine  # noqa: E402
 from grpoflow.rollout.protocol import SamplingParams  # noqa: E402

@@ -18,7 +18,7 @@ import torch
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import sft_stage, train
+from grpoflow.commands.run import sft_stage, train
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.logprobs import response_log_probs
@@ -225,7 +225,7 @@ def test_a_template_that_is_not_prefix_preserving_stops_the_run_before_the_warm_
 
 
 def test_eval_scores_a_multi_turn_model_with_its_environment_as_validation_does(tmp_path, warm_model):
-    from grpoflow.controller.evaluate import evaluate
+    from grpoflow.commands.evaluate import evaluate
     greedy = ["rollout.val_temperature=0", "rollout.val_n=1", "data.val_max_prompts=8"]
     records = run(tmp_path, warm_model, "trainer.total_steps=1", "trainer.val_every=1", *greedy)
     (before,) = [r for r in read_metrics(tmp_path) if r["step"] == 0 and "val/mean@1" in r]

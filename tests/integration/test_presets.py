@@ -6,7 +6,7 @@ import pytest
 from grpoflow.algorithms import ADVANTAGE_ESTIMATORS, required_inputs
 from grpoflow.config import ConfigError, load_config, preset_names
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 
 TINY = ["model.path=builtin:tiny-0.5m", "sft.steps=30", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=5", "trainer.total_steps=3", "trainer.val_every=3", "data.val_max_prompts=8",

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from grpoflow.config import load_config
-from grpoflow.controller.run import sft_stage, train
+from grpoflow.commands.run import sft_stage, train
+from grpoflow.controller.fit import RunLoop
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.distributed.worker_group import WorkerError
@@ -96,7 +97,7 @@ def test_killing_a_worker_mid_run_stops_the_controller_naming_it(tmp_path, warm_
     began = time.monotonic()
     try:
         with pytest.raises(WorkerError) as err:
-            controller.fit()
+            RunLoop(controller).fit()
     finally:
         controller.close()
     assert time.monotonic() - began < 3 + 20  # the kill comes 3 s in

@@ -9,7 +9,7 @@ reasoning_gym = pytest.importorskip("reasoning_gym")
 
 from grpoflow.config import load_config  # noqa: E402
 from grpoflow.controller.metrics import read_metrics  # noqa: E402
-from grpoflow.controller.run import train  # noqa: E402
+from grpoflow.commands.run import train  # noqa: E402
 
 SPEC = "reasoning_gym:chain_sum?size=32&seed=1&min_terms=2&max_terms=2&max_digits=1"
 BASE = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.max_prompt_length=160", "sft.response_key=demo", f"data.train_files={SPEC}",

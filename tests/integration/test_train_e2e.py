@@ -5,7 +5,7 @@ import json
 
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 
 REQUIRED = ["critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/pg_clipfrac", "actor/grad_norm",
             "response_length/mean", "timing_s/gen", "timing_s/reward", "timing_s/adv", "timing_s/update_actor",

@@ -8,8 +8,8 @@ from grpoflow.algorithms import register_advantage
 from grpoflow.cli import main
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
-from grpoflow.controller.trainer import TrainingError
+from grpoflow.commands.run import train
+from grpoflow.controller.fit import TrainingError
 
 # The tiny model folder was trained from scratch: runs use the `builtin` recipe (its settings) like builtin: models.
 ARGS = ["data.prompts_per_step=4", "rollout.n=2", "rollout.max_new_tokens=4", "trainer.total_steps=2",

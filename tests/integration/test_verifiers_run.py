@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("verifiers.v1")
 
 from grpoflow.controller.metrics import read_metrics  # noqa: E402
-from grpoflow.controller.run import sft_stage, train  # noqa: E402
+from grpoflow.commands.run import sft_stage, train  # noqa: E402
 from grpoflow.config import load_config  # noqa: E402
 from grpoflow.data.dataset import PromptItem  # noqa: E402
 from grpoflow.models.tiny import build_char_tokenizer  # noqa: E402

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from grpoflow.controller.run import read_rows
+from grpoflow.commands.run import read_rows
 from grpoflow.data.dataset import prepare_prompts
 
 pytestmark = pytest.mark.real_model

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.multiturn.chat import ChatRenderer

@@ -9,9 +9,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from grpoflow.cli import main
 from grpoflow.config import load_config
-from grpoflow.controller.export import export
+from grpoflow.commands.export import export
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
+from grpoflow.commands.run import train
 from grpoflow.models.logprobs import response_log_probs
 from real_model_helpers import chat_ids
 

@@ -4,8 +4,8 @@ its traceback, so that a bug in grpoflow is never shown as if the user had made 
 import pytest
 
 from grpoflow import cli
-from grpoflow.controller import evaluate as evaluate_module
-from grpoflow.controller import export as export_module
+from grpoflow.commands import evaluate as evaluate_module
+from grpoflow.commands import export as export_module
 from grpoflow.errors import MissingExtraError, UserError, UserFileExistsError, UserFileNotFoundError
 
 

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from grpoflow.config import load_config
-from grpoflow.controller.run import resolve_model
+from grpoflow.commands.run import resolve_model
 from grpoflow.models.gguf import CONVERTED_FROM, convert_gguf, is_gguf
 from grpoflow.models.tiny import CHATML_TEMPLATE
 
@@ -119,7 +119,7 @@ def test_missing_file_and_missing_extra_errors_name_the_fix(tiny_gguf, tmp_path,
 
 
 def test_eval_converts_a_gguf_file_once_into_the_cache_and_reuses_it(tiny_gguf, tmp_path):
-    from grpoflow.controller.evaluate import policy_folder
+    from grpoflow.commands.evaluate import policy_folder
 
     path, model, _ = tiny_gguf
     cache = tmp_path / "cache"

@@ -1,7 +1,7 @@
 """The dependency direction of DESIGN.md section 2, checked on the source with `ast`.
 
     errors, plugins, user_code -> algorithms, rewards -> data, models -> training | rollout -> multiturn -> workers
-        -> distributed -> controller -> cli
+        -> distributed -> controller -> commands -> cli
 
 `training` and `rollout` sit side by side and never import each other; `config` imports only `config_rules`,
 `plugins` and `errors`.
@@ -25,11 +25,11 @@ ROOT = Path(grpoflow.__file__).parent
 
 # The parts of grpoflow, and the grpoflow parts each may NOT import. `tasks` (built-in task data)
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
-UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "tinker_server", "cli",
-                 "plotting", "viewer"}
+UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "commands", "tinker_server",
+                 "cli", "plotting", "viewer"}
 EVERY_PART = {"errors", "plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards", "data",
               "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
-              "tinker_server", "config", "config_rules", "cli", "viewer"}
+              "commands", "tinker_server", "config", "config_rules", "cli", "viewer"}
 FORBIDDEN_PARTS = {
     "errors": None,  # None: nothing from any other grpoflow part (the user-error types; stdlib only)
     "plugins": EVERY_PART - {"errors", "plugins"},  # registries, user-file loading; stdlib only
@@ -37,7 +37,7 @@ FORBIDDEN_PARTS = {
     "user_code_child": EVERY_PART - {"sandbox", "user_code_child"},
     "user_code": EVERY_PART - {"errors", "plugins", "sandbox", "user_code_child", "user_code"},
     # reads metrics.jsonl via controller.metrics
-    "plotting": {"training", "rollout", "workers", "distributed", "tinker_server", "cli"},
+    "plotting": {"training", "rollout", "workers", "distributed", "commands", "tinker_server", "cli"},
     # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
     "viewer": EVERY_PART - {"errors", "plugins", "config", "viewer"},
     "algorithms": EVERY_PART - {"errors", "plugins", "algorithms"},
@@ -45,15 +45,20 @@ FORBIDDEN_PARTS = {
     "data": UPPER_OF_DATA,
     "models": UPPER_OF_DATA,
     "tasks": UPPER_OF_DATA,
-    "training": {"rollout", "multiturn", "workers", "distributed", "controller", "tinker_server", "cli", "plotting"},
-    "rollout": {"training", "multiturn", "workers", "distributed", "controller", "tinker_server", "cli", "plotting"},
+    "training": {"rollout", "multiturn", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
+                 "plotting"},
+    "rollout": {"training", "multiturn", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
+                "plotting"},
     # the agent loop drives the engines through a generate function it is given: no workers, no placement
-    "multiturn": {"training", "workers", "distributed", "controller", "tinker_server", "cli", "plotting"},
-    "workers": {"distributed", "controller", "tinker_server", "cli", "plotting"},
-    "distributed": {"controller", "tinker_server", "cli", "plotting"},
-    "controller": {"cli", "tinker_server"},
-    # the Tinker API server: a command like train, on the engines and checkpoints; only the cli starts it
-    "tinker_server": {"cli", "workers", "distributed", "multiturn"},
+    "multiturn": {"training", "workers", "distributed", "controller", "commands", "tinker_server", "cli", "plotting"},
+    "workers": {"distributed", "controller", "commands", "tinker_server", "cli", "plotting"},
+    "distributed": {"controller", "commands", "tinker_server", "cli", "plotting"},
+    # the step and the run around it; what builds a run from its config is a command, above it
+    "controller": {"commands", "cli", "tinker_server"},
+    # train, sft, eval, export, serve: build what the config asks for and run it; only the cli calls them
+    "commands": {"cli"},
+    # the Tinker API server, on the engines and checkpoints; `grpoflow serve tinker` (commands/serve.py) starts it
+    "tinker_server": {"commands", "cli", "workers", "distributed", "multiturn"},
     # the schema: plain values, no torch, no registries
     "config": EVERY_PART - {"errors", "plugins", "config", "config_rules"},
     "config_rules": EVERY_PART - {"errors", "config", "config_rules"},  # config.validate's newer checks (types only)
@@ -180,13 +185,13 @@ def test_pure_parts_never_import_distributed_ray_vllm_or_config(part):
     assert not bad, bad
 
 
-def test_only_controller_cli_and_workers_import_the_config():
+def test_only_controller_commands_cli_and_workers_import_the_config():
     """Workers take their own typed section (e.g. ActorConfig); nothing below them sees the config (the viewer,
     at the top, reads a run's config.yaml; the Tinker server, a command beside the controller, takes its own
     TinkerConfig section)."""
     bad = []
     for module, part, path in all_modules():
-        if part in ("controller", "cli", "config", "config_rules", "workers", "viewer", "tinker_server"):
+        if part in ("controller", "commands", "cli", "config", "config_rules", "workers", "viewer", "tinker_server"):
             continue
         bad += [f"{module} -> {name}" for name in _imports(module, path) if _matches(name, "grpoflow.config")]
     assert not bad, bad
@@ -211,7 +216,7 @@ def _loaded_after_import(module: str, extra: tuple = ()) -> list[str]:
 
 # Every module a `grpoflow train` with the default (local) backend imports: none of them may pull in Ray,
 # vLLM, SGLang or a tracker; those load only when a config chooses them.
-ENTRY_MODULES = "grpoflow.cli, grpoflow.controller.run, grpoflow.controller.trainer, grpoflow.controller.evaluate"
+ENTRY_MODULES = "grpoflow.cli, grpoflow.commands.run, grpoflow.controller.trainer, grpoflow.commands.evaluate"
 
 
 def test_the_cli_and_controller_do_not_import_ray_vllm_or_trackers():

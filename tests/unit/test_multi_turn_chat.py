@@ -108,7 +108,7 @@ def test_a_tokenizer_without_a_template_is_refused():
 
 
 def test_a_warm_start_demonstration_opens_exactly_as_the_rollout_prompt_with_the_system_prompt():
-    from grpoflow.controller.sft import sft_examples
+    from grpoflow.commands.sft import sft_examples
 
     tok = chatml()
     demo = [{"role": "user", "content": "3*4"}, {"role": "assistant", "content": "12"}]

@@ -1,9 +1,9 @@
-"""Warnings for settings that run but cannot learn on the model given (grpoflow.controller.traps)."""
+"""Warnings for settings that run but cannot learn on the model given (grpoflow.commands.traps)."""
 
 import pytest
 
 from grpoflow.config import load_config
-from grpoflow.controller.traps import RunFacts, config_traps
+from grpoflow.commands.traps import RunFacts, config_traps
 
 REAL = ["model.path=/models/instruct", "data.train_files=[my.jsonl]"]
 CHAT = RunFacts(chat_template=True, prompts_total=100, prompts_overlong=0)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from grpoflow.config import ConfigError
-from grpoflow.controller.run import read_rows
+from grpoflow.commands.run import read_rows
 from grpoflow.multiturn.agents import load_agent
 from grpoflow.multiturn.verifiers_agent import env_config_dict, episode_rewards
 from grpoflow.tasks.verifiers_tasks import parse_spec

@@ -8,17 +8,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from grpoflow.commands.run import build_scorer, read_rows, val_files
 from grpoflow.config import Config, ConfigError
 from grpoflow.controller.checkpoint import CheckpointManager
 from grpoflow.controller.rewarding import RewardAssembly
 from grpoflow.controller.rollouts import Rollouts
-from grpoflow.controller.run import build_scorer, read_rows, val_files
 from grpoflow.controller.validation import validate
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.distributed.worker_group import WorkerGroup
 from grpoflow.models.gguf import cached_conversion, is_gguf
-from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.models.loading import load_tokenizer
+from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
 

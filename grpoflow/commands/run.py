@@ -14,13 +14,14 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
+from grpoflow.commands.sft import run_sft
+from grpoflow.commands.traps import RunFacts, config_traps
 from grpoflow.config import Config, ConfigError, batch_schedule, to_yaml
-from grpoflow.controller.sft import run_sft
-from grpoflow.controller.trackers import check_trackers
 from grpoflow.controller.checks import check_config
+from grpoflow.controller.fit import RunLoop
 from grpoflow.controller.run_folder import RunFolder, open_run_folder, write_config
+from grpoflow.controller.trackers import check_trackers
 from grpoflow.controller.trainer import Controller
-from grpoflow.controller.traps import RunFacts, config_traps
 from grpoflow.data.dataset import load_rows, prepare_prompts
 from grpoflow.models.gguf import convert_gguf, is_gguf
 from grpoflow.models.loading import load_tokenizer
@@ -188,8 +189,9 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
     with scorer or contextlib.nullcontext():
         controller = Controller(cfg, model_path=model_path, train_items=train_items, val_items=val_items,
                                 scorer=scorer, run_dir=run_dir)
+        loop = RunLoop(controller)
         try:
-            result = controller.fit(folder.resume)
+            result = loop.fit(folder.resume)
         finally:
             controller.close()
     result["wall_s"] = time.perf_counter() - start
@@ -199,7 +201,7 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
     elif before is not None and after is not None:
         tqdm.write(f"held-out accuracy (mean@1): {before:.1%} before GRPO -> {after:.1%} after "
                    f"{cfg.trainer.total_steps} steps ({after - before:+.1%})")
-    tqdm.write(f"done in {result['wall_s']:.0f}s; metrics: {controller.logger.path.resolve()}")
+    tqdm.write(f"done in {result['wall_s']:.0f}s; metrics: {loop.logger.path.resolve()}")
     return result
 
 

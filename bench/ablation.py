@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ablation.py [--size 4m] [--group-size 8] [--max-new-tokens 16] [--repeats 10]
     .venv/bin/python bench/ablation.py --real-model /tmp/grpoflow-smollm2/hf --max-new-tokens 24 --repeats 3
+    .venv/bin/python bench/ablation.py --model FOLDER    # any saved model (tests/integration/test_bench_scripts.py)
 
 Uses the warm-started model that compare_trl.py caches in bench/.cache/tiny-<size>/ (run that
 first), 8 prompts of the built-in task and `--group-size` samples each, and times:
@@ -68,8 +69,7 @@ def generation_variants(path: Path, size_n: int, max_new_tokens: int):
 
     fp32 = HFRolloutEngine(load_causal_lm(path), **kw)
     bf16 = HFRolloutEngine(load_causal_lm(path, dtype=torch.bfloat16), **kw)
-    kept = HFRolloutEngine(load_causal_lm(path), **kw)
-    kept.sampler.compact_fraction = 10**6  # finished rows' slots are never compacted away
+    kept = HFRolloutEngine(load_causal_lm(path), **kw, compact_fraction=10**6)  # finished rows' slots stay
 
     def keep_finished_rows(prompts):
         return kept.generate(prompts, params)
@@ -114,14 +114,9 @@ def update_variants(path: Path, sample, size_n: int, max_new_tokens: int):
     def variant(share: bool, dtype: str | None):
         def run():
             b = batches[next(counter) % len(batches)]
-            saving = logprobs.MIN_SHARED_SAVING
-            logprobs.MIN_SHARED_SAVING = saving if share else 2.0  # 2.0: never share
-            try:
-                lp, _ = logprobs.response_log_probs(model, b.prompt_ids, b.prompt_mask, b.response_ids,
-                                                    b.response_mask, with_entropy=True, compute_dtype=dtype)
-                ((lp * b.response_mask).sum() / b.response_mask.sum()).backward()
-            finally:
-                logprobs.MIN_SHARED_SAVING = saving
+            lp, _ = logprobs.response_log_probs(model, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask,
+                                                with_entropy=True, compute_dtype=dtype, share_prompts=share)
+            ((lp * b.response_mask).sum() / b.response_mask.sum()).backward()
             model.zero_grad(set_to_none=True)
         return run
 
@@ -137,7 +132,7 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     from grpoflow.models import attention, logprobs
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.rollout.hf import HFRolloutEngine
-    from grpoflow.rollout.protocol import SamplingParams, left_pad
+    from grpoflow.rollout.protocol import SamplingParams
     from grpoflow.tasks.chat_addition import chat_addition_splits
     from grpoflow.training.microbatch import plan_microbatches
 
@@ -156,18 +151,13 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     def update(fused: bool, attn: str, dtype: str | None, chunk: int = 128, plans=None):
         def run():
             model.set_attn_implementation(grouped if attn == "grouped" else "sdpa")
-            kept = logprobs.FUSED_HEAD_MODEL_TYPES
-            logprobs.FUSED_HEAD_MODEL_TYPES = kept if fused else ()
-            try:
-                for rows in plans or [list(range(len(gen.response_ids)))]:
-                    idx = torch.tensor(rows)
-                    mask = gen.response_mask[idx]
-                    lp, _ = logprobs.response_log_probs(model, gen.prompt_ids[idx], gen.prompt_mask[idx],
-                                                        gen.response_ids[idx], mask, with_entropy=True,
-                                                        compute_dtype=dtype, chunk_size=chunk)
-                    ((lp * mask).sum() / gen.response_mask.sum()).backward()
-            finally:
-                logprobs.FUSED_HEAD_MODEL_TYPES = kept
+            for rows in plans or [list(range(len(gen.response_ids)))]:
+                idx = torch.tensor(rows)
+                mask = gen.response_mask[idx]
+                lp, _ = logprobs.response_log_probs(model, gen.prompt_ids[idx], gen.prompt_mask[idx],
+                                                    gen.response_ids[idx], mask, with_entropy=True,
+                                                    compute_dtype=dtype, chunk_size=chunk, fused=fused)
+                ((lp * mask).sum() / gen.response_mask.sum()).backward()
             model.zero_grad(set_to_none=True)
         return run
 
@@ -180,13 +170,12 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
 
     def sampling_compacting(fraction: int):
         """Continuous batching with finished rows' slots compacted away at every finish (1), at a quarter (4, now)
-        or never (10**6)."""
+        or never (10**6): an engine of its own over the same bf16 weights."""
+        other = HFRolloutEngine(engine.model, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                                compact_fraction=fraction)
+
         def run():
-            kept, engine.sampler.compact_fraction = engine.sampler.compact_fraction, fraction
-            try:
-                engine.generate(prompts, params, seeds=seeds)
-            finally:
-                engine.sampler.compact_fraction = kept
+            other.generate(prompts, params, seeds=seeds)
         return run
 
     return {"update: logits path, sdpa, fp32": update(False, "sdpa", None, chunk=1024),
@@ -236,6 +225,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="the untrained base model (responses fill the budget) instead of the warm start")
     p.add_argument("--real-model", default=None, metavar="FOLDER",
                    help="SmolLM2-135M-Instruct's HF folder: time this work's real-model speed-ups instead")
+    p.add_argument("--model", default=None, metavar="FOLDER",
+                   help="a model folder to time instead of the cached tiny-<size> warm start")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.real_model:
@@ -243,7 +234,8 @@ def main(argv: list[str] | None = None) -> None:
                              f"SmolLM2-135M-Instruct, 8 chat prompts x {args.group_size} samples, <= "
                              f"{args.max_new_tokens} new tokens, {args.threads} threads, {args.repeats} repeats",
                              args.repeats)
-    path = CACHE / f"tiny-{args.size}" / ("base_model" if args.base else "sft_model")
+    warm = CACHE / f"tiny-{args.size}" / ("base_model" if args.base else "sft_model")
+    path = Path(args.model) if args.model else warm
     if not path.is_dir():
         sys.exit(f"{path} is missing: run bench/compare_trl.py --sizes {args.size} once to build and warm-start it.")
     gen, engine = generation_variants(path, args.group_size, args.max_new_tokens)

@@ -8,13 +8,14 @@ count, the held-out accuracy of the final weights and the peak RSS.
 
 from __future__ import annotations
 
-import functools
 import json
 import resource
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from figures import count_params, greedy_lengths, grpoflow_step
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 HELDOUT = 200         # held-out prompts for the greedy accuracy (at most)
@@ -37,15 +38,6 @@ def set_threads(threads: int) -> None:
 def peak_rss_mb() -> float:
     """This process's peak resident set (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def count_params(model) -> int:
-    """Parameters that take part in matmuls: all but the input embedding (a lookup), which counts when it is also
-    the output head (tied weights, e.g. SmolLM2)."""
-    embed = model.get_input_embeddings().weight
-    head = model.get_output_embeddings()
-    tied = head is not None and head.weight is embed
-    return sum(p.numel() for p in model.parameters() if p is not embed or tied)
 
 
 def task_rows(task: str) -> tuple[list[dict], list[dict]]:
@@ -105,18 +97,6 @@ def heldout_eval(model, tokenizer, task: str = "addition") -> dict:
             "greedy_length": statistics.mean(lengths), "greedy_cut": statistics.mean(cut)}
 
 
-def greedy_lengths(new_tokens, eos_token_id: int) -> tuple[list[int], list[bool]]:
-    """Per row of `generate`'s new tokens [B, T]: the answer's length up to and including the first EOS
-    (T when there is none), and whether it has no EOS (cut at the budget). `generate` pads finished rows with
-    the pad id, which for many chat models is the EOS id too: only the first one counts."""
-    lengths, cut = [], []
-    for row in new_tokens.tolist():
-        end = row.index(eos_token_id) + 1 if eos_token_id in row else len(row)
-        lengths.append(end)
-        cut.append(eos_token_id not in row)
-    return lengths, cut
-
-
 def emit(record: dict) -> None:
     """The child's result: one JSON line on stdout, marked so the parent finds it among other output."""
     print("BENCH_RESULT " + json.dumps(record), flush=True)
@@ -153,73 +133,19 @@ def child_prepare(spec: dict) -> dict:
             "accuracy": json.loads(done.read_text())["accuracy"]}
 
 
-def instrument_grpoflow() -> list[dict]:
-    """Seconds per step inside the model math of grpoflow's actor and reference, for the profile.
-
-    Bench-only instrumentation: in this child process it wraps grpoflow's own functions with a
-    timer (`Controller.step` opens a record per step). Keys: `generate` (the rollout worker's
-    sampling, decoding and batch building), `train_forward` (the actor's log-prob forward in the
-    update), `forward_backward` (that forward, the loss and backward), `optimizer` (clip + AdamW),
-    `nograd_forward` (old-log-prob and reference passes).
-    """
-    import grpoflow.workers.actor as actor_module
-    import grpoflow.training.forward as forward_module
-    from grpoflow.controller.trainer import Controller
-    from grpoflow.training.engine import TrainEngine
-    from grpoflow.workers.rollout import RolloutWorker
-    records: list[dict] = []
-
-    def timed(fn, key: str):
-        @functools.wraps(fn)  # keeps the name: worker groups accept only their class's own verbs
-        def wrapper(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if records:
-                    records[-1][key] = records[-1].get(key, 0.0) + time.perf_counter() - start
-        return wrapper
-
-    step = Controller.step
-
-    def step_with_record(self, n):
-        records.append({})
-        return step(self, n)
-
-    Controller.step = step_with_record
-    actor_module.response_log_probs = timed(actor_module.response_log_probs, "train_forward")
-    forward_module.response_log_probs = timed(forward_module.response_log_probs, "nograd_forward")
-    TrainEngine.forward_backward = timed(TrainEngine.forward_backward, "forward_backward")
-    TrainEngine.optimizer_step = timed(TrainEngine.optimizer_step, "optimizer")
-    RolloutWorker.rollout = timed(RolloutWorker.rollout, "generate")
-    return records
-
-
 def child_grpoflow(spec: dict) -> dict:
-    """`grpoflow.commands.run.train` with the row's settings; per-step records from metrics.jsonl."""
+    """`grpoflow.commands.run.train` with the row's settings; per-step records from metrics.jsonl
+    (figures.grpoflow_step)."""
     from grpoflow.config import load_config
     from grpoflow.controller.metrics import read_metrics
     from grpoflow.commands.run import train
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     set_threads(spec["threads"])
     out = Path(tempfile.mkdtemp(prefix="grpoflow-", dir=spec["tmp"]))
-    n, steps, task = spec["group_size"], spec["steps"], spec.get("task", "addition")
-    inner = instrument_grpoflow()
+    task = spec.get("task", "addition")
     train(load_config(None, grpoflow_overrides(spec, out)))
-    records = []
-    metrics = read_metrics(out)
-    for m, timed in zip(metrics, inner + [{}] * (len(metrics) - len(inner))):  # {}: steps the wrappers missed
-        trajectories = spec["prompts"] * n
-        tokens = m["perf/throughput"] * m["timing_s/step"]  # attention_mask.sum(): prompt + response
-        completion = m["response_length/mean"] * trajectories
-        stages = {k.removeprefix("timing_s/"): v for k, v in m.items() if k.startswith("timing_s/")}
-        stages["generate"] = timed.get("generate", stages["gen"])
-        records.append({"seconds": m["timing_s/step"], "gen_seconds": stages["generate"],
-                        "prompt_tokens": round(tokens - completion), "completion_tokens": round(completion),
-                        "reward": m["critic/score/mean"], "response_length": m["response_length/mean"],
-                        "max_completion": m["response_length/max"],
-                        "truncated": m["response_length/clip_ratio"],
-                        "stages": {**stages, **model_math(stages, timed)}})
+    # the step's stages and model math are grpoflow's own metrics (timing_s/*): nothing in the package is wrapped
+    records = [grpoflow_step(m, trajectories=spec["prompts"] * spec["group_size"]) for m in read_metrics(out)]
     actor = sorted((out / "checkpoints").glob("step_*/actor"))[-1]
     model = load_causal_lm(actor)
     held = heldout_eval(model, load_tokenizer(actor), task)
@@ -265,25 +191,6 @@ def relative_change(model, start_path: str) -> float:
             moved += float((p.float() - w0).pow(2).sum())
             total += float(w0.pow(2).sum())
     return (moved / max(total, 1e-30)) ** 0.5
-
-
-def model_math(stages: dict, timed: dict) -> dict:
-    """One grpoflow step split into model math (generation, forward, backward, optimizer) and the rest.
-
-    Generation is the rollout worker's `generate` as timed in this process (the controller's
-    `timing_s/gen` times the wait for it, which is not the same once generation can be submitted
-    ahead of the wait).
-
-    `dataflow` is what the step spends outside model math: scoring, advantages, weight sync,
-    micro-batch building, moving batches between roles, metrics. `backward` also holds the
-    loss arithmetic between the forward and `loss.backward()` (a few element-wise ops).
-    """
-    forward = timed.get("train_forward", 0.0) + timed.get("nograd_forward", 0.0)
-    backward = timed.get("forward_backward", 0.0) - timed.get("train_forward", 0.0)
-    optimizer = timed.get("optimizer", 0.0)
-    math = stages["generate"] + forward + backward + optimizer
-    return {"forward": forward, "backward": backward, "optimizer": optimizer,
-            "dataflow": max(stages["step"] - math, 0.0)}
 
 
 def _torch_threads() -> int:

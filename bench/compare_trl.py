@@ -20,7 +20,7 @@ row) so slow drift of a shared machine hits both. Every child writes one record 
 same schema (seconds, generation seconds, prompt / completion tokens, mean reward) and
 `summarize` turns both into the same figures:
 
-- s/step: median step seconds, the first `WARMUP_STEPS` steps left out;
+- s/step: median step seconds, the first `WARMUP_STEPS` (figures.py) steps left out;
 - tok/s: prompt + response tokens (no padding) per second of step time (verl's perf/throughput),
   per step, then the median;
 - MFU: (6 P x trained tokens + 2 P x generated tokens [+ 2 P x trained tokens for the
@@ -36,8 +36,8 @@ same schema (seconds, generation seconds, prompt / completion tokens, mean rewar
   final weights in the child (grpoflow: its last checkpoint; TRL: `trainer.model`).
 
 A second table splits grpoflow's step into its stages (`timing_s/*` of metrics.jsonl) and into
-model math (generate, forward, backward, optimizer; timed inside the child) and dataflow, the
-rest of the step. `--scaling` adds how each framework's step time grows with each factor.
+model math (generate, forward, backward, optimizer: the engines' and the actor's own `timing_s/*` metrics)
+and dataflow, the rest of the step. The arithmetic of every figure is bench/figures.py. `--scaling` adds how each framework's step time grows with each factor.
 
 Two more columns of the first table, and its ratio rows:
 
@@ -67,20 +67,18 @@ import argparse
 import itertools
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from limits import PEAK_KEY, measure_bandwidth, measure_peak, step_limit
+from figures import WARMUP_STEPS, median_figures, over_best_trl, summarize
+from limits import PEAK_KEY, measure_bandwidth, measure_peak
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 CACHE = BENCH_DIR / ".cache"
-WARMUP_STEPS = 2      # left out of s/step, tok/s and MFU (first-call allocations, lazy inits)
-EDGE_STEPS = 3        # reward "first" / "last" = mean over this many steps
 REAL_MODEL_LABEL = "smollm2"  # the row label of --real-model
 # Defaults that differ between the tiny rows and the real-model row: (tiny, --real-model).
 MODE_DEFAULTS = {"steps": (30, 10), "repeats": (3, 1), "max_new_tokens": ([16], [24]), "kl": ([0.0, 0.04], [0.0]),
@@ -96,55 +94,6 @@ def run_child_main(kind: str, spec_json: str) -> None:
     start = time.perf_counter()
     result = CHILDREN[kind](spec)
     emit({**result, "peak_rss_mb": peak_rss_mb(), "child_s": time.perf_counter() - start})
-
-
-# ---------------------------------------------------------------- figures
-
-def summarize(run: dict, *, kl: float, peak_gflops: dict[str, float], bandwidth_gbs: float) -> dict:
-    """One run's figures from its per-step records (the same arithmetic for both frameworks).
-
-    Speed figures are medians over the steps after the warm-up: on a shared machine a median
-    shrugs off the odd step that another process slowed down, a mean over steps does not.
-    MFU divides by the `torch.mm` peak of the dtype the run computes in (fp32 or bf16); `limit_s` is the step's
-    physical limit at those rates (`limits.step_limit`), `x_limit` the step's seconds over it (medians over steps)."""
-    steps = run["steps"]
-    timed = steps[WARMUP_STEPS:] or steps
-    p = run["params"]
-
-    def flops(s: dict) -> float:
-        tokens = s["prompt_tokens"] + s["completion_tokens"]
-        return 6 * p * tokens + 2 * p * s["completion_tokens"] + (2 * p * tokens if kl > 0 else 0)
-
-    def median(fn) -> float:
-        return statistics.median(fn(s) for s in timed)
-
-    def limit(s: dict) -> dict:
-        return step_limit(s, params=p, dtype=run["compute_dtype"], kl=kl, peak_gflops=peak_gflops,
-                          bandwidth_gbs=bandwidth_gbs)
-
-    step, gen = median(lambda s: s["seconds"]), median(lambda s: s["gen_seconds"])
-    peak = peak_gflops[PEAK_KEY[run["compute_dtype"]]] * 1e9
-    return {"s_per_step": step, "gen_s": gen, "rest_s": median(lambda s: s["seconds"] - s["gen_seconds"]),
-            "tokens_per_s": median(lambda s: (s["prompt_tokens"] + s["completion_tokens"]) / s["seconds"]),
-            "mfu": median(lambda s: flops(s) / s["seconds"]) / peak,
-            "limit_s": median(lambda s: limit(s)["total_s"]), "limit_update_s": median(lambda s: limit(s)["update_s"]),
-            "limit_gen_s": median(lambda s: limit(s)["gen_s"]),
-            "x_limit": median(lambda s: s["seconds"] / limit(s)["total_s"]),
-            "peak_rss_mb": run["peak_rss_mb"],
-            "reward_first": statistics.mean(s["reward"] for s in steps[:EDGE_STEPS]),
-            "reward_last": statistics.mean(s["reward"] for s in steps[-EDGE_STEPS:]),
-            "accuracy": run["accuracy"],
-            "tokens_per_step": median(lambda s: s["prompt_tokens"] + s["completion_tokens"]),
-            "completion_tokens_per_step": median(lambda s: s["completion_tokens"]), "params": p,
-            "threads": run["threads"], "run_wall_s": run["run_wall_s"],
-            "stages": {k: median(lambda s: s["stages"][k]) for k in timed[0]["stages"]}}
-
-
-def median_figures(runs: list[dict]) -> dict:
-    """Median over repeats of every figure (and of every stage's seconds)."""
-    out = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "stages"}
-    out["stages"] = {k: statistics.median(r["stages"][k] for r in runs) for k in runs[0]["stages"]}
-    return out
 
 
 # ---------------------------------------------------------------- parent
@@ -243,16 +192,6 @@ def frameworks(args) -> list[tuple[str, str, str, dict]]:
             runs.append((label, "grpoflow", dtype, {"microbatch": budget}))
     return runs + [("trl" if dtype == "float32" else f"trl-{PEAK_KEY[dtype]}", "trl", dtype, {})
                    for dtype in args.trl_dtype]
-
-
-def over_best_trl(med: dict[str, dict]) -> tuple[str, dict[str, dict]]:
-    """The fastest TRL run (lowest median s/step) and every other run's ratios to it."""
-    best = min((label for label in med if label.startswith("trl")), key=lambda label: med[label]["s_per_step"])
-    t = med[best]
-    return best, {label: {"s_per_step": g["s_per_step"] / t["s_per_step"],
-                          "tokens_per_s": g["tokens_per_s"] / t["tokens_per_s"],
-                          "peak_rss_mb": g["peak_rss_mb"] / t["peak_rss_mb"], "mfu": g["mfu"] / t["mfu"]}
-                  for label, g in med.items() if label != best}
 
 
 def run_row(row: dict, args, prepared: dict, peak: dict, bandwidth: float, logs: Path, progress) -> dict:

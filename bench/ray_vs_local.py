@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ray_vs_local.py               # default task, 20 steps per layout, ~3 min
     .venv/bin/python bench/ray_vs_local.py --steps 40 --layouts local,ray
+    .venv/bin/python bench/ray_vs_local.py --model FOLDER --out DIR --steps 2 --layouts local,ray k=v ...
 
 Every layout trains the same warm-started model on the built-in task with the same seed, each in
 its own `grpoflow train` subprocess. Per layout it prints the median step time (steps after the
@@ -46,8 +47,8 @@ def warm_model(size: str) -> str:
     return str(folder)
 
 
-def run_layout(name: str, model: str, steps: int, extra: list[str]) -> dict:
-    out = CACHE / "ray_vs_local" / name
+def run_layout(name: str, model: str, steps: int, extra: list[str], root: Path = CACHE / "ray_vs_local") -> dict:
+    out = root / name
     cmd = [sys.executable, "-m", "grpoflow.cli", "train", *LAYOUTS[name], f"model.path={model}", "sft.steps=0",
            f"trainer.total_steps={steps}", "trainer.val_every=0", "trainer.save_every=0", "trainer.resume=never",
            f"trainer.output_dir={out}", "trainer.log_every=1000", *extra]
@@ -61,15 +62,17 @@ def run_layout(name: str, model: str, steps: int, extra: list[str]) -> dict:
             "reward_last": records[-1]["critic/score/mean"]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--size", default="4m")
     p.add_argument("--layouts", default="local,ray,ray-split,ray-2-ranks,ray-async")
+    p.add_argument("--model", default=None, metavar="FOLDER", help="a model folder instead of the cached warm start")
+    p.add_argument("--out", default=str(CACHE / "ray_vs_local"), metavar="DIR", help="the runs' folders")
     p.add_argument("overrides", nargs="*", help="extra key=value config overrides for every layout")
-    args = p.parse_args()
-    model = warm_model(args.size)
-    rows = [run_layout(name, model, args.steps, args.overrides) for name in args.layouts.split(",")]
+    args = p.parse_args(argv)
+    model = args.model or warm_model(args.size)
+    rows = [run_layout(name, model, args.steps, args.overrides, Path(args.out)) for name in args.layouts.split(",")]
     local = next((r["s_per_step"] for r in rows if r["layout"] == "local"), None)
     print(f"\n{'layout':<12} {'s/step':>7} {'vs local':>8} {'dispatch':>9} " + " ".join(f"{s:>12}" for s in STAGES))
     for r in rows:

@@ -1,5 +1,5 @@
-"""The seed article's example, made real: K samples per prompt, score = response length,
-advantage = score - mean score of the prompt's group, with a user-registered estimator.
+"""A user-registered advantage estimator, end to end: K samples per prompt, score = response length,
+advantage = score - mean score of the prompt's group (GRPO's group baseline without the std).
 
     python examples/length_advantage.py [key=value ...]
 

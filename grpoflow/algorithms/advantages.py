@@ -8,9 +8,8 @@ An estimator declares the inputs it needs by naming them as parameters (see
     group_ids [B]              int, the responses to one prompt share an id
     values [B, R]              critic values;  baselines [B]: reward of a greedy response
     norm_adv_by_std, epsilon, gamma, lam   options
-It returns advantages [B, R] float32, 0 on padding; an estimator registered with
-`returns=True` returns `(advantages, returns)` instead, the returns being the critic's
-regression target. This module holds the outcome estimators (from `scores`); `returns.py`
+It returns advantages [B, R] float32, 0 on padding, or the tuple `(advantages, returns)`, the
+returns being the critic's regression target. This module holds the outcome estimators (from `scores`); `returns.py`
 the token-level ones (gae, reinforce_plus_plus).
 """
 
@@ -20,6 +19,7 @@ import torch
 from torch import Tensor
 
 from grpoflow.algorithms.registry import register_advantage
+from grpoflow.algorithms.shapes import group_max_min, group_slots, same_groups
 
 __all__ = [
     "group_mean_std",
@@ -46,11 +46,7 @@ def group_mean_std(scores: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, T
             0 for groups of size 1, where the unbiased estimate is undefined.
         count: [B] int64, n_g.
     """
-    if scores.dim() != 1 or group_ids.shape != scores.shape:
-        raise ValueError(
-            f"scores and group_ids must both be 1-D of the same length, "
-            f"got shapes {tuple(scores.shape)} and {tuple(group_ids.shape)}."
-        )
+    same_groups(scores, group_ids)
     if group_ids.is_floating_point() or group_ids.is_complex():
         raise ValueError(f"group_ids must be an integer tensor, got dtype {group_ids.dtype}.")
     scores = scores.float()
@@ -109,9 +105,8 @@ def grpo_advantage(
     if norm_adv_by_std:
         advantage = advantage / (std + epsilon)
 
-    _, slot = torch.unique(group_ids, return_inverse=True)
-    group_max = torch.full_like(scores, -torch.inf).scatter_reduce(0, slot, scores, "amax")
-    group_min = torch.full_like(scores, torch.inf).scatter_reduce(0, slot, scores, "amin")
+    slot = group_slots(group_ids)
+    group_max, group_min = group_max_min(scores, slot)
     all_equal = (group_max == group_min)[slot]
     singleton = count < 2
     advantage = torch.where(singleton | all_equal, torch.zeros_like(advantage), advantage)
@@ -257,10 +252,10 @@ def grpo_passk_advantage(
     _check_mask(scores, response_mask)
     scores = scores.float()
     _, std, count = group_mean_std(scores, group_ids)
-    _, slot = torch.unique(group_ids, return_inverse=True)
+    slot = group_slots(group_ids)
     index = torch.arange(scores.shape[0], device=scores.device)
 
-    group_max = torch.full_like(scores, -torch.inf).scatter_reduce(0, slot, scores, "amax")
+    group_max, _ = group_max_min(scores, slot)
     is_max = scores == group_max[slot]
     first_max = torch.full_like(index, scores.shape[0]).scatter_reduce(
         0, slot, torch.where(is_max, index, scores.shape[0]), "amin")

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from grpoflow.algorithms.registry import KL_CONTROLLERS, KL_ESTIMATORS
+from grpoflow.algorithms.shapes import same_token_shape
 
 __all__ = [
     "kl_k1",
@@ -103,12 +104,8 @@ def kl_in_reward(
         metrics: detached scalars: "kl_in_reward/kl_mean", the masked mean of kl_it over
             valid tokens; "kl_in_reward/coef", kl_coef.
     """
-    shapes = [tuple(t.shape) for t in (token_level_scores, log_probs, ref_log_probs, response_mask)]
-    if len(set(shapes)) != 1:
-        raise ValueError(
-            f"token_level_scores, log_probs, ref_log_probs and response_mask must share one "
-            f"[B, R] shape, got {shapes}."
-        )
+    same_token_shape(token_level_scores=token_level_scores, log_probs=log_probs, ref_log_probs=ref_log_probs,
+                     response_mask=response_mask)
     with torch.no_grad():
         mask = response_mask.bool()
         kl = kl_penalty(log_probs.float(), ref_log_probs.float(), estimator)
@@ -149,18 +146,19 @@ class AdaptiveKLController:
     by at most 20% per `horizon` steps.
 
     Args:
-        init_kl_coef: the starting coefficient.
+        kl_coef: the starting coefficient (the fixed controller's one coefficient: the same config key,
+            algorithm.kl_ctrl.kl_coef).
         target_kl: the KL (per sequence or per token, as the caller measures it) to track; > 0.
         horizon: number of steps (samples, in the paper) over which a 20% change may build up.
     """
 
-    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int):
+    def __init__(self, kl_coef: float, target_kl: float, horizon: int):
         if target_kl <= 0 or horizon <= 0:
             raise ValueError(
                 f"AdaptiveKLController needs target_kl > 0 and horizon > 0, got target_kl="
                 f"{target_kl}, horizon={horizon}."
             )
-        self.value = float(init_kl_coef)
+        self.value = float(kl_coef)
         self.target_kl = float(target_kl)
         self.horizon = horizon
 

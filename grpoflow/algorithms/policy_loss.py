@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from grpoflow.algorithms.registry import register_policy_loss
+from grpoflow.algorithms.shapes import same_token_shape
 
 __all__ = [
     "ppo_clip_loss",
@@ -74,12 +75,8 @@ def ppo_clip_loss(
     """
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 for the dual clip, got {clip_ratio_c}.")
-    shapes = [tuple(t.shape) for t in (log_probs, old_log_probs, advantages, response_mask)]
-    if len(set(shapes)) != 1:
-        raise ValueError(
-            f"log_probs, old_log_probs, advantages and response_mask must share one [B, R] "
-            f"shape, got {shapes}."
-        )
+    same_token_shape(log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
+                     response_mask=response_mask)
     old_log_probs = old_log_probs.detach()
     advantages = advantages.detach()
     mask = response_mask.bool()
@@ -136,7 +133,8 @@ def gspo_loss(
         metrics: detached float [B, R]: "pg_clipfrac" (1 where the clip was active),
             "ppo_kl" (old_log_probs - log_probs), both 0 on padding.
     """
-    _check_shapes(log_probs, old_log_probs, advantages, response_mask)
+    same_token_shape(log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
+                     response_mask=response_mask)
     old_log_probs, advantages = old_log_probs.detach(), advantages.detach()
     mask = response_mask.bool()
     weight = mask.to(log_probs.dtype)
@@ -180,7 +178,8 @@ def cispo_loss(
         metrics: detached float [B, R]: "pg_clipfrac" (1 where the weight was clipped),
             "ppo_kl" (old_log_probs - log_probs), both 0 on padding.
     """
-    _check_shapes(log_probs, old_log_probs, advantages, response_mask)
+    same_token_shape(log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
+                     response_mask=response_mask)
     old_log_probs, advantages = old_log_probs.detach(), advantages.detach()
     mask = response_mask.bool()
     with torch.no_grad():
@@ -213,7 +212,8 @@ def reinforce_loss(
         loss: [B, R], 0 where response_mask is 0.
         metrics: detached float [B, R]: "ppo_kl" (old_log_probs - log_probs), 0 on padding.
     """
-    _check_shapes(log_probs, old_log_probs, advantages, response_mask)
+    same_token_shape(log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages,
+                     response_mask=response_mask)
     mask = response_mask.bool()
     loss = -advantages.detach() * log_probs
     loss = torch.where(mask, loss, torch.zeros_like(loss))
@@ -255,7 +255,7 @@ def truncated_is_weights(
         raise ValueError(f"truncated_is_weights level must be 'token' or 'sequence', got {level!r}.")
     if cap <= 0:
         raise ValueError(f"truncated_is_weights cap must be > 0, got {cap}.")
-    _check_shapes(old_log_probs, rollout_log_probs, response_mask)
+    same_token_shape(old_log_probs=old_log_probs, rollout_log_probs=rollout_log_probs, response_mask=response_mask)
     with torch.no_grad():
         mask = response_mask.bool()
         zeros = torch.zeros_like(old_log_probs, dtype=torch.float32)
@@ -287,9 +287,3 @@ def _clip_metrics(clipped: Tensor, mask: Tensor, log_probs: Tensor, old_log_prob
             "pg_clipfrac": torch.where(clipped, 1.0, zeros),
             "ppo_kl": torch.where(mask, (old_log_probs - log_probs).float(), zeros),
         }
-
-
-def _check_shapes(*tensors: Tensor) -> None:
-    shapes = [tuple(t.shape) for t in tensors]
-    if len(set(shapes)) != 1:
-        raise ValueError(f"all [B, R] inputs must share one shape, got shapes {shapes}.")

@@ -40,7 +40,8 @@ def register_advantage(
 ) -> Callable[[Callable], Callable]:
     """Decorator: register an advantage estimator under `name`, with optional metadata.
 
-    Built-ins set `returns=True` when the estimator returns `(advantages, returns)`.
+    An estimator that also gives the critic's regression targets returns `(advantages, returns)`; the
+    controller tells by the returned tuple, so no flag is needed.
     """
     return ADVANTAGE_ESTIMATORS.register(name, override=override, **meta)
 

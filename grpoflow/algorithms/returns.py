@@ -1,8 +1,8 @@
 """Token-level advantage estimators that also produce returns: gae, reinforce_plus_plus.
 
 Both take `token_level_rewards` [B, R] (the score at the last valid token minus any
-per-token KL penalty), are registered with `returns=True`, and return
-`(advantages [B, R], returns [B, R])`, float32 and 0 on padding; the returns are the
+per-token KL penalty) and return `(advantages [B, R], returns [B, R])` (the tuple is what tells
+the controller that an estimator gives returns), float32 and 0 on padding; the returns are the
 critic's regression target. The recursions run right to left over valid tokens only, so a
 masked position (padding, or a hole such as an observation token) is skipped.
 """
@@ -14,6 +14,7 @@ from torch import Tensor
 
 from grpoflow.algorithms.advantages import whiten
 from grpoflow.algorithms.registry import register_advantage
+from grpoflow.algorithms.shapes import same_token_shape
 
 __all__ = [
     "discounted_returns",
@@ -47,7 +48,7 @@ def discounted_returns(token_level_rewards: Tensor, response_mask: Tensor, gamma
     return torch.where(keep, returns, torch.zeros_like(returns))
 
 
-@register_advantage("reinforce_plus_plus", returns=True)
+@register_advantage("reinforce_plus_plus")
 def reinforce_plus_plus_advantage(
     token_level_rewards: Tensor,
     response_mask: Tensor,
@@ -72,7 +73,7 @@ def reinforce_plus_plus_advantage(
         advantages: [B, R] float32, 0 on padding.
         returns: [B, R] float32, G_t (not whitened), 0 on padding.
     """
-    _check_token_shapes(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    same_token_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
     returns = discounted_returns(token_level_rewards, response_mask, gamma)
     return whiten(returns, response_mask, epsilon), returns
 
@@ -103,7 +104,7 @@ def gae_advantages_and_returns(
         advantages: [B, R] float32, 0 where response_mask is 0.
         returns: [B, R] float32, 0 where response_mask is 0.
     """
-    _check_token_shapes(token_level_rewards=token_level_rewards, values=values,
+    same_token_shape(token_level_rewards=token_level_rewards, values=values,
                         response_mask=response_mask)
     rewards, values = token_level_rewards.float(), values.detach().float()
     keep = response_mask.bool()
@@ -121,7 +122,7 @@ def gae_advantages_and_returns(
     return advantages, torch.where(keep, advantages + values, zeros)
 
 
-@register_advantage("gae", returns=True)
+@register_advantage("gae")
 def gae_advantage(
     token_level_rewards: Tensor,
     values: Tensor,
@@ -151,9 +152,3 @@ def gae_advantage(
     advantages, returns = gae_advantages_and_returns(
         token_level_rewards, values, response_mask, gamma, lam)
     return whiten(advantages, response_mask, epsilon), returns
-
-
-def _check_token_shapes(**tensors: Tensor) -> None:
-    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
-    if len(set(shapes.values())) != 1 or len(next(iter(shapes.values()))) != 2:
-        raise ValueError(f"{', '.join(shapes)} must share one [B, R] shape, got {shapes}.")

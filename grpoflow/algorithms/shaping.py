@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from grpoflow.algorithms.shapes import group_max_min, group_slots, same_groups
+
 __all__ = ["overlong_penalty", "groups_with_signal"]
 
 
@@ -62,13 +64,7 @@ def groups_with_signal(scores: Tensor, group_ids: Tensor) -> Tensor:
     Returns:
         [B] bool.
     """
-    if scores.dim() != 1 or group_ids.shape != scores.shape:
-        raise ValueError(
-            f"scores and group_ids must both be 1-D of the same length, "
-            f"got shapes {tuple(scores.shape)} and {tuple(group_ids.shape)}."
-        )
-    scores = scores.float()
-    _, slot = torch.unique(group_ids, return_inverse=True)
-    group_max = torch.full_like(scores, -torch.inf).scatter_reduce(0, slot, scores, "amax")
-    group_min = torch.full_like(scores, torch.inf).scatter_reduce(0, slot, scores, "amin")
+    same_groups(scores, group_ids)
+    slot = group_slots(group_ids)
+    group_max, group_min = group_max_min(scores.float(), slot)
     return (group_max != group_min)[slot]

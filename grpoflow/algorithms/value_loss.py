@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from grpoflow.algorithms.shapes import same_token_shape
+
 __all__ = ["clipped_value_loss"]
 
 
@@ -39,12 +41,7 @@ def clipped_value_loss(
         metrics: detached float [B, R]: "vf_clipfrac", 1 where the clipped term was the
             larger one (so the clip set the loss), 0 elsewhere and on padding.
     """
-    shapes = [tuple(t.shape) for t in (values, old_values, returns, response_mask)]
-    if len(set(shapes)) != 1:
-        raise ValueError(
-            f"values, old_values, returns and response_mask must share one [B, R] shape, "
-            f"got {shapes}."
-        )
+    same_token_shape(values=values, old_values=old_values, returns=returns, response_mask=response_mask)
     old_values, returns = old_values.detach(), returns.detach()
     mask = response_mask.bool()
     clipped = old_values + (values - old_values).clamp(-cliprange_value, cliprange_value)

@@ -51,12 +51,13 @@ def evaluate(cfg: Config) -> dict[str, float]:
                           "environment (rollout.env) or agent (rollout.agent) whose reward it is.")
     # the controller's validation path: the same rollout kinds (environments, tools, agents) and reward assembly
     chat = True if d.apply_chat_template is None and multi_turn else d.apply_chat_template
-    items, stats = prepare_prompts(read_rows(files), load_tokenizer(model_path), prompt_key=d.prompt_key,
+    tokenizer = load_tokenizer(model_path)
+    items, stats = prepare_prompts(read_rows(files), tokenizer, prompt_key=d.prompt_key,
                                    max_prompt_length=d.max_prompt_length, overlong=d.overlong,
                                    apply_chat_template=chat, system_prompt=d.system_prompt)
     items = items[:d.val_max_prompts]
-    group = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, engine=r.engine, cfg=r,
-                                           dtype=cfg.model.dtype, run_config=cfg))
+    group = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, cfg=cfg, dtype=cfg.model.dtype),
+                        pad_token_id=tokenizer.pad_token_id or 0)
     rollouts = Rollouts(group, multi_turn=r.multi_turn, agent=bool(r.agent))
     rewards = RewardAssembly(scorer, None, cfg.reward, max_new_tokens=r.max_new_tokens)
     params = SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)

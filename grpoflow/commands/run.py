@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from grpoflow.commands.sft import run_sft
 from grpoflow.commands.traps import RunFacts, config_traps
-from grpoflow.config import Config, ConfigError, batch_schedule, to_yaml
+from grpoflow.config import Config, ConfigError, batch_schedule
 from grpoflow.controller.checks import check_config
 from grpoflow.controller.fit import RunLoop
 from grpoflow.controller.run_folder import RunFolder, open_run_folder, write_config

@@ -20,14 +20,9 @@ from grpoflow.config import Config, ConfigError, validate
 from grpoflow.multiturn.env import load_env
 from grpoflow.plugins import Registry
 from grpoflow.controller.judging import check_judge
+from grpoflow.controller.step_math import ADVANTAGE_INPUTS
 from grpoflow.rewards import build_reward
 from grpoflow.rollout.factory import ROLLOUT_ENGINES
-
-# Inputs a step can hand an advantage estimator; `values` and `baselines` cost extra work, done
-# only when the estimator's signature asks for them.
-ADVANTAGE_INPUTS = ("scores", "token_level_rewards", "response_mask", "group_ids", "values", "baselines",
-                    "norm_adv_by_std", "epsilon", "gamma", "lam", "completions", "rows")
-
 
 def resolve(registry: Registry, key: str, name: str) -> Callable:
     """`registry.resolve(name)`, or a ConfigError that names the config key."""

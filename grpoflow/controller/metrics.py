@@ -1,4 +1,4 @@
-"""Step metrics: a timer for stages, and a logger to the console and `metrics.jsonl`.
+"""Step metrics: a logger to the console and `metrics.jsonl` (the stage timer is grpoflow/training/timing.py).
 
 Each record is appended and fsynced before the step's checkpoint can be written, so a crash can tear
 only a line that no checkpoint is behind: `read_metrics` drops a torn last line with a warning, and
@@ -11,34 +11,13 @@ import json
 import logging
 import math
 import os
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from tqdm import tqdm
 
 from grpoflow.errors import UserError
 
 log = logging.getLogger("grpoflow.metrics")
-
-
-class StageTimer:
-    """`with timer("gen"): ...` records `timing_s/gen` (seconds, summed if a stage repeats)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def __call__(self, stage: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
-
-    def metrics(self) -> dict[str, float]:
-        return {f"timing_s/{k}": v for k, v in self.seconds.items()}
 
 
 # the columns of the console line, in order, with their short labels

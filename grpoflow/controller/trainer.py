@@ -30,13 +30,12 @@ from grpoflow.controller.checks import check_config
 from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.controller.distill import SELF, Distiller, resolve_teacher
 from grpoflow.controller.judging import Judging, judged, resolve_judge_path
-from grpoflow.controller.metrics import StageTimer
 from grpoflow.controller.partial import PartialQueue
 from grpoflow.controller.placement import build_placement
 from grpoflow.controller.restart import restartable
 from grpoflow.controller.rewarding import RewardAssembly
 from grpoflow.controller.rollouts import RolloutQueue, Rollouts
-from grpoflow.controller.step_math import group_rows, partition_groups, token_rewards
+from grpoflow.controller.step_math import AdvantageInputs, group_rows, partition_groups, token_rewards
 from grpoflow.controller.train_samples import TrainSamples
 from grpoflow.controller.validation import validate
 from grpoflow.controller.weight_sync import WeightSync
@@ -46,6 +45,7 @@ from grpoflow.models.loading import load_tokenizer
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.training.forward import UpdateSchedule
+from grpoflow.training.timing import StageTimer
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
 from grpoflow.workers.judge import JudgeWorker
@@ -70,6 +70,7 @@ class Controller:
         # controller cannot tell the difference.
         teacher = cfg.distill.teacher.path  # checked (same tokenizer) before any worker starts
         self.teacher_path = resolve_teacher(teacher, self.run_dir, model_path) if teacher else None
+        self.pad_token_id = pad_token_id(model_path)  # pads the batches gathered from ranks or concatenated here
         self.placement = build_placement(cfg)
         try:
             self._build_groups(cfg, model_path, needs)
@@ -77,7 +78,8 @@ class Controller:
             self.placement.close()
             raise
         self.needs_baselines = "baselines" in needs
-        self.sleep_engines = self.placement.colocated and r.free_cache_engine and r.engine in ("vllm", "sglang")
+        # colocated engines that can free their memory (vllm, sglang with rollout.free_cache_engine) sleep in training
+        self.sleep_engines = self.placement.colocated and self.rollout.call(RolloutWorker.can_sleep)
         # With one optimizer step per RL step the importance ratio is exactly 1, so the
         # old-log-prob pass would recompute what the update computes anyway: skip it unless
         # the KL-in-reward needs the log-probs before the update.
@@ -101,8 +103,8 @@ class Controller:
         """What the run holds beside the workers, as at step 0: KL controller, prompt queue, rewards, weight sync
         (rebuilt with the workers by a restart, then restored from the checkpoint)."""
         cfg, r, kl = self.cfg, self.cfg.rollout, self.cfg.algorithm.kl_ctrl
-        self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, init_kl_coef=kl.kl_coef,
-                                           target_kl=kl.target_kl, horizon=kl.horizon)
+        self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, target_kl=kl.target_kl,
+                                           horizon=kl.horizon)
         self.rollouts.group = self.rollout
         sampler, per_step = build_sampler(cfg, len(self.train_items)), cfg.data.prompts_per_step
         self.queue: RolloutQueue | PartialQueue
@@ -111,7 +113,7 @@ class Controller:
                                       params=self.sampling, oversample=r.partial_oversample,
                                       max_staleness=r.partial_max_staleness, seed_of=self.step_seed,
                                       version=lambda: self.version,
-                                      pad_token_id=load_tokenizer(self.model_path).pad_token_id)
+                                      pad_token_id=self.pad_token_id)
         else:
             self.queue = RolloutQueue(self.rollouts, self.train_items, sampler, prompts_per_step=per_step,
                                       params=self.sampling, ahead=r.max_staleness if self.is_async else 0,
@@ -171,8 +173,8 @@ class Controller:
         bf16 = "bfloat16" in (cfg.model.dtype, cfg.model.compute_dtype)
         sync_timeout = cfg.rollout.sync_timeout_s
         self.rollout = WorkerGroup("rollout", partial(
-            RolloutWorker, model_path=model_path, engine=cfg.rollout.engine, cfg=cfg.rollout, seed=seed,
-            dtype="bfloat16" if bf16 else None, run_config=cfg, lora=adapter_layout(cfg)), pool=self.placement.rollout,
+            RolloutWorker, model_path=model_path, cfg=cfg, seed=seed, dtype="bfloat16" if bf16 else None,
+            lora=adapter_layout(cfg)), pool=self.placement.rollout, pad_token_id=self.pad_token_id,
             timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
 
     def _build_teacher(self, cfg: Config, pool: Any, model_path: str, teacher_path: str) -> Distiller:
@@ -181,7 +183,7 @@ class Controller:
         self.teacher = None if teacher_path == SELF else WorkerGroup("teacher", partial(
             TeacherWorker, model_path=teacher_path, temperature=cfg.rollout.temperature,
             max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
-            compute_dtype=cfg.model.compute_dtype, topk=cfg.distill.topk), pool=pool)
+            compute_dtype=cfg.model.compute_dtype, topk=cfg.distill.topk), pool=pool, pad_token_id=self.pad_token_id)
         return Distiller(cfg.distill, teacher=self.teacher, actor=self.actor, tokenizer=load_tokenizer(model_path))
 
     def step(self, step: int) -> dict[str, float]:
@@ -294,7 +296,8 @@ class Controller:
         metrics.update(scores.metrics())
         metrics.update({"filter_groups/draws": draw + 1, "filter_groups/signal_groups": float(len(kept))})
         chosen = (kept + spare)[:want]
-        batch = Batch.concat([b.replace(group_ids=torch.full_like(b.group_ids, g)) for g, (b, _) in enumerate(chosen)])
+        batch = Batch.concat([b.replace(group_ids=torch.full_like(b.group_ids, g)) for g, (b, _) in enumerate(chosen)],
+                             pad_token_id=self.pad_token_id)
         metrics.update(length_metrics(batch))
         return batch, [it for _, it in chosen]
 
@@ -311,11 +314,11 @@ class Controller:
         if kl_metrics:
             metrics.update({k: float(v) for k, v in kl_metrics.items()})
             self.kl_ctrl.update(float(kl_metrics["kl_in_reward/kl_mean"]), n_steps=len(batch))
-        out = call_with_available(
-            self.advantage_fn, scores=rewards.sum(-1), token_level_rewards=rewards, response_mask=mask,
-            group_ids=batch.group_ids, values=batch.values, baselines=batch.baselines,
-            norm_adv_by_std=alg.norm_adv_by_std, epsilon=alg.epsilon, gamma=alg.gamma, lam=alg.lam,
-            completions=batch.completions, rows=batch.rows)
+        inputs = AdvantageInputs(
+            scores=rewards.sum(-1), token_level_rewards=rewards, response_mask=mask, group_ids=batch.group_ids,
+            values=batch.values, baselines=batch.baselines, norm_adv_by_std=alg.norm_adv_by_std,
+            epsilon=alg.epsilon, gamma=alg.gamma, lam=alg.lam, completions=batch.completions, rows=batch.rows)
+        out = call_with_available(self.advantage_fn, **inputs.kwargs())
         advantages, returns = out if isinstance(out, tuple) else (out, None)
         if self.distiller is not None:  # the teacher's per-token reverse KL, mixed with the task advantage
             advantages, distill_metrics = self.distiller.advantages(batch, advantages)
@@ -387,6 +390,12 @@ class Controller:
             tqdm.write(schedule_change_warning(saved_total, self.cfg))
         self.last_saved = folder
         return state["step"]
+
+
+def pad_token_id(model_path: str) -> int:
+    """The tokenizer's pad id (0 if it has none): what pads token ids when batches of different widths meet."""
+    pad = load_tokenizer(model_path).pad_token_id
+    return int(pad) if pad is not None else 0
 
 
 def decoder(model_path: str) -> Callable[[list[int]], str]:

@@ -30,9 +30,9 @@ class PromptSampler(Protocol):
 
 
 class EpochSampler:
-    """Yield dataset indices epoch after epoch, reshuffled each epoch when ``shuffle``."""
+    """Yield dataset indices epoch after epoch, in a new seeded order each epoch."""
 
-    def __init__(self, num_items: int, seed: int, shuffle: bool = True):
+    def __init__(self, num_items: int, seed: int):
         if num_items <= 0:
             raise ValueError(
                 f"EpochSampler needs at least one item, got num_items={num_items}; check that "
@@ -40,7 +40,6 @@ class EpochSampler:
             )
         self.num_items = num_items
         self.seed = seed
-        self.shuffle = shuffle
         self._epoch = 0
         self._position = 0  # next index to hand out within the current epoch's order
         self._order = self._order_for(0)
@@ -51,8 +50,6 @@ class EpochSampler:
         return self._epoch
 
     def _order_for(self, epoch: int) -> list[int]:
-        if not self.shuffle:
-            return list(range(self.num_items))
         gen = torch.Generator().manual_seed(self.seed + epoch)
         return torch.randperm(self.num_items, generator=gen).tolist()
 
@@ -82,7 +79,7 @@ class EpochSampler:
         return {"epoch": self._epoch, "position": self._position}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume at ``state`` as returned by ``state_dict`` (same num_items, seed, shuffle)."""
+        """Resume at ``state`` as returned by ``state_dict`` (same num_items and seed)."""
         epoch, position = int(state["epoch"]), int(state["position"])
         if not 0 <= position < self.num_items:
             raise ValueError(

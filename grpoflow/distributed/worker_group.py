@@ -62,12 +62,14 @@ def broadcast(value: T) -> T:
 
 
 class WorkerGroup(Generic[W]):
-    """`world_size` ranks (or the pool's), each holding one `W` built by `factory(rank, world_size)`."""
+    """`world_size` ranks (or the pool's), each holding one `W` built by `factory(rank, world_size)`.
+    `pad_token_id` pads the prompt and response ids of Batch shards gathered back into one (`Batch.concat`)."""
 
     def __init__(self, role: str, factory: Callable[[int, int], W], *, pool: Pool | None = None,
-                 world_size: int = 1, timeouts: dict[Callable[..., Any], float] | None = None) -> None:
+                 world_size: int = 1, timeouts: dict[Callable[..., Any], float] | None = None,
+                 pad_token_id: int = 0) -> None:
         self.pool = pool if pool is not None else LocalPool(world_size)
-        self.role, self.world_size = role, self.pool.world_size
+        self.role, self.world_size, self.pad_token_id = role, self.pool.world_size, pad_token_id
         self.worker_cls: type = factory.func if isinstance(factory, partial) else factory  # type: ignore[assignment]
         self.timeouts = {self._verb(m): t for m, t in (timeouts or {}).items()}
         self.dispatch_s = 0.0
@@ -119,7 +121,7 @@ class WorkerGroup(Generic[W]):
     def gather(self, results: list[Any], *, sharded: bool) -> Any:
         """A split call's Batch or tensor shards concatenated in rank order; anything else from rank 0."""
         if sharded and all(isinstance(r, Batch) for r in results):
-            return Batch.concat(results)
+            return Batch.concat(results, pad_token_id=self.pad_token_id)
         if sharded and all(isinstance(r, torch.Tensor) for r in results):
             return torch.cat(results) if len(results) > 1 else results[0]
         return results[0]

@@ -82,7 +82,8 @@ def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024, t
 def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
                        response_mask: Tensor, *, temperature: float = 1.0, chunk_size: int = 1024,
                        with_entropy: bool = False, entropy_grad: bool = False,
-                       compute_dtype: str | torch.dtype | None = None) -> tuple[Tensor, Tensor | None]:
+                       compute_dtype: str | torch.dtype | None = None, fused: bool = True,
+                       share_prompts: bool = True) -> tuple[Tensor, Tensor | None]:
     """Log-probs [B, R] (and entropy [B, R]) of the response tokens given left-padded prompts.
 
     prompt_ids/prompt_mask: [B, P] (left-padded), response_ids/response_mask: [B, R]
@@ -90,15 +91,19 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
     are divided by `temperature` (in float32) so the result matches the sampling distribution.
     The forward runs under `compute_autocast(compute_dtype)`.
     Padding positions hold arbitrary values (0 on the fused-head path): mask them with `response_mask`.
+    `fused` / `share_prompts` False turn the fused head and the shared prompt forward off (they are on where
+    they apply; the results are the same either way, bench/ablation.py times the difference).
     """
-    head = fused_head(model)
+    head = fused_head(model) if fused else None
     if head is None:
         with compute_autocast(compute_dtype, prompt_ids.device):
-            logits = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask)
+            logits = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask,
+                                      share_prompts=share_prompts)
         return token_log_probs(logits, response_ids, chunk_size=chunk_size, temperature=temperature,
                                with_entropy=with_entropy, entropy_grad=entropy_grad)
     with compute_autocast(compute_dtype, prompt_ids.device):
-        hidden = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask, hidden=True)
+        hidden = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask, hidden=True,
+                                  share_prompts=share_prompts)
     keep = response_mask.bool()
     log_probs, entropy = head_log_probs(hidden[keep], head.weight, response_ids[keep], temperature=temperature,
                                         chunk_size=chunk_size, with_entropy=with_entropy, entropy_grad=entropy_grad,
@@ -119,11 +124,11 @@ def fused_head(model: torch.nn.Module) -> torch.nn.Linear | None:
 
 
 def response_outputs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
-                     response_mask: Tensor, *, hidden: bool = False) -> Tensor:
+                     response_mask: Tensor, *, hidden: bool = False, share_prompts: bool = True) -> Tensor:
     """[B, R, V] logits, or with `hidden` the decoder's [B, R, H] last hidden states, at the positions that
     predict each response token (row t predicts response token t).
 
-    Repeated prompts are run once when that saves at least `MIN_SHARED_SAVING` of the tokens;
+    With `share_prompts`, repeated prompts are run once when that saves at least `MIN_SHARED_SAVING` of the tokens;
     not with gradient checkpointing (its recomputation does not go through a KV cache) and not
     on several ranks (a sharded model's forward is a collective: every rank must run as many
     forwards as the others, whatever its own prompts).
@@ -136,7 +141,8 @@ def response_outputs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Te
                                      return_inverse=True)
     shared_tokens = len(distinct) * p + b * r
     forward = _last_positions(model, hidden)
-    if shared_tokens > (1 - MIN_SHARED_SAVING) * b * (p + r) or _checkpointing(model) or _several_ranks():
+    saving = shared_tokens <= (1 - MIN_SHARED_SAVING) * b * (p + r)
+    if not (share_prompts and saving) or _checkpointing(model) or _several_ranks():
         out = forward(r + 1, input_ids=torch.cat([prompt_ids, response_ids], dim=1), attention_mask=attention_mask,
                       position_ids=position_ids, use_cache=False)
         return out[:, :-1]

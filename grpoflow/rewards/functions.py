@@ -51,7 +51,7 @@ def exact_match(prompt: str, completion: str, **row: Any) -> float | None:
 
 @register_reward("length")
 def length(prompt: str, completion: str, **row: Any) -> float:
-    """The completion's length in characters (the seed article's toy score)."""
+    """The completion's length in characters (a toy score: a policy that learns writes longer answers)."""
     return float(len(completion))
 
 

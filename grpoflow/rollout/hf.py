@@ -13,7 +13,7 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
-from grpoflow.rollout.continuous import ContinuousSampler
+from grpoflow.rollout.continuous import COMPACT_FRACTION, ContinuousSampler
 from grpoflow.rollout.protocol import (Completion, Generation, Request, SamplingParams, eos_response_mask, left_pad,
                                        stop_ids)
 from grpoflow.rollout.random_streams import row_seeds
@@ -27,7 +27,9 @@ class HFRolloutEngine:
     """
 
     def __init__(self, model: torch.nn.Module, *, pad_token_id: int, eos_token_id: int | list[int],
-                 kv_reuse_mb: int = 1024) -> None:
+                 kv_reuse_mb: int = 1024, compact_fraction: int = COMPACT_FRACTION) -> None:
+        """`compact_fraction`: finished rows' slots are compacted away once they are 1 / compact_fraction of
+        the decode batch (rollout/continuous.py)."""
         self.model = model.eval()
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
@@ -35,7 +37,8 @@ class HFRolloutEngine:
         self._device = next(model.parameters()).device
         for p in self.model.parameters():
             p.requires_grad_(False)
-        self.sampler = ContinuousSampler(self.model, pad_token_id=pad_token_id, kv_reuse_bytes=kv_reuse_mb << 20)
+        self.sampler = ContinuousSampler(self.model, pad_token_id=pad_token_id, kv_reuse_bytes=kv_reuse_mb << 20,
+                                         compact_fraction=compact_fraction)
 
     # ------------------------------------------------------------ the batcher's StepEngine
 

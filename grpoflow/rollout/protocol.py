@@ -74,6 +74,9 @@ class Completion:
 
 
 class RolloutEngine(Protocol):
+    """What the rollout worker drives. An engine may also say `can_sleep = True`: then, colocated with the
+    trainer, `sleep()` frees its memory while the actor trains (vllm and sglang with rollout.free_cache_engine on
+    a GPU); an engine without the attribute is never put to sleep."""
     version: int
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None

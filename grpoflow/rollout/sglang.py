@@ -44,6 +44,7 @@ class SGLangRolloutEngine:
         self.sync_timeout_s, self.bucket_bytes = sync_timeout_s, bucket_bytes
         self.version = 0
         self._memory_saver = free_cache_engine
+        self.can_sleep = free_cache_engine
         self._asleep = False
         self._broken: str | None = None
         self._device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None

@@ -64,6 +64,7 @@ class VLLMRolloutEngine:
         self.version = 0
         self._device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
         self._sleep_mode = free_cache_engine and self._device is not None  # CPU: sleep/wake are no-ops
+        self.can_sleep = self._sleep_mode
         self._asleep = False
         self._broken: str | None = None  # set when a sync failed half-way
         self.model_path, self.lora, self.lora_versions = model_path, lora, lora_versions

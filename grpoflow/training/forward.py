@@ -18,6 +18,7 @@ from grpoflow.models.logprobs import response_log_probs
 from grpoflow.training.collectives import global_sum, to_device
 from grpoflow.training.engine import TrainEngine
 from grpoflow.training.microbatch import split_by_tokens
+from grpoflow.training.timing import StageTimer
 
 
 @dataclass(frozen=True)
@@ -84,16 +85,22 @@ def accumulate_gradients(engine: TrainEngine, minibatch: Batch, loss_fn: LossFn,
 
 
 def train_on_batch(engine: TrainEngine, batch: Batch, schedule: UpdateSchedule, loss_fn: LossFn, *,
-                   prefix: str) -> dict[str, float]:
+                   prefix: str, timer: StageTimer | None = None) -> dict[str, float]:
     """`epochs` x `minibatches` optimizer steps on `batch` (`accumulate_gradients`, then the step); the mean of
-    each metric over them, with `<prefix>/lr` and `<prefix>/grad_norm` (before clipping) per optimizer step."""
+    each metric over them, with `<prefix>/lr` and `<prefix>/grad_norm` (before clipping) per optimizer step.
+    `timer` (if given) sums the seconds of `forward_backward` (forward, loss, backward) and `optimizer`
+    (grad clip + optimizer step)."""
+    timer = timer if timer is not None else StageTimer()
     totals: dict[str, float] = {}
     steps = 0
     for _ in range(schedule.epochs):
         for minibatch in batch.split(schedule.minibatches):
-            metrics = accumulate_gradients(engine, minibatch, loss_fn, max_tokens=schedule.max_tokens_per_microbatch)
+            with timer("forward_backward"):
+                metrics = accumulate_gradients(engine, minibatch, loss_fn,
+                                               max_tokens=schedule.max_tokens_per_microbatch)
             metrics[f"{prefix}/lr"] = engine.lr
-            metrics[f"{prefix}/grad_norm"] = engine.optimizer_step()
+            with timer("optimizer"):
+                metrics[f"{prefix}/grad_norm"] = engine.optimizer_step()
             for k, v in metrics.items():
                 totals[k] = totals.get(k, 0.0) + v
             steps += 1

@@ -27,6 +27,7 @@ from grpoflow.models.lora import add_lora, is_lora
 from grpoflow.models.topk import log_probs_at, response_log_softmax
 from grpoflow.training.engine import TrainEngine, lr_multiplier
 from grpoflow.training.forward import Counts, UpdateSchedule, accumulate_gradients, batch_log_probs, train_on_batch
+from grpoflow.training.timing import StageTimer
 
 
 class ActorWorker:
@@ -48,6 +49,7 @@ class ActorWorker:
         self.engine = TrainEngine(build_policy(model_path, model_cfg or ModelConfig()), lr=cfg.lr,
                                   weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, lr_schedule=lr_schedule)
         self._weights: Iterator[tuple[str, Tensor]] | None = None  # an open bucketed weight stream
+        self.timer = StageTimer()  # the model math of the current update (update_policy starts a fresh one)
 
     def compute_ref_log_prob(self, batch: Batch) -> Tensor:
         """[B, R] reference log-probs: with LoRA the reference policy is this model with its adapters disabled."""
@@ -64,8 +66,12 @@ class ActorWorker:
         return log_probs
 
     def update_policy(self, batch: Batch) -> dict[str, float]:
-        """`epochs` x `minibatches` optimizer steps on this step's data; mean metrics over them."""
-        return train_on_batch(self.engine, batch, self.schedule, self._loss, prefix="actor")
+        """`epochs` x `minibatches` optimizer steps on this step's data; mean metrics over them, and this rank's
+        seconds of model math in the update, summed over it: `timing_s/train_forward` (the log-prob forward),
+        `timing_s/forward_backward` (that forward, the loss and backward) and `timing_s/optimizer` (clip + step)."""
+        self.timer = StageTimer()
+        metrics = train_on_batch(self.engine, batch, self.schedule, self._loss, prefix="actor", timer=self.timer)
+        return {**metrics, **self.timer.metrics()}
 
     def accumulate_gradients(self, minibatch: Batch) -> dict[str, float]:
         """Backprop one mini-batch's loss, no optimizer step (what `update_policy` does per mini-batch)."""
@@ -76,17 +82,18 @@ class ActorWorker:
         cfg = self.cfg
         student_topk: Tensor | None = None
         entropy: Tensor | None
-        if self.topk_kl_coef > 0 and mb.teacher_topk_ids is not None:  # full logits, for the teacher's top-k ids
-            logp = response_log_softmax(model, mb.prompt_ids, mb.prompt_mask, mb.response_ids,
-                                        mb.response_attention_mask, temperature=self.temperature,
-                                        compute_dtype=self.compute_dtype)
-            log_probs, entropy, student_topk = log_probs_at(logp, mb.response_ids, mb.teacher_topk_ids,
-                                                            entropy_grad=cfg.entropy_coeff > 0)
-        else:
-            log_probs, entropy = response_log_probs(
-                model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_attention_mask,
-                temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
-                entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype)
+        with self.timer("train_forward"):
+            if self.topk_kl_coef > 0 and mb.teacher_topk_ids is not None:  # full logits, for the teacher's top-k
+                logp = response_log_softmax(model, mb.prompt_ids, mb.prompt_mask, mb.response_ids,
+                                            mb.response_attention_mask, temperature=self.temperature,
+                                            compute_dtype=self.compute_dtype)
+                log_probs, entropy, student_topk = log_probs_at(logp, mb.response_ids, mb.teacher_topk_ids,
+                                                                entropy_grad=cfg.entropy_coeff > 0)
+            else:
+                log_probs, entropy = response_log_probs(
+                    model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_attention_mask,
+                    temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
+                    entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype)
         assert entropy is not None and mb.advantages is not None, "the update needs entropy and advantages"
         return actor_loss(
             self.policy_loss, log_probs=log_probs, entropy=entropy, old_log_probs=mb.old_log_probs,

@@ -23,24 +23,23 @@ from grpoflow.models.loading import load_tokenizer
 
 
 class RolloutWorker:
-    def __init__(self, rank: int, world_size: int, *, model_path: str, engine: str = "hf",
-                 cfg: Optional[RolloutConfig] = None, dtype: Optional[str] = None, seed: int = 0,
-                 run_config: Optional[Config] = None, lora: Optional[dict] = None) -> None:
-        """`engine` names the engine, `dtype` its precision (None: float32); `cfg` (default:
-        RolloutConfig()) supplies the vllm/sglang options; `run_config` (default: a single-turn run) says what
-        kind of trajectories `rollout` plays (environment, tools, agent); `lora` (rollout.lora_sync=adapter) the
-        adapter layout."""
-        cfg = cfg or RolloutConfig()
+    def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: Optional[Config] = None,
+                 dtype: Optional[str] = None, seed: int = 0, lora: Optional[dict] = None) -> None:
+        """`cfg` (default: Config(), a single-turn run on the hf engine): the run's config, whose `rollout`
+        section names the engine and its options and says what kind of trajectories `rollout` plays
+        (environment, tools, agent); `dtype` the engine's precision (None: float32); `lora`
+        (rollout.lora_sync=adapter) the adapter layout."""
         self.rank, self.world_size = rank, world_size
-        self.run_config = run_config
+        self.run_config = run_config = cfg or Config()
+        r: RolloutConfig = run_config.rollout
         self.tokenizer = load_tokenizer(model_path)
         self.engine: RolloutEngine = build_engine(
-            engine, model_path, self.tokenizer, dtype=dtype or "float32", seed=seed,
-            gpu_memory_utilization=cfg.gpu_memory_utilization, tensor_parallel_size=cfg.tensor_parallel_size,
-            enforce_eager=cfg.enforce_eager, free_cache_engine=cfg.free_cache_engine,
-            sync_timeout_s=cfg.sync_timeout_s, kv_reuse_mb=cfg.kv_reuse_mb, lora=lora, lora_versions=cfg.lora_versions)
-        self.sync_timeout_s = cfg.sync_timeout_s
-        self.deterministic = cfg.deterministic
+            r.engine, model_path, self.tokenizer, dtype=dtype or "float32", seed=seed,
+            gpu_memory_utilization=r.gpu_memory_utilization, tensor_parallel_size=r.tensor_parallel_size,
+            enforce_eager=r.enforce_eager, free_cache_engine=r.free_cache_engine,
+            sync_timeout_s=r.sync_timeout_s, kv_reuse_mb=r.kv_reuse_mb, lora=lora, lora_versions=r.lora_versions)
+        self.sync_timeout_s = r.sync_timeout_s
+        self.deterministic = r.deterministic
         self._pushed: PushedWeights | None = None  # an update fed bucket by bucket (split placement)
         self._kind: Kind | None = None  # built at the first rollout (tool processes, the agent endpoint)
 
@@ -50,7 +49,7 @@ class RolloutWorker:
         sample j of an item draws from its own stream (multiturn/turns.py), so the samples do not depend on
         batching, placement or the other trajectories."""
         if self._kind is None:
-            self._kind = build_rollout(self.run_config or Config(), self.tokenizer)
+            self._kind = build_rollout(self.run_config, self.tokenizer)
         if seed is not None:
             torch.manual_seed(seed)
         return run_rollout(self._kind, self.engine, items, params, seed, deterministic=self.deterministic,
@@ -98,6 +97,10 @@ class RolloutWorker:
         if pushed is None:
             raise RuntimeError("end_weight_update before begin_weight_update.")
         pushed.finish()
+
+    def can_sleep(self) -> bool:
+        """Whether `sleep` frees the engine's memory (the engine says so; the controller calls sleep only then)."""
+        return bool(getattr(self.engine, "can_sleep", False))
 
     def sleep(self) -> None:
         self.engine.sleep()

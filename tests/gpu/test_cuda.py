@@ -37,7 +37,7 @@ def test_sampling_log_probs_on_cuda_match_the_trainer(tiny_model_path):
 
 
 def test_colocated_weight_sync_on_cuda(tiny_model_path):
-    from grpoflow.config import ActorConfig, RolloutConfig
+    from grpoflow.config import ActorConfig, Config
     from grpoflow.controller.weight_sync import WeightSync
     from grpoflow.distributed.host import LocalPool
     from grpoflow.distributed.worker_group import WorkerGroup
@@ -47,7 +47,7 @@ def test_colocated_weight_sync_on_cuda(tiny_model_path):
     pool = LocalPool(1)
     actor = WorkerGroup("actor", partial(ActorWorker, model_path=tiny_model_path, cfg=ActorConfig(), temperature=1.0,
                                          horizon=4, seed=0), pool=pool)
-    rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=tiny_model_path, cfg=RolloutConfig()), pool=pool)
+    rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=tiny_model_path, cfg=Config()), pool=pool)
     trained = pool.hosts[0].roles["actor"].engine.model
     assert next(trained.parameters()).is_cuda
     with torch.no_grad():

@@ -7,7 +7,7 @@ from functools import partial
 import pytest
 import torch
 
-from grpoflow.config import ActorConfig, RolloutConfig
+from grpoflow.config import ActorConfig, Config, RolloutConfig
 from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.distributed.host import LocalPool
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
@@ -22,7 +22,8 @@ def groups(model_path: str, *, colocated: bool):
     rollout_pool = train if colocated else LocalPool(1, name="rollout")
     actor = WorkerGroup("actor", partial(ActorWorker, model_path=model_path, cfg=ActorConfig(lr=0.05), temperature=1.0,
                                          horizon=4, seed=0), pool=train)
-    rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, cfg=RolloutConfig(sync_timeout_s=30)),
+    rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path,
+                                             cfg=Config(rollout=RolloutConfig(sync_timeout_s=30))),
                           pool=rollout_pool)
     return actor, rollout
 

@@ -2,7 +2,6 @@
 
 Argparse defaults and row labels are not pinned here: they change on purpose and no bug breaks them."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -12,20 +11,16 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
-def bench():
-    sys.path.insert(0, str(BENCH))  # compare_trl imports its sibling `children` in a child process
+def figures():
+    sys.path.insert(0, str(BENCH))  # figures imports its sibling `limits`
     try:
-        spec = importlib.util.spec_from_file_location("compare_trl", BENCH / "compare_trl.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        import children
-        yield module, children
+        import figures
+        yield figures
     finally:
         sys.path.remove(str(BENCH))
 
 
-def test_summarize_uses_the_peak_of_the_compute_dtype(bench):
-    compare, _ = bench
+def test_summarize_uses_the_peak_of_the_compute_dtype(figures):
     # 3 steps; the first 2 are warm-up. Step 3: 1 s, 60 prompt + 40 completion tokens, P = 1e6:
     # FLOPs = 6e6 * 100 + 2e6 * 40 = 6.8e8 per second; bf16 peak 1 GFLOP/s -> MFU 68 %
     step = {"seconds": 1.0, "gen_seconds": 0.25, "prompt_tokens": 60, "completion_tokens": 40, "max_completion": 8,
@@ -33,36 +28,34 @@ def test_summarize_uses_the_peak_of_the_compute_dtype(bench):
     run = {"steps": [step] * 3, "params": 10**6, "peak_rss_mb": 1.0, "accuracy": 0.5, "threads": 2,
            "run_wall_s": 9.0, "compute_dtype": "bfloat16"}
     peak = {"fp32": 0.5, "bf16": 1.0}
-    f = compare.summarize(run, kl=0.0, peak_gflops=peak, bandwidth_gbs=1.0)
+    f = figures.summarize(run, kl=0.0, peak_gflops=peak, bandwidth_gbs=1.0)
     assert f["mfu"] == pytest.approx(0.68) and f["tokens_per_s"] == 100 and f["rest_s"] == 0.75
     # limit: update 6e6 * 100 / 1e9 = 0.6 s; generation max(2e6 * 40 / 1e9 = 0.08 s, 8 steps * 1e6 * 2 B / 1e9 B/s
     # = 0.016 s) = 0.08 s; 0.68 s in all, and the 1 s step is 1/0.68 = 1.47x it
     assert f["limit_s"] == pytest.approx(0.68) and f["x_limit"] == pytest.approx(1 / 0.68)
     # with KL the reference forward adds 2 P per token: 8.8e8
-    assert compare.summarize(run, kl=0.1, peak_gflops=peak, bandwidth_gbs=1.0)["mfu"] == pytest.approx(0.88)
-    assert compare.summarize({**run, "compute_dtype": "float32"}, kl=0.0, peak_gflops=peak,
+    assert figures.summarize(run, kl=0.1, peak_gflops=peak, bandwidth_gbs=1.0)["mfu"] == pytest.approx(0.88)
+    assert figures.summarize({**run, "compute_dtype": "float32"}, kl=0.0, peak_gflops=peak,
                              bandwidth_gbs=1.0)["mfu"] == pytest.approx(1.36)
 
 
-def test_model_math_leaves_the_rest_as_dataflow(bench):
-    _, children = bench
+def test_model_math_leaves_the_rest_as_dataflow(figures):
     # step 1.0 = generate 0.3 + forward (0.2 train + 0.1 reference) + backward (0.5 - 0.2) + optimizer 0.05 + 0.05
-    split = children.model_math({"step": 1.0, "generate": 0.3},
+    split = figures.model_math({"step": 1.0, "generate": 0.3},
                                 {"train_forward": 0.2, "nograd_forward": 0.1, "forward_backward": 0.5, "optimizer": 0.05})
     assert split == pytest.approx({"forward": 0.3, "backward": 0.3, "optimizer": 0.05, "dataflow": 0.05})
 
 
-def test_ratios_are_against_the_fastest_trl_run(bench):
-    compare, _ = bench
+def test_ratios_are_against_the_fastest_trl_run(figures):
     med = {label: {"s_per_step": s, "tokens_per_s": 100 / s, "peak_rss_mb": 1.0, "mfu": 0.1}
            for label, s in (("grpoflow-bf16", 2.0), ("trl", 40.0), ("trl-bf16", 25.0))}
-    best, ratios = compare.over_best_trl(med)
+    best, ratios = figures.over_best_trl(med)
     assert best == "trl-bf16" and set(ratios) == {"grpoflow-bf16", "trl"}
     assert ratios["grpoflow-bf16"]["tokens_per_s"] == pytest.approx(12.5)  # 25 / 2
     assert ratios["trl"]["s_per_step"] == pytest.approx(1.6)
 
 
-def test_step_limit_bytes_bound_generation(bench):
+def test_step_limit_bytes_bound_generation(figures):
     import limits
     # 1e8 parameters in bf16 (2 bytes), 24 decode steps at 10 GB/s: 24 * 2e8 B / 1e10 B/s = 0.48 s, above the
     # compute bound 2e8 * 100 tokens / 1e12 = 0.02 s; update 6e8 * 1100 / 1e12 = 0.66 s
@@ -76,9 +69,8 @@ def test_step_limit_bytes_bound_generation(bench):
     assert out == pytest.approx({"update_s": 1.32, "gen_s": 0.96, "total_s": 2.28})
 
 
-def test_a_tied_head_counts_as_matmul_parameters(bench):
+def test_a_tied_head_counts_as_matmul_parameters(figures):
     import torch
-    _, children = bench
 
     class LM(torch.nn.Module):  # embedding 10 x 4 = 40, one layer 4 x 4 = 16, head 10 x 4 = 40 (tied or not)
         def __init__(self, tied):
@@ -94,5 +86,20 @@ def test_a_tied_head_counts_as_matmul_parameters(bench):
         def get_output_embeddings(self):
             return self.head
 
-    assert children.count_params(LM(tied=False)) == 16 + 40  # the lookup does not count, the head does
-    assert children.count_params(LM(tied=True)) == 16 + 40    # the tied matrix counts once, as the head
+    assert figures.count_params(LM(tied=False)) == 16 + 40  # the lookup does not count, the head does
+    assert figures.count_params(LM(tied=True)) == 16 + 40    # the tied matrix counts once, as the head
+
+
+def test_a_grpoflow_step_record_comes_from_its_metrics_line(figures):
+    # 2 s step at 50 tokens/s: 100 prompt + response tokens; 8 trajectories x 4.0 = 32 completion tokens, 68 prompt
+    m = {"timing_s/step": 2.0, "perf/throughput": 50.0, "response_length/mean": 4.0, "response_length/max": 6,
+         "response_length/clip_ratio": 0.25, "critic/score/mean": 0.5, "timing_s/gen": 0.9, "timing_s/gen_busy": 0.8,
+         "timing_s/old_log_prob": 0.1, "timing_s/ref": 0.05, "timing_s/train_forward": 0.2,
+         "timing_s/forward_backward": 0.5, "timing_s/optimizer": 0.1}
+    r = figures.grpoflow_step(m, trajectories=8)
+    assert (r["prompt_tokens"], r["completion_tokens"], r["seconds"]) == (68, 32, 2.0)
+    # generation is the engines' own time (gen_busy), not the controller's wait for it (gen)
+    assert r["gen_seconds"] == 0.8 and r["stages"]["generate"] == 0.8 and r["stages"]["gen"] == 0.9
+    # forward 0.2 + (0.1 + 0.05) no-grad = 0.35; backward 0.5 - 0.2 = 0.3; math 0.8 + 0.35 + 0.3 + 0.1 = 1.55
+    assert {k: r["stages"][k] for k in ("forward", "backward", "optimizer", "dataflow")} == pytest.approx(
+        {"forward": 0.35, "backward": 0.3, "optimizer": 0.1, "dataflow": 0.45})

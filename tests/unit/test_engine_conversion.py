@@ -150,12 +150,12 @@ def test_build_engine_names_the_choices_and_the_install():
 
 
 def test_rollout_worker_builds_the_hf_engine(tiny_model_path):
-    from grpoflow.config import RolloutConfig
+    from grpoflow.config import Config, RolloutConfig
     from grpoflow.rollout.hf import HFRolloutEngine
     from grpoflow.rollout.protocol import SamplingParams
     from grpoflow.workers.rollout import RolloutWorker
 
-    worker = RolloutWorker(0, 1, model_path=tiny_model_path, engine="hf", cfg=RolloutConfig(sync_timeout_s=5.0))
+    worker = RolloutWorker(0, 1, model_path=tiny_model_path, cfg=Config(rollout=RolloutConfig(sync_timeout_s=5.0)))
     assert isinstance(worker.engine, HFRolloutEngine)
     gen = worker.engine.generate([[10, 11]], SamplingParams(n=2, max_new_tokens=3))
     assert gen.response_ids.shape[0] == 2

@@ -141,7 +141,7 @@ def test_adaptive_kl_controller_hand_computed():
     #         value 0.100512 * 0.98 = 0.09850176
     # kl 6.6: error = 6.6/6 - 1 = 0.1 (inside the clip);     mult 1 + 0.1 * 5000/10000 = 1.05
     #         value 0.09850176 * 1.05 = 0.103426848
-    ctrl = KL_CONTROLLERS.get("adaptive")(init_kl_coef=0.1, target_kl=6.0, horizon=10000)
+    ctrl = KL_CONTROLLERS.get("adaptive")(kl_coef=0.1, target_kl=6.0, horizon=10000)
     ctrl.update(current_kl=9.0, n_steps=256)
     assert ctrl.value == pytest.approx(0.100512)
     ctrl.update(current_kl=3.0, n_steps=1000)
@@ -149,7 +149,7 @@ def test_adaptive_kl_controller_hand_computed():
     ctrl.update(current_kl=6.6, n_steps=5000)
     assert ctrl.value == pytest.approx(0.103426848)
 
-    restored = AdaptiveKLController(init_kl_coef=1.0, target_kl=1.0, horizon=1)
+    restored = AdaptiveKLController(kl_coef=1.0, target_kl=1.0, horizon=1)
     restored.load_state_dict(ctrl.state_dict())
     assert restored.state_dict() == ctrl.state_dict()
     restored.update(current_kl=6.0, n_steps=10)  # on target: error 0, value unchanged
@@ -158,5 +158,5 @@ def test_adaptive_kl_controller_hand_computed():
 
 def test_adaptive_kl_controller_rejects_bad_target():
     with pytest.raises(ValueError, match="target_kl > 0"):
-        AdaptiveKLController(init_kl_coef=0.1, target_kl=0.0, horizon=100)
+        AdaptiveKLController(kl_coef=0.1, target_kl=0.0, horizon=100)
     assert {"adaptive", "fixed"} <= set(KL_CONTROLLERS.names())

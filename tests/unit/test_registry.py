@@ -172,11 +172,11 @@ def test_register_policy_loss_agg_modes():
 
 
 def test_register_advantage_metadata():
-    @register_advantage("test_registry_meta_adv", override=True, returns=True)
+    @register_advantage("test_registry_meta_adv", override=True, paper="arXiv:0000.00000")
     def adv(token_level_rewards, response_mask):
         return token_level_rewards, token_level_rewards
 
-    assert ADVANTAGE_ESTIMATORS.meta("test_registry_meta_adv") == {"returns": True}
+    assert ADVANTAGE_ESTIMATORS.meta("test_registry_meta_adv") == {"paper": "arXiv:0000.00000"}
     assert ADVANTAGE_ESTIMATORS.meta("grpo") == {}
 
 

@@ -143,11 +143,10 @@ def test_gae_estimator_whitens_advantages_not_returns():
     assert abs(valid.mean().item()) < 1e-5 and abs(valid.std().item() - 1.0) < 1e-4
 
 
-def test_token_level_estimators_are_registered_with_returns_meta():
+def test_token_level_estimators_return_advantages_and_returns():
     rewards = torch.tensor([[0.0, 1.0]])
     mask = torch.ones(1, 2)
     for name in ("gae", "reinforce_plus_plus"):
-        assert ADVANTAGE_ESTIMATORS.meta(name) == {"returns": True}
         out = call_with_available(ADVANTAGE_ESTIMATORS.get(name), token_level_rewards=rewards,
                                   values=torch.zeros(1, 2), response_mask=mask, scores=torch.ones(1),
                                   group_ids=torch.zeros(1, dtype=torch.long), gamma=1.0, lam=1.0,

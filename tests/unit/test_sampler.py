@@ -26,11 +26,6 @@ def test_batches_straddle_epoch_boundary():
     assert s.epoch == 3
 
 
-def test_no_shuffle_is_in_order():
-    s = EpochSampler(4, seed=0, shuffle=False)
-    assert s.next_indices(6) == [0, 1, 2, 3, 0, 1]
-
-
 def test_state_round_trip_continues_identically():
     s = EpochSampler(9, seed=11)
     s.next_indices(13)  # one full epoch and 4 into the second

@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("vllm", reason="vllm is not installed (.ci/vllm_stage runs these tests)")
 
-from grpoflow.config import RolloutConfig  # noqa: E402
+from grpoflow.config import Config, RolloutConfig  # noqa: E402
 from grpoflow.rollout.external import WeightSyncTimeout  # noqa: E402
 from grpoflow.multiturn.loop import RolloutItem  # noqa: E402
 from grpoflow.rollout.protocol import SamplingParams  # noqa: E402
@@ -32,7 +32,7 @@ def worker(tiny_model_path):
     # on CPU, gpu_memory_utilization is the fraction of the machine's memory vLLM reserves
     cfg = RolloutConfig(engine="vllm", gpu_memory_utilization=float(os.environ.get("GRPOFLOW_VLLM_MEM", "0.1")),
                         sync_timeout_s=60.0)
-    return RolloutWorker(0, 1, model_path=tiny_model_path, engine="vllm", cfg=cfg, dtype="float32", seed=0)
+    return RolloutWorker(0, 1, model_path=tiny_model_path, cfg=Config(rollout=cfg), dtype="float32", seed=0)
 
 
 @pytest.fixture(scope="module")

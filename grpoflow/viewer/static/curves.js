@@ -7,7 +7,10 @@ const DEFAULT_METRICS = ["critic/score/mean", "val/mean@1", "response_length/mea
 // stages that split a step's wall time (others overlap them: gen_busy, dispatch, rollout_wait)
 const STAGES = ["gen", "trainer_wait", "reward", "gen_baseline", "old_log_prob", "ref", "values", "adv",
   "update_critic", "update_actor", "sync"];
-const OVERLAPPING = new Set(["step", "gen_busy", "dispatch", "rollout_wait"]);
+// not stages of the step's sum: the whole step, the engines' own time, overheads, and the actor's model math
+// inside update_actor
+const OVERLAPPING = new Set(["step", "gen_busy", "dispatch", "rollout_wait", "train_forward", "forward_backward",
+                             "optimizer"]);
 const TIMING = "timing breakdown (timing_s/*, stacked)";
 const selected = new Set();
 let chosenByUser = false;

@@ -6,8 +6,10 @@ them breaks here, not on the day someone re-measures the README's figures.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,10 +41,14 @@ def test_ablation_times_every_variant(tiny_model_path):
 
 def test_ray_vs_local_reports_each_layout(tiny_model_path, tmp_path):
     pytest.importorskip("ray")
+    ray_tmp = tempfile.mkdtemp(prefix="gf-rvl-")  # short: Ray's socket paths must stay under 108 bytes
     small = ["data.train_files=[builtin:addition/train]", "data.val_files=[]", "data.prompts_per_step=2",
-             "rollout.n=2", "rollout.max_new_tokens=4", f"ray.tmpdir={tmp_path / 'ray'}"]
-    out = bench("ray_vs_local.py", "--model", tiny_model_path, "--out", str(tmp_path / "runs"), "--steps", "3",
-                "--layouts", "local,ray", *small)
+             "rollout.n=2", "rollout.max_new_tokens=4", f"ray.tmpdir={ray_tmp}"]
+    try:
+        out = bench("ray_vs_local.py", "--model", tiny_model_path, "--out", str(tmp_path / "runs"), "--steps", "3",
+                    "--layouts", "local,ray", *small)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     result = json.loads(out.strip().splitlines()[-1])
     assert [r["layout"] for r in result["rows"]] == ["local", "ray"]
     for r in result["rows"]:

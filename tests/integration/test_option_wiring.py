@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from grpoflow.algorithms import POLICY_LOSSES
+from grpoflow.commands.run import build_scorer
 from grpoflow.config import load_config
-from grpoflow.controller.metrics import StageTimer
-from grpoflow.controller.run import build_scorer
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.multiturn.turns import SampleInfo
+from grpoflow.training.timing import StageTimer
 
 ITEMS = [PromptItem([40, 41], f"{a}+{b}=", {"answer": str(a + b)}, "addition", index=i)
          for i, (a, b) in enumerate([(1, 2), (3, 4), (5, 6), (7, 8)])]

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from grpoflow.commands.run import train
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, load_state
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.controller.run import train
 
 ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=8", "trainer.total_steps=6", "trainer.save_every=2", "trainer.keep_last=0",

@@ -28,6 +28,9 @@ def test_default_pipeline_writes_metrics(tmp_path):
         missing = [k for k in REQUIRED + ["actor/kl_loss", "timing_s/ref", "timing_s/old_log_prob"] if k not in r]
         assert not missing, missing
         assert 0.0 <= r["critic/score/mean"] <= 1.0
+        # the actor's own model math, inside its update (what bench/children.py reads instead of wrapping functions)
+        assert 0 < r["timing_s/train_forward"] < r["timing_s/forward_backward"] < r["timing_s/update_actor"]
+        assert 0 < r["timing_s/optimizer"] < r["timing_s/update_actor"]
     assert "val/addition/mean@1" in rows[2] and "val/addition/mean@1" in rows[3]  # every 2 steps and at the end
     assert result["before"]["val/mean@1"] == rows[0]["val/mean@1"]
     assert (tmp_path / "run" / "config.yaml").exists() and (tmp_path / "run" / "sft_model" / "config.json").exists()

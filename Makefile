@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: train test test-slow test-faults test-hostile test-browser typecheck setup clean
+.PHONY: train test test-slow test-faults test-hostile test-browser typecheck lint setup clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -42,6 +42,10 @@ typecheck: $(STAMP)
 	  n=$$(printf '%s\n' "$$out" | grep -c ': error:'); \
 	  if [ "$$n" -ne 3 ]; then printf '%s\n' "$$out"; echo "typecheck: expected 3 errors in wrong_calls.py, got $$n"; exit 1; fi; \
 	  echo "typecheck: the 3 wrong worker calls in tests/typecheck/wrong_calls.py are caught"
+
+# ruff with the rules in pyproject.toml ([tool.ruff]): pyflakes, pycodestyle at 120 columns, import order, bugbear
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -162,7 +162,8 @@ def grpoflow_overrides(spec: dict, out: Path) -> list[str]:
     shape = [
         f"data.train_files=[{train_files(task)}]", f"reward.function={TASKS[task]['reward']}",
         f"model.path={spec['model_path']}", "sft.steps=0", f"data.prompts_per_step={spec['prompts']}",
-        f"model.compute_dtype={spec['compute_dtype']}", f"rollout.n={n}", f"rollout.max_new_tokens={spec['max_new_tokens']}",
+        f"model.compute_dtype={spec['compute_dtype']}", f"rollout.n={n}",
+        f"rollout.max_new_tokens={spec['max_new_tokens']}",
         f"actor.lr={spec['lr']}", f"actor.kl_coef={spec['kl']}",
         f"trainer.total_steps={steps}", "trainer.val_every=0", f"trainer.save_every={steps}",
         f"trainer.output_dir={out}", f"trainer.threads={spec['threads']}", f"trainer.seed={spec['seed']}",

@@ -35,9 +35,10 @@ same schema (seconds, generation seconds, prompt / completion tokens, mean rewar
 - held-out: greedy exact match on 200 held-out prompts, evaluated by `heldout_accuracy` on the
   final weights in the child (grpoflow: its last checkpoint; TRL: `trainer.model`).
 
-A second table splits grpoflow's step into its stages (`timing_s/*` of metrics.jsonl) and into
-model math (generate, forward, backward, optimizer: the engines' and the actor's own `timing_s/*` metrics)
-and dataflow, the rest of the step. The arithmetic of every figure is bench/figures.py. `--scaling` adds how each framework's step time grows with each factor.
+A second table splits grpoflow's step into its stages (`timing_s/*` of metrics.jsonl) and into model math (generate,
+forward, backward, optimizer: the engines' and the actor's own `timing_s/*` metrics) and dataflow, the rest of the
+step. The arithmetic of every figure is bench/figures.py. `--scaling` adds how each framework's step time grows with
+each factor.
 
 Two more columns of the first table, and its ratio rows:
 
@@ -167,7 +168,7 @@ def scaling_rows() -> list[dict]:
             "group": [("4m", 4, 16, "sft"), ("4m", 8, 16, "sft"), ("4m", 16, 16, "sft")],
             "budget": [("4m", 8, 16, "base"), ("4m", 8, 64, "base"), ("4m", 8, 256, "base")]}
     rows: list[dict] = []
-    for axis, points in axes.items():
+    for points in axes.values():
         for size, group, budget, init in points:
             row = {"size": size, "group_size": group, "max_new_tokens": budget, "kl": 0.0, "init": init}
             if row not in rows:
@@ -297,7 +298,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="GRPO steps per run (default 30; 10 with --scaling or --real-model)")
     p.add_argument("--repeats", type=int, default=None,
                    help="alternating grpoflow/trl pairs per row (default 3; 1 with --scaling or --real-model)")
-    p.add_argument("--sizes", type=lambda s: s.split(","), default=["4m"], help="model sizes, from 0.5m,4m,30m (default 4m)")
+    p.add_argument("--sizes", type=lambda s: s.split(","), default=["4m"],
+                   help="model sizes, from 0.5m,4m,30m (default 4m)")
     p.add_argument("--group-sizes", type=ints, default=[8], help="samples per prompt, e.g. 4,8,16 (default 8)")
     p.add_argument("--max-new-tokens", type=ints, default=None,
                    help="response budgets, e.g. 16,64,256 (default 16; 24 with --real-model)")
@@ -311,14 +313,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="TRL runs: float32 and/or bfloat16 (bf16=True) (default float32; both with --real-model)")
     p.add_argument("--microbatch", type=lambda v: v.split(","), default=None,
                    help="grpoflow's micro-batch budget: step (one micro-batch holds the step, as TRL's batch) and/or "
-                        "default (actor.max_tokens_per_microbatch as configured) (default step; both with --real-model)")
+                        "default (actor.max_tokens_per_microbatch as configured) (default step; both with "
+                        "--real-model)")
     p.add_argument("--prompts", type=int, default=8, help="prompts per step (default 8)")
     p.add_argument("--lr", type=float, default=None,
                    help="constant learning rate of both (default 5e-5; 1e-5 with --real-model)")
     p.add_argument("--real-model", type=str, default=None, metavar="FOLDER",
                    help="instead of the tiny rows: this HF folder (SmolLM2-135M-Instruct, see .ci/real_model_stage) "
                         "on the chat addition task")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch/OMP threads of every run (default: all cores)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="torch/OMP threads of every run (default: all cores)")
     p.add_argument("--seed", type=int, default=0, help="seed of both frameworks (default 0)")
     p.add_argument("--wait-idle", type=float, default=0, metavar="S", help="before each run, wait up to S seconds "
                    "for other processes to leave the CPU (default 0: only measure and report their load)")
@@ -375,8 +379,8 @@ def main(argv: list[str] | None = None) -> None:
     if busiest > 0.2:
         print(f"WARNING: other processes kept the machine up to {busiest:.0%} busy before a run; speed figures are "
               f"unreliable (rerun on a quiet machine, or with --wait-idle 300)")
-    summary = {"peak_gflops": peak, "bandwidth_gbs": bandwidth, "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                                             if k != "child"},
+    summary = {"peak_gflops": peak, "bandwidth_gbs": bandwidth,
+               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"},
                "rows": results, "wall_s": time.perf_counter() - began}
     if args.json_out:
         args.json_out.write_text(json.dumps(summary, indent=1))

@@ -52,7 +52,7 @@ def summarize(run: dict, *, kl: float, peak_gflops: dict[str, float], bandwidth_
             "tokens_per_step": median(lambda s: s["prompt_tokens"] + s["completion_tokens"]),
             "completion_tokens_per_step": median(lambda s: s["completion_tokens"]), "params": p,
             "threads": run["threads"], "run_wall_s": run["run_wall_s"],
-            "stages": {k: median(lambda s: s["stages"][k]) for k in timed[0]["stages"]}}
+            "stages": {k: median(lambda s, k=k: s["stages"][k]) for k in timed[0]["stages"]}}
 
 
 def median_figures(runs: list[dict]) -> dict:

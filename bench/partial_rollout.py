@@ -7,9 +7,9 @@ The task: "c*L=" asks for the letter c written L times; L is 1-4 for most prompt
 a step's longest samples are 20-40 times its typical one. The reward is the share of the length right when the
 answer is all c's (bench_reward.py, written next to the data). The tiny 0.5M model is warm-started on the answers
 (S sft steps, the same seed: the same start for both runs), then `grpoflow train` runs K GRPO steps, once with
-rollout.partial=false and once with rollout.partial=true (oversample X, default 1.5; staleness <= V, default 2);
-the runs alternate when repeated. Prints, per setting, the medians over steps 2..K of the step time and the generation stage, the mean
-score over the steps, the held-out score after the last step, and the partial-rollout metrics.
+rollout.partial=false and once with rollout.partial=true (oversample X, default 1.5; staleness <= V, default 2); the
+runs alternate when repeated. Prints, per setting, the medians over steps 2..K of the step time and the generation
+stage, the mean score over the steps, the held-out score after the last step, and the partial-rollout metrics.
 """
 
 from __future__ import annotations

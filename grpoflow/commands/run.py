@@ -171,8 +171,8 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
     model_path = sft_stage(cfg, run_dir, train_rows)
     tokenizer = load_tokenizer(model_path)
     d = cfg.data
-    # A multi-turn run renders every opening as chat (`workers.rollout_kinds.opening_of`), plain-string prompts included:
-    # tokenize them the same way, so their lengths are checked as rendered and data.system_prompt applies.
+    # A multi-turn run renders every opening as chat (`workers.rollout_kinds.opening_of`), plain-string prompts
+    # included: tokenize them the same way, so their lengths are checked as rendered and data.system_prompt applies.
     chat = True if d.apply_chat_template is None and (cfg.rollout.multi_turn or cfg.rollout.agent) \
         else d.apply_chat_template
     prep: dict[str, Any] = dict(prompt_key=d.prompt_key, max_prompt_length=d.max_prompt_length, overlong=d.overlong,

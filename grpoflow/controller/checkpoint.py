@@ -8,10 +8,10 @@ Layout of `<run_dir>/checkpoints/`:
       controller.pt     step, sampler position, KL controller, weight version, RNG states
     latest              the name of the newest complete checkpoint
 
-A crash at any moment leaves either the previous checkpoint or the new one complete: the new
-folder is written as `.tmp-step_000050-<pid>-<random>` (a name no other process uses) and only
-renamed when every file is on disk, and `latest` is replaced (write-then-rename) after that. Loading uses safe formats only:
-safetensors for weights and `torch.load(weights_only=True)` for optimizer and controller state.
+A crash at any moment leaves either the previous checkpoint or the new one complete: the new folder is written as
+`.tmp-step_000050-<pid>-<random>` (a name no other process uses) and only renamed when every file is on disk, and
+`latest` is replaced (write-then-rename) after that. Loading uses safe formats only: safetensors for weights and
+`torch.load(weights_only=True)` for optimizer and controller state.
 
 Storage faults. A write that fails (a full disk, no permission) removes its temporary folder and
 raises CheckpointWriteError naming the folder, the cause and the free space; the previous

@@ -102,7 +102,8 @@ def check_multi_turn(cfg: Config) -> None:
             load_tools(list(r.tools))
         except (ValueError, TypeError, FileNotFoundError) as e:
             raise ConfigError(f"rollout.tools: {e}") from None
-    if r.tools or r.agent or r.env:  # tool calls are parsed in tool loops and agent replies: resolved now, not at the first
+    # tool calls are parsed in tool loops and agent replies: resolved now, not at the first
+    if r.tools or r.agent or r.env:
         from grpoflow.multiturn.tool_parser import TOOL_PARSERS
 
         resolve(TOOL_PARSERS, "rollout.tool_parser", r.tool_parser)

@@ -31,7 +31,6 @@ import torch
 from torch import Tensor
 
 from grpoflow.controller.rollouts import PendingRollout, Rollouts, attach
-from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import PromptSampler
 from grpoflow.multiturn.loop import RolloutItem

@@ -43,13 +43,14 @@ CONFIG_FILE = "config.yaml"
 PREVIOUS = "previous"
 # what an earlier run leaves that a fresh start must not mix with (base_model/ and sft_model/ are rebuilt in place)
 RUN_OUTPUTS = ("checkpoints", CONFIG_FILE, "metrics.jsonl", "samples.jsonl", "train_samples.jsonl", "restarts.jsonl")
-# settings that control the run around training, not what it trains: free to change on resume
+# settings that control the run around training, not what it trains: free to change on resume (ray, backend and
+# resources: where ranks run, not what they compute)
 RUN_CONTROLS = ("trainer.output_dir", "trainer.resume", "trainer.resume_config_changes", "trainer.total_steps",
                 "trainer.val_every", "trainer.log_every", "trainer.loggers", "trainer.project", "trainer.run_name",
                 "trainer.log_samples", "trainer.log_train_every", "trainer.log_train_groups", "trainer.save_every",
                 "trainer.keep_last", "trainer.max_restarts", "trainer.threads", "data.val_files",
-                "data.val_max_prompts", "model.gguf_cache_dir", "rollout.val_temperature", "rollout.val_n", "rollout.val_batch_size",
-                "rollout.sync_timeout_s", "ray", "backend", "resources")  # where ranks run, not what they compute
+                "data.val_max_prompts", "model.gguf_cache_dir", "rollout.val_temperature", "rollout.val_n",
+                "rollout.val_batch_size", "rollout.sync_timeout_s", "ray", "backend", "resources")
 
 
 @dataclass

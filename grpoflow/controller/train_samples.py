@@ -13,10 +13,11 @@ group:
                                                   (when some response tokens were not trained)
     ]}
 
-`advantage` is the sample's mean advantage over the model's tokens (outcome estimators give every token the
-same value; a sample the loss mask leaves out shows the value it would have had). `segments` split the response into runs by who wrote the tokens (the model, or the environment:
-replies, tool results, turn separators) and whether the update trains them (not: environment tokens, and every
-token of a truncated sample under actor.mask_truncated), each decoded with the run's tokenizer.
+`advantage` is the sample's mean advantage over the model's tokens (outcome estimators give every token the same
+value; a sample the loss mask leaves out shows the value it would have had). `segments` split the response into runs
+by who wrote the tokens (the model, or the environment: replies, tool results, turn separators) and whether the update
+trains them (not: environment tokens, and every token of a truncated sample under actor.mask_truncated), each decoded
+with the run's tokenizer.
 
 The file follows the run's checkpoints as metrics.jsonl does: `start(step)` keeps the lines of steps <= step
 (a fresh run starts an empty file), `flush()` (at every checkpoint) waits for the queue to drain, `close()`

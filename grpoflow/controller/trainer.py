@@ -143,7 +143,8 @@ class Controller:
         train_pool = self.placement.train
         self.actor = WorkerGroup("actor", partial(
             ActorWorker, model_path=model_path, cfg=a, seed=seed, temperature=cfg.rollout.temperature,
-            horizon=cfg.rollout.max_new_tokens, total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
+            horizon=cfg.rollout.max_new_tokens,
+            total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
             model_cfg=cfg.model, topk_kl_coef=cfg.distill.topk_coef if cfg.distill.topk else 0.0,
             lora_sync=cfg.rollout.lora_sync), pool=train_pool)
         # The reference policy exists only for a KL term; with LoRA the actor serves it (adapters off).

@@ -22,9 +22,9 @@ def validate(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batc
     """`val/<data_source>/<metric>` and `val/<metric>` over all prompts, for k = `params.n` samples
     each: mean@k, and for k > 1 std@k, pass@1, pass@k, maj@k (see val_metrics).
 
-    `rollouts` generates (the rollout worker group), `reward(batch)` scores a batch. The first `num_samples` completions are appended to
-    `samples_path` (JSON lines: step, data_source, prompt, completion, score). `seed` (+ the chunk's
-    offset) seeds each generate call, so sampled validation does not depend on where the engine runs.
+    `rollouts` generates (the rollout worker group), `reward(batch)` scores a batch. The first `num_samples`
+    completions are appended to `samples_path` (JSON lines: step, data_source, prompt, completion, score). `seed` (+
+    the chunk's offset) seeds each generate call, so sampled validation does not depend on where the engine runs.
     Multi-turn and agent runs add `turns` and `tool_calls`: their means per trajectory.
     """
     k = params.n

@@ -75,9 +75,10 @@ class RayPool:
         if not ready:
             remove_placement_group(self.pg)
             raise ClusterError(
-                f"the {name} ranks asked Ray for {world_size} x {bundle} and got nothing within {start_timeout_s:.0f}s; "
-                f"the cluster has {_resources(ray.cluster_resources())} in all, {_resources(ray.available_resources())} "
-                f"free. Lower resources.devices_per_node / rollout.workers or resources.cpus_per_rank, or add nodes.")
+                f"the {name} ranks asked Ray for {world_size} x {bundle} and got nothing within "
+                f"{start_timeout_s:.0f}s; the cluster has {_resources(ray.cluster_resources())} in all, "
+                f"{_resources(ray.available_resources())} free. Lower resources.devices_per_node / rollout.workers "
+                f"or resources.cpus_per_rank, or add nodes.")
         actor_cls = ray.remote(RankHost)
         threads = threads or max(1, int(cpus_per_rank))
         self.hosts = [actor_cls.options(

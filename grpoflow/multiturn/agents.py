@@ -6,11 +6,12 @@
 given as `rollout.agent=path/to/file.py:run`, or a built-in agent by name with its settings in
 `rollout.agent_args`: `verifiers` plays a verifiers environment's episode (verifiers_agent.py). An agent object
 may have a `step_scope()` method, an async context manager entered once around each step's episodes on their
-event loop (the verifiers agent serves its environment there, once per step). `AgentEpisodes.play(batcher, items, params, seed)` plays
-`params.n` episodes of each prompt at once (one asyncio event loop in a thread of its own), each with a copy
-of the dataset row and a client whose base URL is the endpoint and whose `X-Episode-Id` header names the
-episode. Each episode is a client of the rollout's request batcher: its calls join the running decode
-batch as they arrive, and a call that continues its conversation reuses the KV cache of the one before.
+event loop (the verifiers agent serves its environment there, once per step).
+`AgentEpisodes.play(batcher, items, params, seed)` plays `params.n` episodes of each prompt at once (one asyncio event
+loop in a thread of its own), each with a copy of the dataset row and a client whose base URL is the endpoint and
+whose `X-Episode-Id` header names the episode. Each episode is a client of the rollout's request batcher: its calls
+join the running decode batch as they arrive, and a call that continues its conversation reuses the KV cache of the
+one before.
 The endpoint turns each episode's calls into samples (episode.py), and every sample of an episode carries
 the episode's reward: a number (logged as reward/agent/mean) or a dict of parts (summed; each logged as
 reward/agent/<part>/mean), added to the configured reward functions' score, as an environment's is.

@@ -53,9 +53,9 @@ def trajectory_of(prompt_ids: list[int], p: Progress) -> Trajectory:
 
 
 class PartialSingleTurn:
-    """Single-turn samples that go on from their `RolloutItem.carried` progress and pause once `quota` groups and
-    every `must_finish` one are complete (the module docstring). Each sample's `SampleInfo` says whether it paused and, if it finished in this
-    rollout, at which batcher tick (`finished_at`: which groups completed first)."""
+    """Single-turn samples that go on from their `RolloutItem.carried` progress and pause once `quota` groups and every
+    `must_finish` one are complete (the module docstring). Each sample's `SampleInfo` says whether it paused and, if
+    it finished in this rollout, at which batcher tick (`finished_at`: which groups completed first)."""
     multi_turn = False
     agent = False
 

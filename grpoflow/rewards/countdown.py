@@ -18,7 +18,8 @@ from grpoflow.rewards.functions import register_reward
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _EQUATION_CHARS = re.compile(r"[\d+\-*/().\s]+")
 _MAX_EQUATION_CHARS = 500  # longer is not a countdown equation; also bounds the parser's recursion
-_BINARY: dict[type, Callable[[Fraction, Fraction], Fraction]] = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+_BINARY: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _UNARY: dict[type, Callable[[Fraction], Fraction]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 
 

@@ -86,7 +86,7 @@ def short_repr(value: Any, limit: int = 120) -> str:
 
 def is_async_reward(fn: Any) -> bool:
     """Whether calling `fn` gives a coroutine: an `async def` function, or an object with `async def __call__`."""
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or (callable(fn) and inspect.iscoroutinefunction(fn.__call__))
 
 
 def load_reward_function(spec: str) -> RewardFn:

@@ -229,7 +229,8 @@ class BatchCalls:
                      == (temperature, top_p, stops)]
             params = SamplingParams(n=1, max_new_tokens=max(q.max_new_tokens for _, q in group),
                                     temperature=temperature, top_p=top_p, stop_token_ids=stops)
-            gen = self.engine.generate([list(q.prompt_ids) for _, q in group], params, seeds=[q.stream for _, q in group])
+            gen = self.engine.generate([list(q.prompt_ids) for _, q in group], params,
+                                       seeds=[q.stream for _, q in group])
             for row, (rid, q) in enumerate(group):
                 length = min(int(gen.response_mask[row].sum()), q.max_new_tokens)
                 ids = gen.response_ids[row, :length].tolist()

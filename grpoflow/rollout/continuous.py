@@ -112,7 +112,7 @@ class ContinuousSampler:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache_kw = cache_keyword(model)
-        self.config: Any = getattr(model, "config")
+        self.config: Any = getattr(model, "config")  # noqa: B009 (read as Any: nn.Module types .config as Tensor | Module)
         self.cache = SlotCache(self.config.num_hidden_layers, 0, 64)
         self.rows: list[Row | None] = []
         self.logits: Tensor | None = None  # [slots, V] each live row's next-token logits

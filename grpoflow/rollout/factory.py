@@ -37,7 +37,8 @@ def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[in
     the policy's adapter layout and receives adapter tensors only (rollout/hf_adapter.py)."""
     from grpoflow.rollout.hf import HFRolloutEngine
 
-    model = load_causal_lm(model_path, dtype=getattr(torch, dtype))  # sdpa: grouped attention does not pay when decoding
+    # sdpa: grouped attention does not pay when decoding
+    model = load_causal_lm(model_path, dtype=getattr(torch, dtype))
     if torch.cuda.is_available():
         model = model.to(torch.device("cuda", torch.cuda.current_device()))
     if lora is not None:

@@ -20,7 +20,8 @@ import yaml
 
 from grpoflow.errors import UserFileNotFoundError
 
-METRICS, VAL_SAMPLES, TRAIN_SAMPLES, RESTARTS = "metrics.jsonl", "samples.jsonl", "train_samples.jsonl", "restarts.jsonl"
+METRICS, VAL_SAMPLES = "metrics.jsonl", "samples.jsonl"
+TRAIN_SAMPLES, RESTARTS = "train_samples.jsonl", "restarts.jsonl"
 CONFIG, CHECKPOINTS, LATEST, MANIFEST = "config.yaml", "checkpoints", "latest", "manifest.json"
 
 

@@ -127,8 +127,8 @@ class ActorWorker:
 
     def next_weight_bucket(self, bucket_bytes: int) -> list[tuple[str, Tensor]]:
         """The next (name, tensor) pairs of the open stream: tensors are added until the bucket holds at least
-        `bucket_bytes` (or the stream ends); [] once it is exhausted. Every rank calls it (a collective when sharded); the controller
-        keeps rank 0's bucket. Tensors are on the CPU."""
+        `bucket_bytes` (or the stream ends); [] once it is exhausted. Every rank calls it (a collective when
+        sharded); the controller keeps rank 0's bucket. Tensors are on the CPU."""
         if self._weights is None:
             raise RuntimeError("next_weight_bucket before open_weight_stream.")
         bucket: list[tuple[str, Tensor]] = []
@@ -160,8 +160,9 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
     `num_tokens` / `num_seqs`, so micro-batch losses add up to the mini-batch's. Strictly on-policy
     (`old_log_probs` None: one optimizer step per RL step) the ratio is exactly 1 and the detached
     current log-probs stand in for the old ones. The last term is on-policy distillation's top-k forward KL
-    (`[b, R, k]` teacher and student log-probs of the teacher's k likeliest tokens). Metrics are this micro-batch's share of token means
-    (`actor/entropy`, `actor/pg_clipfrac`, ...) and of `actor/pg_loss`, `actor/kl_loss`.
+    (`[b, R, k]` teacher and student log-probs of the teacher's k likeliest tokens). Metrics are this
+    micro-batch's share of token means (`actor/entropy`, `actor/pg_clipfrac`, ...) and of `actor/pg_loss`,
+    `actor/kl_loss`.
     """
     mask = response_mask
     old = old_log_probs if old_log_probs is not None else log_probs.detach()

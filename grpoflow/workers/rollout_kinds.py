@@ -85,5 +85,6 @@ def build_env_loop(cfg: Config, tokenizer: Any) -> EnvLoop:
                             memory_mb=r.tool_memory_mb, workers=r.tool_workers)
         tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
-    return EnvLoop(renderer, env_cls=guarded(env_cls, dict(r.env_args)) if env_cls else None, tools=tools, max_turns=r.max_turns, opening=opening_of(cfg),
-                   system_prompt=cfg.data.system_prompt, max_prompt_length=cfg.data.max_prompt_length)
+    return EnvLoop(renderer, env_cls=guarded(env_cls, dict(r.env_args)) if env_cls else None, tools=tools,
+                   max_turns=r.max_turns, opening=opening_of(cfg), system_prompt=cfg.data.system_prompt,
+                   max_prompt_length=cfg.data.max_prompt_length)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from grpoflow.config import load_config
-from grpoflow.commands.run import sft_stage, train
+from grpoflow.commands.run import train
 
 pytestmark = pytest.mark.browser
 CHROMIUM = os.environ.get("GRPOFLOW_CHROMIUM", "/usr/bin/chromium")
@@ -101,7 +101,8 @@ def shot(page, name):
 
 
 def test_curves_render_overlaid_with_validation_marked_and_timing_stacked(page, runs):
-    page.wait_for_selector('.chart[data-metric="critic/score/mean"] .scatterlayer .trace', state="attached", timeout=30_000)
+    page.wait_for_selector('.chart[data-metric="critic/score/mean"] .scatterlayer .trace', state="attached",
+                           timeout=30_000)
     chart = page.locator('.chart[data-metric="critic/score/mean"]')
     assert chart.locator(".scatterlayer .trace").count() == 2           # one trace per run
     assert int(chart.get_attribute("data-points")) == 6 + 2             # 6 steps + 2 steps

@@ -304,7 +304,8 @@ def test_an_async_run_sigkilled_at_a_random_step_resumes_exactly(cluster, warm_m
     assert [r["async/staleness/max"] for r in read_metrics(reference)][:2] == [0, 1]
     out = tmp_path / "killed"
     kill_after = random.Random().randint(SAVE_EVERY + 1, TOTAL - 1)
-    overrides = [f"model.path={warm_model}", "sft.steps=0", f"trainer.output_dir={out}", f"ray.address={cluster.address}"]
+    overrides = [f"model.path={warm_model}", "sft.steps=0", f"trainer.output_dir={out}",
+                 f"ray.address={cluster.address}"]
     # The controller's float sums depend on its thread count: the same as this process's reference run.
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     log = tmp_path / "killed.log"

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from fault_runs import report, SAVE_EVERY, TOTAL_STEPS, assert_same_run, comparable, last_step, signal_and_time, start, \
-    step_folders, wait_for_checkpoint, wait_for_step
+from fault_runs import report, SAVE_EVERY, TOTAL_STEPS, assert_same_run, comparable, last_step, signal_and_time, \
+    start, step_folders, wait_for_checkpoint, wait_for_step
 from grpoflow.controller.checkpoint import CheckpointManager, problem
 
 pytestmark = pytest.mark.faults

@@ -22,7 +22,7 @@ import pytest
 
 from fault_runs import report, ARGS, SAVE_EVERY, TOTAL_STEPS, assert_same_run, last_step, start, step_folders
 from grpoflow.config import load_config
-from grpoflow.controller.checkpoint import CheckpointManager, problem
+from grpoflow.controller.checkpoint import problem
 from grpoflow.commands.run import train
 
 pytestmark = pytest.mark.faults

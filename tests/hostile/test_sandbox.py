@@ -101,7 +101,8 @@ def test_the_tool_does_not_see_the_trainers_environment(monkeypatch):
     monkeypatch.setenv("GRPOFLOW_HOSTILE_API_KEY", "sk-secret")
     (python,) = load_tools(["python"])
     with ToolRunner([python], workers=1) as runner:
-        result = python_call(runner, "import os\nprint(sorted(os.environ))\nprint(os.environ.get('GRPOFLOW_HOSTILE_API_KEY'))")
+        result = python_call(runner, "import os\nprint(sorted(os.environ))\n"
+                                     "print(os.environ.get('GRPOFLOW_HOSTILE_API_KEY'))")
     assert "sk-secret" not in result.content and result.content.endswith("None\n")
 
 
@@ -153,7 +154,8 @@ def test_setsid_and_double_forked_children_do_not_outlive_the_worker():
 
 
 def test_os_write_to_fd_1_and_2_is_captured(runner):
-    result = python_call(runner, "import os\nos.write(1, b'raw out\\n')\nprint('printed')\n_ = os.write(2, b'raw err\\n')")
+    result = python_call(runner, "import os\nos.write(1, b'raw out\\n')\nprint('printed')\n"
+                                 "_ = os.write(2, b'raw err\\n')")
     assert result.content == "raw out\nprinted\nraw err\n"
 
 
@@ -172,7 +174,8 @@ def test_the_tool_cannot_raise_its_memory_hard_limit(runner):
 
 
 def test_the_tool_runs_without_privileges_in_a_folder_of_its_own(runner):
-    code = "import os\nprint(os.getuid(), os.getcwd(), sorted(os.listdir('.')))\nprint(open('/proc/self/status').read())"
+    code = ("import os\nprint(os.getuid(), os.getcwd(), sorted(os.listdir('.')))\n"
+            "print(open('/proc/self/status').read())")
     content = python_call(runner, code).content
     uid, cwd, _ = content.splitlines()[0].split(" ", 2)
     assert "NoNewPrivs:\t1" in content

@@ -40,7 +40,8 @@ def test_curriculum_run_logs_pools_and_resumes_exactly(tmp_path):
     assert all(sum(p) == 16 for p in pools) and any(p[0] + p[2] + p[3] > 0 for p in pools), pools
     out = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", *args(out, data)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         path = out / "metrics.jsonl"

@@ -310,7 +310,7 @@ def test_padding_micro_batch_adds_no_gradient_and_no_metric(tiny_model_path):
         worker = one_rank(tiny_model_path)
         micro, _ = split_by_tokens(batch, 10_000)
         counts = Counts(tokens=float(batch.response_mask.sum()), seqs=float(len(batch)))
-        metrics.append(worker.engine.forward_backward(micro + extra, lambda model, mb: worker._loss(model, mb, counts)))
+        metrics.append(worker.engine.forward_backward(micro + extra, partial(worker._loss, counts=counts)))
         grads.append([p.grad.clone() for p in worker.engine.model.parameters()])
     assert metrics[0] == metrics[1]
     for a, b in zip(*grads):

@@ -197,7 +197,8 @@ def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(tmp_path, warm
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         path = out / "metrics.jsonl"
-        if path.exists() and any(json.loads(l)["step"] >= kill_after for l in path.read_text().splitlines() if l):
+        lines = path.read_text().splitlines() if path.exists() else []
+        if any(json.loads(line)["step"] >= kill_after for line in lines if line):
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)

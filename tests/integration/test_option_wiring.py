@@ -156,7 +156,8 @@ class ScriptedRollout:
         return Batch(prompt_ids=torch.ones(b, 2, dtype=torch.long), prompt_mask=torch.ones(b, 2, dtype=torch.long),
                      response_ids=mask.clone(), response_mask=mask, rollout_log_probs=torch.zeros(b, 4),
                      group_ids=torch.arange(len(items)).repeat_interleave(params.n),
-                     truncated=torch.tensor([len(t) > 4 for t in texts]), policy_version=torch.zeros(b, dtype=torch.long),
+                     truncated=torch.tensor([len(t) > 4 for t in texts]),
+                     policy_version=torch.zeros(b, dtype=torch.long),
                      completions=[t[:4] for t in texts], infos=[SampleInfo() for _ in texts])
 
     def close(self):

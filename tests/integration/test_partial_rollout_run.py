@@ -63,7 +63,8 @@ def test_sigkill_then_resume_with_paused_samples_equals_uninterrupted(uninterrup
     latest = CheckpointManager(tmp_path).latest()
     assert latest is not None, "no checkpoint was written before the kill"
     pool = load_state(latest / "controller.pt")["in_flight"]["partial_pool"]
-    assert any(p["ids"] and not p["finish"] for g in pool for p in g["samples"]), "the checkpoint holds no paused sample"
+    paused = [p for g in pool for p in g["samples"] if p["ids"] and not p["finish"]]
+    assert paused, "the checkpoint holds no paused sample"
     train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))  # trainer.resume=auto
     assert comparable(tmp_path) == uninterrupted[1]
 

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 def make_batch(n: int) -> Batch:
     mask = torch.ones(n, 2, dtype=torch.long)
-    return Batch(prompt_ids=torch.arange(2 * n).view(n, 2), prompt_mask=mask, response_ids=torch.arange(2 * n).view(n, 2),
-                 response_mask=mask, group_ids=torch.arange(n), scores=torch.arange(n, dtype=torch.float32))
+    return Batch(prompt_ids=torch.arange(2 * n).view(n, 2), prompt_mask=mask,
+                 response_ids=torch.arange(2 * n).view(n, 2), response_mask=mask, group_ids=torch.arange(n),
+                 scores=torch.arange(n, dtype=torch.float32))
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,8 @@ def test_a_dead_worker_stops_the_call_in_seconds_while_its_peer_waits_in_a_colle
 def test_a_call_past_its_timeout_is_an_error_not_a_hang(pool):
     group = WorkerGroup("slow", Toy, pool=pool, timeouts={Toy.sleep: 1.0})
     began = time.monotonic()
-    with pytest.raises(WorkerError, match=r"failed in `sleep`: CallTimeout: no answer from rank\(s\) \[0, 1\] within 1s"):
+    timed_out = r"failed in `sleep`: CallTimeout: no answer from rank\(s\) \[0, 1\] within 1s"
+    with pytest.raises(WorkerError, match=timed_out):
         group.call(Toy.sleep, 5.0)
     assert time.monotonic() - began < 4
 

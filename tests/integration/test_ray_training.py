@@ -20,8 +20,8 @@ from grpoflow.tasks.addition import addition_splits
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
-BASE = ["model.path=builtin:tiny-0.5m", "sft.steps=30", "reward.function=length", "data.prompts_per_step=8", "rollout.n=4",
-        "trainer.total_steps=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.resume=never",
+BASE = ["model.path=builtin:tiny-0.5m", "sft.steps=30", "reward.function=length", "data.prompts_per_step=8",
+        "rollout.n=4", "trainer.total_steps=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.resume=never",
         "trainer.log_every=100", "resources.cpus_per_rank=0.5"]
 FIRST_STEP_KEYS = ["critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/grad_norm",
                    "actor/entropy", "actor/pg_clipfrac"]
@@ -84,8 +84,9 @@ def test_async_with_zero_staleness_equals_sync_and_staleness_stays_in_bound(tmp_
 
 
 def test_killing_a_worker_mid_run_stops_the_controller_naming_it(tmp_path, warm_model):
-    cfg = load_config("builtin", BASE + [f"model.path={warm_model}", "sft.steps=0", f"trainer.output_dir={tmp_path / 'k'}",
-                                    "backend=ray", "resources.devices_per_node=2", "trainer.total_steps=1000"])
+    cfg = load_config("builtin", BASE + [f"model.path={warm_model}", "sft.steps=0",
+                                    f"trainer.output_dir={tmp_path / 'k'}", "backend=ray",
+                                    "resources.devices_per_node=2", "trainer.total_steps=1000"])
     (tmp_path / "k").mkdir()
     tokenizer = load_tokenizer(warm_model)
     items = prepare_prompts(addition_splits()[0][:200], tokenizer)[0]

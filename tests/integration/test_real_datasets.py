@@ -18,7 +18,8 @@ def test_grpoflow_data_then_train_on_verl_parquet(tmp_path, tiny_model_path):
                  "--out", str(tmp_path / "gsm8k")]) == 0
     row = pq.read_table(tmp_path / "gsm8k" / "train.parquet").to_pylist()[0]
     assert isinstance(row["prompt"], list) and row["reward_model"]["ground_truth"]
-    code = main(["train", "builtin", f"model.path={tiny_model_path}", f"data.train_files={tmp_path / 'gsm8k' / 'train.parquet'}",
+    code = main(["train", "builtin", f"model.path={tiny_model_path}",
+                 f"data.train_files={tmp_path / 'gsm8k' / 'train.parquet'}",
                  f"data.val_files={tmp_path / 'gsm8k' / 'test.parquet'}", "reward.function=gsm8k",
                  f"trainer.output_dir={tmp_path / 'run'}", *ARGS])
     assert code == 0
@@ -33,9 +34,9 @@ def test_mixed_sources_route_rewards_and_log_each(tmp_path, tiny_model_path):
     rows += [{"prompt": f"say {i}", "data_source": "chat"} for i in range(4)]
     data = tmp_path / "mixed.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    code = main(["train", "builtin", f"model.path={tiny_model_path}", f"data.train_files={data}", f"data.val_files={data}",
-                 "reward.function=exact_match", "reward.routes={chat: length}", "reward.workers=2",
-                 "reward.timeout_s=5", f"trainer.output_dir={tmp_path / 'run'}", *ARGS])
+    code = main(["train", "builtin", f"model.path={tiny_model_path}", f"data.train_files={data}",
+                 f"data.val_files={data}", "reward.function=exact_match", "reward.routes={chat: length}",
+                 "reward.workers=2", "reward.timeout_s=5", f"trainer.output_dir={tmp_path / 'run'}", *ARGS])
     assert code == 0
     last = read_metrics(tmp_path / "run")[-1]
     assert "val/addition/mean@1" in last and "val/chat/mean@1" in last

@@ -12,9 +12,9 @@ from grpoflow.controller.metrics import read_metrics  # noqa: E402
 from grpoflow.commands.run import train  # noqa: E402
 
 SPEC = "reasoning_gym:chain_sum?size=32&seed=1&min_terms=2&max_terms=2&max_digits=1"
-BASE = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.max_prompt_length=160", "sft.response_key=demo", f"data.train_files={SPEC}",
-        "data.prompts_per_step=4", "rollout.n=4", "trainer.total_steps=2", "trainer.log_every=1",
-        "trainer.save_every=0", "trainer.resume=never", "data.val_max_prompts=8"]
+BASE = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.max_prompt_length=160", "sft.response_key=demo",
+        f"data.train_files={SPEC}", "data.prompts_per_step=4", "rollout.n=4", "trainer.total_steps=2",
+        "trainer.log_every=1", "trainer.save_every=0", "trainer.resume=never", "data.val_max_prompts=8"]
 
 
 def test_single_turn_run_is_scored_by_the_tasks_verifier(tmp_path):

@@ -53,7 +53,8 @@ def uninterrupted(tmp_path_factory):
 def start(out, script=None):
     cmd = [sys.executable, "-c", script] if script else [sys.executable, "-m", "grpoflow.cli"]
     return subprocess.Popen([*cmd, "train", f"trainer.output_dir={out}", *ARGS],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 def test_sigkill_at_a_random_step_then_resume_equals_uninterrupted(tmp_path, uninterrupted):
@@ -62,7 +63,8 @@ def test_sigkill_at_a_random_step_then_resume_equals_uninterrupted(tmp_path, uni
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         path = tmp_path / "metrics.jsonl"
-        if path.exists() and any(json.loads(l)["step"] >= kill_after for l in path.read_text().splitlines() if l):
+        lines = path.read_text().splitlines() if path.exists() else []
+        if any(json.loads(line)["step"] >= kill_after for line in lines if line):
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
@@ -100,7 +102,8 @@ def test_resume_of_a_finished_run_trains_nothing_and_never_starts_over(tmp_path,
 def test_keep_last_prunes_and_resume_path_errors(tmp_path):
     manager = CheckpointManager(tmp_path, keep_last=2)
     for step in (1, 2, 3):
-        manager.save(step, lambda folder: (folder.mkdir(), save_state({"step": step}, folder / "controller.pt")))
+        manager.save(step, lambda folder, step=step: (folder.mkdir(),
+                                                      save_state({"step": step}, folder / "controller.pt")))
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_000002", "step_000003"]
     assert manager.latest().name == "step_000003" and manager.resolve("never") is None
     with pytest.raises(FileNotFoundError, match="not a checkpoint folder"):

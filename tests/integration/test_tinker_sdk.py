@@ -172,7 +172,7 @@ def test_several_clients_at_once(service):
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         a, b = pool.submit(run, 11, "10"), pool.submit(run, 11, "99")
-        (losses_a, lp_a), (losses_b, lp_b) = a.result(), b.result()
+        (losses_a, _), (losses_b, _) = a.result(), b.result()
     assert losses_a[-1] < losses_a[0] and losses_b[-1] < losses_b[0]
     assert losses_a[0] != losses_b[0]                 # same seed, different data: two models, not one
 

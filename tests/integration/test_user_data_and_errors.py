@@ -35,8 +35,8 @@ def user_files(tmp_path):
 
 def test_user_jsonl_and_reward_function_via_cli(tmp_path, tiny_model_path, user_files, capsys):
     data, reward = user_files
-    code = main(["train", "builtin", f"model.path={tiny_model_path}", f"data.train_files={data}", f"reward.function={reward}",
-                 f"trainer.output_dir={tmp_path / 'run'}", *ARGS])
+    code = main(["train", "builtin", f"model.path={tiny_model_path}", f"data.train_files={data}",
+                 f"reward.function={reward}", f"trainer.output_dir={tmp_path / 'run'}", *ARGS])
     assert code == 0
     rows = read_metrics(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2]              # no validation files: no step-0 line
@@ -63,8 +63,9 @@ def test_bad_input_is_one_clear_message(tmp_path, capsys, args, expected):
 
 def test_overlong_prompt_error_names_the_setting(tmp_path, tiny_model_path, user_files, capsys):
     data, reward = user_files
-    code = main(["train", "builtin", f"model.path={tiny_model_path}", f"data.train_files={data}", f"reward.function={reward}",
-                 "data.max_prompt_length=5", "data.overlong=error", f"trainer.output_dir={tmp_path}", *ARGS])
+    code = main(["train", "builtin", f"model.path={tiny_model_path}", f"data.train_files={data}",
+                 f"reward.function={reward}", "data.max_prompt_length=5", "data.overlong=error",
+                 f"trainer.output_dir={tmp_path}", *ARGS])
     assert code == 2 and "data.max_prompt_length" in capsys.readouterr().err
 
 
@@ -72,8 +73,9 @@ def test_raising_reward_is_counted_not_fatal(tmp_path, tiny_model_path, user_fil
     data, _ = user_files
     bad = tmp_path / "bad.py"
     bad.write_text("def score(prompt, completion, **row):\n    raise RuntimeError('boom')\n")
-    train(load_config("builtin", [f"model.path={tiny_model_path}", f"data.train_files={data}", f"reward.function={bad}:score",
-                             "reward.error_score=-1", f"trainer.output_dir={tmp_path / 'run'}", *ARGS]))
+    train(load_config("builtin", [f"model.path={tiny_model_path}", f"data.train_files={data}",
+                                  f"reward.function={bad}:score", "reward.error_score=-1",
+                                  f"trainer.output_dir={tmp_path / 'run'}", *ARGS]))
     for r in read_metrics(tmp_path / "run"):
         assert r["reward/errors"] == 8 and r["critic/score/mean"] == -1
 
@@ -85,7 +87,8 @@ def nan_advantage(scores, response_mask):
 
 def test_nan_loss_stops_with_clear_message(tmp_path, tiny_model_path, user_files):
     data, reward = user_files
-    cfg = load_config("builtin", [f"model.path={tiny_model_path}", f"data.train_files={data}", f"reward.function={reward}",
-                             "algorithm.adv_estimator=test_nan_advantage", f"trainer.output_dir={tmp_path}", *ARGS])
+    cfg = load_config("builtin", [f"model.path={tiny_model_path}", f"data.train_files={data}",
+                             f"reward.function={reward}", "algorithm.adv_estimator=test_nan_advantage",
+                             f"trainer.output_dir={tmp_path}", *ARGS])
     with pytest.raises(TrainingError, match=r"Stopped at step 1: the loss became nan.*Lower actor.lr"):
         train(cfg)

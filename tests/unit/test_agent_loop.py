@@ -30,6 +30,9 @@ def binary_search(text):
     return str((low + high) // 2)
 
 
+LONG = SamplingParams(n=1, max_new_tokens=4000, temperature=1.0)
+
+
 def items(secrets):
     return [PromptItem(prompt_ids=[], prompt_text="", row={"prompt": "Guess 1-8", "secret": s}, data_source="g",
                        index=i) for i, s in enumerate(secrets)]
@@ -40,7 +43,8 @@ def make_loop(policy, *, env=GuessNumber, tools=None, max_turns=4, tok=None, max
     renderer = ChatRenderer(tok, tools.runner.schemas if tools else None)
     engine = ScriptedEngine(tok, policy, renderer.turn.end_token_id)
     loop = EnvLoop(renderer, env_cls=env, tools=tools, max_turns=max_turns,
-                   opening=lambda row: [{"role": "user", "content": row["prompt"]}], max_prompt_length=max_prompt_length)
+                   opening=lambda row: [{"role": "user", "content": row["prompt"]}],
+                   max_prompt_length=max_prompt_length)
     return loop, engine, renderer
 
 
@@ -191,7 +195,7 @@ def test_tool_failures_reach_the_model_as_messages_and_are_counted_exactly():
     loop, engine, _ = make_loop(policy, env=None, tools=tools)
     start = time.perf_counter()
     with runner:
-        batch, metrics = play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = play(loop, engine, items([1]), LONG, seed=0)
     assert time.perf_counter() - start < 1.0 + 5.0   # the hung call cost its timeout, not 30 s
     tool_messages = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     # the malformed call first (parse errors), then the 5 parsed calls in order
@@ -212,7 +216,7 @@ def test_calls_beyond_the_per_turn_limit_are_not_run():
     call = '<tool_call>{"name": "divide", "arguments": {"a": 4, "b": 2}}</tool_call>'
     loop, engine, _ = make_loop(lambda text: "ok" if "tool" in text else call * 3, env=None, tools=tools)
     with runner:
-        batch, metrics = play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = play(loop, engine, items([1]), LONG, seed=0)
     tool_messages = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     assert tool_messages[0] == "2.0" and all("more than 1 tool calls" in m for m in tool_messages[1:])
     assert metrics["tools/calls"] == 3 and metrics["tools/errors"] == 2
@@ -229,7 +233,7 @@ def test_sandboxed_tools_that_spin_or_hog_memory_are_killed_and_the_step_goes_on
     loop, engine, _ = make_loop(lambda text: "done" if "<|im_start|>tool" in text else calls, env=None, tools=tools)
     start = time.perf_counter()
     with runner:
-        batch, metrics = play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = play(loop, engine, items([1]), LONG, seed=0)
     assert time.perf_counter() - start < 5.0 + 10.0   # the spinning call ends at its CPU limit, not at timeout
     spun, hogged, fine = [m["content"] for m in batch.conversations[0] if m["role"] == "tool"]
     assert spun.startswith("error") and hogged.startswith("error") and fine == str(2**20)
@@ -242,7 +246,7 @@ def test_tool_calls_on_the_last_turn_are_not_run():
     loop, engine, _ = make_loop(lambda text: call, env=None, tools=ToolUse(runner), max_turns=2)
     start = time.perf_counter()
     with runner:
-        batch, metrics = play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=4000, temperature=1.0), seed=0)
+        batch, metrics = play(loop, engine, items([1]), LONG, seed=0)
     assert metrics["tools/calls"] == 1 and metrics["multi_turn/turns/max"] == 2
     assert [m["role"] for m in batch.conversations[0]] == ["user", "assistant", "tool", "assistant"]
     assert time.perf_counter() - start < 3.0 * 2   # one call ran, not two

@@ -42,7 +42,8 @@ def test_summarize_uses_the_peak_of_the_compute_dtype(figures):
 def test_model_math_leaves_the_rest_as_dataflow(figures):
     # step 1.0 = generate 0.3 + forward (0.2 train + 0.1 reference) + backward (0.5 - 0.2) + optimizer 0.05 + 0.05
     split = figures.model_math({"step": 1.0, "generate": 0.3},
-                                {"train_forward": 0.2, "nograd_forward": 0.1, "forward_backward": 0.5, "optimizer": 0.05})
+                                {"train_forward": 0.2, "nograd_forward": 0.1, "forward_backward": 0.5,
+                                 "optimizer": 0.05})
     assert split == pytest.approx({"forward": 0.3, "backward": 0.3, "optimizer": 0.05, "dataflow": 0.05})
 
 

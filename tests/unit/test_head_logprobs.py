@@ -47,7 +47,8 @@ def _inputs(n=13, h=8, v=37, seed=0):
     g = torch.Generator().manual_seed(seed)
     hidden = torch.randn(n, h, generator=g, dtype=torch.float64).float().requires_grad_()
     weight = torch.randn(v, h, generator=g).requires_grad_()
-    return hidden, weight, torch.randint(0, v, (n,), generator=g), torch.randn(n, generator=g), torch.randn(n, generator=g)
+    targets = torch.randint(0, v, (n,), generator=g)
+    return hidden, weight, targets, torch.randn(n, generator=g), torch.randn(n, generator=g)
 
 
 @pytest.mark.parametrize("chunk", [1, 4, 13, 100])

@@ -33,7 +33,8 @@ def test_score_parser_hand_values(spec, max_score, text, expect):
 
 def test_user_parser_from_a_file_and_bad_specs(tmp_path):
     f = tmp_path / "parse.py"
-    f.write_text("def yes(text):\n    return 1.0 if 'yes' in text.lower() else (0.0 if 'no' in text.lower() else None)\n")
+    f.write_text("def yes(text):\n"
+                 "    return 1.0 if 'yes' in text.lower() else (0.0 if 'no' in text.lower() else None)\n")
     parser = ScoreParser(f"{f}:yes")
     assert (parser("Yes!"), parser("no"), parser("maybe")) == (1.0, 0.0, None)
     with pytest.raises(JudgeConfigError, match="use number, regex"):

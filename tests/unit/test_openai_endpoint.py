@@ -8,7 +8,6 @@ import json
 import httpx
 import openai
 import pytest
-import torch
 
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
@@ -373,7 +372,8 @@ def test_messages_become_template_messages():
             {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "42"},
         {"role": "assistant", "content": "Let me check.", "tool_calls": [   # made elsewhere: written as Hermes
-            {"id": "other", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "1"}'}}]},
+            {"id": "other", "type": "function",
+             "function": {"name": "calculator", "arguments": '{"expression": "1"}'}}]},
     ]
     assert template_messages(messages, ours, {"call_1": "calculator"}) == [
         {"role": "system", "content": "be brief"},

@@ -190,7 +190,8 @@ def test_complete_groups_carried_over_are_trained_first_in_the_order_they_comple
     queue = partial_queue(rollout_group, items, lambda: 3, prompts_per_step=2, oversample=2.0)
 
     def done(text):
-        return Progress(0, TOK.encode(text, add_special_tokens=False), [-1.0] * len(text), [3] * len(text), "stop", text)
+        ids = TOK.encode(text, add_special_tokens=False)
+        return Progress(0, ids, [-1.0] * len(text), [3] * len(text), "stop", text)
 
     queue.pool = [Group(7, [done("a"), done("bb")], (1, 5)), Group(3, [Progress(1), done("c")]),
                   Group(9, [done("ddd"), done("e")], (1, 2))]

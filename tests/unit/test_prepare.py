@@ -155,7 +155,8 @@ def test_unknown_dataset(tmp_path):
 
 def test_missing_column_names_column_and_file(tmp_path):
     src = tmp_path / "questions.jsonl"
-    src.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n" + json.dumps({"question": "2+2?"}) + "\n")
+    src.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n"
+                   + json.dumps({"question": "2+2?"}) + "\n")
     with pytest.raises(ValueError, match=r"questions\.jsonl: row 1: missing column 'answer'"):
         prepare_dataset("gsm8k", src, tmp_path / "out")
     with pytest.raises(ValueError, match=r"questions\.jsonl: row 0: missing column 'problem'"):

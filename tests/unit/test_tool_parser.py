@@ -40,7 +40,8 @@ def test_malformed_json_is_an_error_and_the_good_calls_still_count():
     parsed = parse_tool_calls(text)
     assert parsed.calls == [ToolCall("b", {})]
     assert parsed.errors == [
-        "tool call 1: invalid JSON (Expecting ',' delimiter at line 1 column 36): {\"name\": \"a\", \"arguments\": {\"x\": 1}"]
+        "tool call 1: invalid JSON (Expecting ',' delimiter at line 1 column 36): "
+        "{\"name\": \"a\", \"arguments\": {\"x\": 1}"]
 
 
 @pytest.mark.parametrize("body, message", [

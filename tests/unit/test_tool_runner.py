@@ -96,7 +96,7 @@ def test_ok_results_in_order_and_json_for_dicts(runner):
     results, _ = run(runner, behave("a"), ("calculator", {"expression": "6 * 7"}), behave("dict"),
                      ("python", {"code": "print('hi')\n1 + 1"}), ("trusted", {"how": "b"}))
     assert [r.status for r in results] == ["ok"] * 5
-    assert [results[0].content, results[1].content, results[3].content, results[4].content] == ["a", "42", "hi\n2\n", "b"]
+    assert [results[i].content for i in (0, 1, 3, 4)] == ["a", "42", "hi\n2\n", "b"]
     assert results[2].content == f'{{"pid": {runner.worker_pids[0]}, "ok": true}}' or \
         results[2].content == f'{{"pid": {runner.worker_pids[1]}, "ok": true}}'  # ran in a worker process
 
@@ -153,8 +153,8 @@ def test_a_hung_trusted_call_times_out_and_its_thread_is_abandoned(runner):
 def test_a_busy_loop_is_killed_at_its_cpu_limit(tools):
     with ToolRunner(tools, timeout_s=20.0, cpu_time_s=1.0, workers=1) as runner:
         results, wall = run(runner, behave("spin"), ("python", {"code": "while True: pass"}))
-        assert results == [ToolResult("error: tool 'behave' was stopped: it exceeded its CPU-time limit of 1 s", "killed"),
-                           ToolResult("error: tool 'python' was stopped: it exceeded its CPU-time limit of 1 s", "killed")]
+        stopped = "error: tool '{}' was stopped: it exceeded its CPU-time limit of 1 s"
+        assert results == [ToolResult(stopped.format(name), "killed") for name in ("behave", "python")]
         assert wall < 20.0  # stopped by the CPU limit, long before the wall-clock timeout
         (again,), _ = run(runner, behave("after"))  # one worker: the replacement serves the next call
         assert again == ToolResult("after", "ok")
@@ -219,8 +219,8 @@ def test_runs_from_several_threads_take_turns(runner):
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(3) as threads:
-        results = list(threads.map(lambda i: runner.run([ToolCall("behave", {"how": f"t{i}"}),
-                                                         ToolCall("calculator", {"expression": f"{i} * 2"})]), range(6)))
+        results = list(threads.map(lambda i: runner.run([
+            ToolCall("behave", {"how": f"t{i}"}), ToolCall("calculator", {"expression": f"{i} * 2"})]), range(6)))
     assert results == [[ToolResult(f"t{i}", "ok"), ToolResult(str(i * 2), "ok")] for i in range(6)]
 
 

@@ -56,7 +56,8 @@ def test_the_schema_renders_in_a_chat_template():
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"?": 0}, unk_token="?")))
-    tokenizer.chat_template = "{% for t in tools %}{{ t.function.name }}({{ t.function.parameters.required | join(',') }});{% endfor %}"
+    tokenizer.chat_template = ("{% for t in tools %}{{ t.function.name }}"
+                               "({{ t.function.parameters.required | join(',') }});{% endfor %}")
     text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}],
                                          tools=[tool_from_function(search_flights).schema], tokenize=False)
     assert text == "search_flights(origin,max_stops);"

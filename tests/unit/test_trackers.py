@@ -203,7 +203,8 @@ def test_unknown_logger_names_it_and_the_valid_ones(tmp_path):
 
 def test_missing_package_names_the_extra(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(trackers.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    monkeypatch.setattr(trackers.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))
     with pytest.raises(MissingExtraError, match=r"^trainer.loggers includes wandb, but wandb is not installed; "
                                                 r"pip install 'grpoflow\[wandb\]'$"):
         check_trackers(["console", "wandb"])

@@ -218,7 +218,7 @@ def test_a_verb_is_a_method_of_the_worker_class_checked_in_the_controller():
     with pytest.raises(TypeError, match="not a public method of Toy"):
         group.call(Toy._private)
     with pytest.raises(AttributeError):
-        group.double_scores  # no verbs by attribute name: every call names its method
+        _ = group.double_scores  # no verbs by attribute name: every call names its method
     assert all(not h.seen for h in workers(group))  # nothing reached a rank
 
 

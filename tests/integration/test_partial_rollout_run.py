@@ -26,11 +26,25 @@ def comparable(run_dir):
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(run_dir)]
 
 
+def start(out):
+    """The run as its own process with one thread, as every run of this file is: the token-level IS metrics
+    (actor/mismatch/*, ~1e-7) differ in their last bits between thread counts, so runs compare in one setting."""
+    return subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", f"trainer.output_dir={out}", *ARGS],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def run(out):
+    proc = start(out)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    return comparable(out)
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("full")
-    train(load_config(None, [f"trainer.output_dir={out}", *ARGS]))
-    return out, comparable(out)
+    return out, run(out)
 
 
 def test_partial_runs_carry_samples_across_versions_and_repeat_exactly(uninterrupted, tmp_path):
@@ -42,15 +56,12 @@ def test_partial_runs_carry_samples_across_versions_and_repeat_exactly(uninterru
     assert max(m["rollout/partial/staleness/max"] for m in steps) == 1
     assert all(m["rollout/partial/new_groups"] + m["rollout/partial/carried_groups"] >= 4 for m in steps)
     assert "actor/rollout_is/mean" in steps[0]  # token-level importance weights on
-    train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))
-    assert comparable(tmp_path) == metrics
+    assert run(tmp_path) == metrics
 
 
 def test_sigkill_then_resume_with_paused_samples_equals_uninterrupted(uninterrupted, tmp_path):
     kill_after = random.Random().randint(3, 5)
-    proc = subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", f"trainer.output_dir={tmp_path}", *ARGS],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = start(tmp_path)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         path = tmp_path / "metrics.jsonl"
@@ -65,8 +76,7 @@ def test_sigkill_then_resume_with_paused_samples_equals_uninterrupted(uninterrup
     pool = load_state(latest / "controller.pt")["in_flight"]["partial_pool"]
     paused = [p for g in pool for p in g["samples"] if p["ids"] and not p["finish"]]
     assert paused, "the checkpoint holds no paused sample"
-    train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))  # trainer.resume=auto
-    assert comparable(tmp_path) == uninterrupted[1]
+    assert run(tmp_path) == uninterrupted[1]  # trainer.resume=auto
 
 
 def test_two_rollout_workers_on_ray_each_pause_on_their_share(ray_cluster, tmp_path):

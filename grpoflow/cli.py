@@ -29,8 +29,9 @@ commands:
           and cookbook (docs/tinker.md); model.path is the default base model
 
 presets (grpoflow/recipes/): grpo, dr_grpo, dapo, gspo, rloo, ppo, e.g. `grpoflow train dapo`; smollm2_addition
-(a real chat model, docs/real-models.md). The defaults suit pretrained models; recipes/builtin.yaml applies by
-itself under everything when model.path is a builtin: model. `grpoflow config [...]` shows the layers.
+(a real chat model, docs/real-models.md); guess_number, calculator_tool and, on SmolLM2, smollm2_calculator,
+smollm2_guess_number (multi-turn, docs/multi-turn.md). The defaults suit pretrained models; recipes/builtin.yaml
+applies by itself under everything when model.path is a builtin: model. `grpoflow config [...]` shows the layers.
 `grpoflow train --help` lists every key with its default and meaning.
 """
 

@@ -3,10 +3,8 @@ one (the sampler's pools, streaks and draw count are in the checkpoint)."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -14,6 +12,7 @@ from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.commands.run import train
+from kills import kill_at_step
 
 
 def args(out, data):
@@ -42,14 +41,7 @@ def test_curriculum_run_logs_pools_and_resumes_exactly(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", *args(out, data)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        path = out / "metrics.jsonl"
-        if path.exists() and any(json.loads(line)["step"] >= 3 for line in path.read_text().splitlines() if line):
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_step(proc, out, 3)
     assert CheckpointManager(out).latest() is not None
     train(load_config(None, args(out, data)))
     assert comparable(out) == full

@@ -7,10 +7,8 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -31,6 +29,7 @@ from grpoflow.multiturn.tool_parser import parse_tool_calls
 from grpoflow.multiturn.turns import stream_seed
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
+from kills import kill_at_step
 from recording import Recording
 
 BASE = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
@@ -194,15 +193,7 @@ def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(tmp_path, warm
                              f"trainer.output_dir={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})  # same float sums
     kill_after = random.Random().randint(2, 3)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        path = out / "metrics.jsonl"
-        lines = path.read_text().splitlines() if path.exists() else []
-        if any(json.loads(line)["step"] >= kill_after for line in lines if line):
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_step(proc, out, kill_after)
     assert CheckpointManager(out).latest() is not None
     train(load_config("guess_number", args + [f"trainer.output_dir={out}"]))
     assert comparable(out) == comparable(full)

@@ -1,13 +1,10 @@
 """rollout.partial on a tiny run: two runs with the same config and seed give identical metrics, and a run SIGKILLed
 anywhere and resumed from its last checkpoint (which holds the paused samples) equals the uninterrupted one."""
 
-import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -15,6 +12,7 @@ from grpoflow.commands.run import train
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, load_state
 from grpoflow.controller.metrics import read_metrics
+from kills import kill_at_step
 
 ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=8", "trainer.total_steps=6", "trainer.save_every=2", "trainer.keep_last=0",
@@ -62,15 +60,7 @@ def test_partial_runs_carry_samples_across_versions_and_repeat_exactly(uninterru
 def test_sigkill_then_resume_with_paused_samples_equals_uninterrupted(uninterrupted, tmp_path):
     kill_after = random.Random().randint(3, 5)
     proc = start(tmp_path)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        path = tmp_path / "metrics.jsonl"
-        if path.exists() and any(json.loads(line)["step"] >= kill_after for line in path.read_text().splitlines()
-                                 if line):
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_step(proc, tmp_path, kill_after)
     latest = CheckpointManager(tmp_path).latest()
     assert latest is not None, "no checkpoint was written before the kill"
     pool = load_state(latest / "controller.pt")["in_flight"]["partial_pool"]

@@ -6,7 +6,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -14,6 +13,7 @@ from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, save_state
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.commands.run import train
+from kills import kill_at_step
 
 ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=5", "trainer.total_steps=6", "trainer.save_every=2", "trainer.keep_last=0",
@@ -60,15 +60,7 @@ def start(out, script=None):
 def test_sigkill_at_a_random_step_then_resume_equals_uninterrupted(tmp_path, uninterrupted):
     kill_after = random.Random().randint(3, 5)
     proc = start(tmp_path)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        path = tmp_path / "metrics.jsonl"
-        lines = path.read_text().splitlines() if path.exists() else []
-        if any(json.loads(line)["step"] >= kill_after for line in lines if line):
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_step(proc, tmp_path, kill_after)
     assert CheckpointManager(tmp_path).latest() is not None, "no checkpoint was written before the kill"
     train(load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS]))   # trainer.resume=auto
     metrics, groups = uninterrupted

@@ -20,7 +20,7 @@ from tinker import types
 from tinker.types.try_again_response import TryAgainResponse
 
 from grpoflow.config import TinkerConfig
-from grpoflow.tinker_server.futures import UserError
+from grpoflow.errors import UserError
 from grpoflow.tinker_server.service import TinkerService
 from grpoflow.tinker_server.wire import decode_forward_backward
 

@@ -22,11 +22,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from grpoflow.errors import UserError
+
 log = logging.getLogger("grpoflow.tinker")
-
-
-class UserError(ValueError):
-    """A request the server will not run as sent; the message says what to change."""
 
 
 @dataclass

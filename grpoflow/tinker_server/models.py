@@ -26,7 +26,8 @@ from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.lora import add_lora
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
 from grpoflow.training.engine import TrainEngine
-from grpoflow.tinker_server.futures import SeqGate, UserError
+from grpoflow.errors import UserError
+from grpoflow.tinker_server.futures import SeqGate
 
 MODEL_FILE = "tinker_model.json"
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]

@@ -23,7 +23,7 @@ from tinker import types
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.rollout.protocol import SamplingParams
-from grpoflow.tinker_server.futures import UserError
+from grpoflow.errors import UserError
 from grpoflow.tinker_server.models import BaseModel
 from grpoflow.tinker_server.wire import Sequence
 

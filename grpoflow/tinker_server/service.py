@@ -22,7 +22,8 @@ from tinker.types.checkpoint import ParsedCheckpointTinkerPath
 from grpoflow.config import TinkerConfig
 from grpoflow.controller.checkpoint import publish_folder
 from grpoflow.tinker_server import sampling, training
-from grpoflow.tinker_server.futures import Futures, Job, Outcome, Runner, SeqGate, UserError
+from grpoflow.errors import UserError
+from grpoflow.tinker_server.futures import Futures, Job, Outcome, Runner, SeqGate
 from grpoflow.tinker_server.models import MODEL_FILE, BaseModels, ModelSpec, TrainingModel, check_state, safe_name
 from grpoflow.tinker_server.wire import PROTOBUF, ForwardBackwardCall, encode_forward_backward, encode_sample
 

@@ -19,7 +19,7 @@ from torch import Tensor
 from grpoflow.algorithms.tinker_losses import TINKER_LOSSES, check_request
 from grpoflow.models.head_logprobs import head_log_probs
 from grpoflow.models.logprobs import fused_head
-from grpoflow.tinker_server.futures import UserError
+from grpoflow.errors import UserError
 from grpoflow.tinker_server.models import TrainingModel
 
 

@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("tinker")
 
-from grpoflow.tinker_server.futures import UserError  # noqa: E402
+from grpoflow.errors import UserError  # noqa: E402
 from grpoflow.tinker_server.models import BaseModels  # noqa: E402
 
 

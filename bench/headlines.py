@@ -1,0 +1,144 @@
+"""The headline figure of each recipe the README runs, kept in one place: `bench/headlines.yaml`.
+
+Per recipe the file holds the command a user types, the metric it reports, what was measured (values, seconds,
+CPU, threads, whether the machine was idle, date, commit) and the range a run must land in. This module
+
+- renders the figures as README.md and docs/ quote them (`quotes`): `tests/unit/test_headlines.py` checks that
+  every rendered quote is in its file, so a doc cannot drift from the data;
+- runs a headline command as a user would (`grpoflow train <recipe>` in a subprocess, into a fresh output
+  folder), reads its `metrics.jsonl` and checks the result against the range: `tests/integration/test_headlines.py`
+  (slow stage, tiny-model recipes) and `tests/real_model/test_smollm2_headlines.py` (real-model stage).
+
+    python bench/headlines.py calculator_tool    # run it; prints the `measured:` block to paste into headlines.yaml
+
+Results depend in the last bits on the CPU's float kernels and the thread count (README, "What `make train`
+does"), so the ranges are wide enough for either CI CPU, and each measurement names the CPU it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "bench" / "headlines.yaml"
+
+
+def load(path: Path = DATA) -> dict[str, dict]:
+    """The recipes of headlines.yaml by name."""
+    return yaml.safe_load(path.read_text())["recipes"]
+
+
+def figures(entry: dict) -> dict[str, float]:
+    """The values a quote may name: before, after, gain (after - before), seconds, minutes, and for each
+    `also` figure <name>_before and <name>_after."""
+    m = entry["measured"]
+    values = {"before": m["before"], "after": m["after"], "gain": m["after"] - m["before"],
+              "seconds": m["seconds"], "minutes": m["seconds"] / 60}
+    for name, pair in (m.get("also") or {}).items():
+        values[f"{name}_before"], values[f"{name}_after"] = pair
+    return values
+
+
+def quotes(entry: dict) -> list[tuple[str, str]]:
+    """(file relative to the repository, the text it must contain) for every quote of the entry."""
+    values = figures(entry)
+    return [(file, template.format(**values)) for file, templates in entry["quotes"].items()
+            for template in templates]
+
+
+def headline_argv(entry: dict, out: Path, overrides: tuple[str, ...] = ()) -> list[str]:
+    """The entry's command as this interpreter runs it, into `out` (`grpoflow X` -> `python -m grpoflow.cli X`)."""
+    words = shlex.split(entry["command"])
+    if words[0] != "grpoflow":
+        raise ValueError(f"headline command {entry['command']!r} must start with `grpoflow`.")
+    return [sys.executable, "-m", "grpoflow.cli", *words[1:], f"trainer.output_dir={out}", *overrides]
+
+
+def read_run(run_dir: Path, entry: dict) -> dict:
+    """before/after of the entry's metric (its first and last logged value) and of its `also` metrics."""
+    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl") if line.strip()]
+
+    def first_last(key: str) -> list[float]:
+        values = [r[key] for r in records if key in r]
+        if len(values) < 2:
+            raise ValueError(f"{run_dir}/metrics.jsonl has {len(values)} values of {key!r}; a headline run "
+                             f"validates before and after GRPO (trainer.val_every).")
+        return [round(values[0], 4), round(values[-1], 4)]
+
+    before, after = first_last(entry["metric"])
+    also = {name: first_last(key) for name, key in (entry.get("also") or {}).items()}
+    return {"before": before, "after": after, **({"also": also} if also else {})}
+
+
+def out_of_range(measured: dict, entry: dict) -> list[str]:
+    """What lies outside the entry's accepted range ([] when the run is as quoted)."""
+    accept, problems = entry["accept"], []
+    for key in ("before", "after"):
+        low, high = accept[key]
+        if not low <= measured[key] <= high:
+            problems.append(f"{key} {measured[key]:.1%} outside [{low:.0%}, {high:.0%}]")
+    gain = measured["after"] - measured["before"]
+    if gain < accept["min_gain"]:
+        problems.append(f"gain {gain:+.1%} below {accept['min_gain']:+.0%}")
+    return problems
+
+
+def cpu_name() -> str:
+    """`lscpu`'s model name and the bf16 flags: 'AMD EPYC (avx512_bf16)', 'Intel(R) Xeon(R) ... (amx_bf16)'."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    bf16 = [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+    return f"{name}, {os.cpu_count()} cores ({', '.join(bf16) or 'no bf16 units'})"
+
+
+def commit() -> str:
+    """The short commit of the checkout, with `+changes` when tracked files differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain", "-uno") else "")
+
+
+def run_headline(name: str, out: Path, overrides: tuple[str, ...] = ()) -> dict:
+    """Run recipe `name`'s headline command into `out`, echoing its output; its `measured:` block."""
+    entry = load()[name]
+    argv = headline_argv(entry, out, overrides)
+    load_before = round(os.getloadavg()[0], 2)
+    print(f"headline {name}: {' '.join(argv)} (load average {load_before})", flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=ROOT, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"`{entry['command']}` exited with {proc.returncode} (its output is above).")
+    threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    return {**read_run(out, entry), "seconds": round(seconds), "cpu": cpu_name(), "threads": threads,
+            "load_before": load_before, "load_after": round(os.getloadavg()[0], 2), "date": datetime.date.today().isoformat(),
+            "commit": commit()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("recipe", choices=sorted(load()))
+    parser.add_argument("overrides", nargs="*", help="k=v added to the command (model.path=... for SmolLM2)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        measured = run_headline(args.recipe, Path(tmp) / "run", tuple(args.overrides))
+    problems = out_of_range(measured, load()[args.recipe])
+    print(yaml.safe_dump({"measured": measured}, sort_keys=False, default_flow_style=None), end="")
+    print("in range" if not problems else "OUT OF RANGE: " + "; ".join(problems))
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -114,17 +114,24 @@ def run_headline(name: str, out: Path, overrides: tuple[str, ...] = ()) -> dict:
     """Run recipe `name`'s headline command into `out`, echoing its output; its `measured:` block."""
     entry = load()[name]
     argv = headline_argv(entry, out, overrides)
-    load_before = round(os.getloadavg()[0], 2)
+    load_before, checkout = round(os.getloadavg()[0], 2), commit()
     print(f"headline {name}: {' '.join(argv)} (load average {load_before})", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "console.log"   # progress bars and all: only the summary lines are echoed
     start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=ROOT, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    with open(log, "w") as f:
+        proc = subprocess.run(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                              env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
     seconds = time.perf_counter() - start
+    text = log.read_text(errors="replace")
     if proc.returncode != 0:
-        raise RuntimeError(f"`{entry['command']}` exited with {proc.returncode} (its output is above).")
+        raise RuntimeError(f"`{entry['command']}` exited with {proc.returncode}; the end of its output:\n"
+                           f"{text[-4000:]}")
+    print("\n".join(line for line in text.splitlines() if line.startswith(("held-out accuracy", "done in"))))
     threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
     return {**read_run(out, entry), "seconds": round(seconds), "cpu": cpu_name(), "threads": threads,
-            "load_before": load_before, "load_after": round(os.getloadavg()[0], 2), "date": datetime.date.today().isoformat(),
-            "commit": commit()}
+            "load_before": load_before, "load_after": round(os.getloadavg()[0], 2),
+            "date": datetime.date.today().isoformat(), "commit": checkout}
 
 
 def main() -> None:

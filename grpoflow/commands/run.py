@@ -195,11 +195,12 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
         finally:
             controller.close()
     result["wall_s"] = time.perf_counter() - start
-    before, after = result["before"].get("val/mean@1"), result["after"].get("val/mean@1")
+    mean_at_k = f"mean@{cfg.rollout.val_n}"   # greedy mean@1, or sampled mean@k with rollout.val_n=k
+    before, after = result["before"].get(f"val/{mean_at_k}"), result["after"].get(f"val/{mean_at_k}")
     if result["stopped"]:
         tqdm.write(stopped_message(result["stopped"], cfg))
     elif before is not None and after is not None:
-        tqdm.write(f"held-out accuracy (mean@1): {before:.1%} before GRPO -> {after:.1%} after "
+        tqdm.write(f"held-out accuracy ({mean_at_k}): {before:.1%} before GRPO -> {after:.1%} after "
                    f"{cfg.trainer.total_steps} steps ({after - before:+.1%})")
     tqdm.write(f"done in {result['wall_s']:.0f}s; metrics: {loop.logger.path.resolve()}")
     return result

@@ -39,12 +39,12 @@ def load(path: Path = DATA) -> dict[str, dict]:
     return yaml.safe_load(path.read_text())["recipes"]
 
 
-def figures(entry: dict) -> dict[str, float]:
-    """The values a quote may name: before, after, gain (after - before), seconds, minutes, and for each
-    `also` figure <name>_before and <name>_after."""
+def figures(entry: dict) -> dict:
+    """The values a quote may name: before, after, gain (after - before), seconds, minutes, for each `also` figure
+    <name>_before and <name>_after, and the entry's `measured` and `accept` ({accept[after][0]:.0%})."""
     m = entry["measured"]
     values = {"before": m["before"], "after": m["after"], "gain": m["after"] - m["before"],
-              "seconds": m["seconds"], "minutes": m["seconds"] / 60}
+              "seconds": m["seconds"], "minutes": m["seconds"] / 60, "measured": m, "accept": entry.get("accept")}
     for name, pair in (m.get("also") or {}).items():
         values[f"{name}_before"], values[f"{name}_after"] = pair
     return values
@@ -82,16 +82,29 @@ def read_run(run_dir: Path, entry: dict) -> dict:
 
 
 def out_of_range(measured: dict, entry: dict) -> list[str]:
-    """What lies outside the entry's accepted range ([] when the run is as quoted)."""
-    accept, problems = entry["accept"], []
-    for key in ("before", "after"):
-        low, high = accept[key]
-        if not low <= measured[key] <= high:
-            problems.append(f"{key} {measured[key]:.1%} outside [{low:.0%}, {high:.0%}]")
-    gain = measured["after"] - measured["before"]
-    if gain < accept["min_gain"]:
-        problems.append(f"gain {gain:+.1%} below {accept['min_gain']:+.0%}")
+    """What lies outside the entry's accepted range ([] when the run is as quoted): the metric's before and after
+    each within [low, high] and after - before >= min_gain, and the same for each figure under `accept.also`."""
+    accept = entry["accept"]
+    problems = _outside("", measured["before"], measured["after"], accept)
+    for name, spec in (accept.get("also") or {}).items():
+        problems += _outside(f"{name} ", *measured["also"][name], spec)
     return problems
+
+
+def _outside(label: str, before: float, after: float, spec: dict) -> list[str]:
+    problems = []
+    for key, value in (("before", before), ("after", after)):
+        if key in spec and not spec[key][0] <= value <= spec[key][1]:
+            low, high = spec[key]
+            problems.append(f"{label}{key} {_show(value)} outside [{_show(low)}, {_show(high)}]")
+    if "min_gain" in spec and after - before < spec["min_gain"]:
+        problems.append(f"{label}gain {_show(after - before, '+')} below {_show(spec['min_gain'], '+')}")
+    return problems
+
+
+def _show(value: float, sign: str = "") -> str:
+    """A fraction as a percentage (0.25 -> 25.0%), a count as it is (52.0 -> 52)."""
+    return f"{value:{sign}.1%}" if abs(value) <= 1 else f"{value:{sign}g}"
 
 
 def cpu_name() -> str:

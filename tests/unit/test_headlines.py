@@ -53,12 +53,17 @@ def test_every_doc_line_with_a_recipe_command_and_a_figure_quotes_the_data():
 
 
 def test_a_run_outside_the_range_is_named():
-    entry = {"accept": {"before": [0.2, 0.5], "after": [0.6, 0.9], "min_gain": 0.2}}
-    assert headlines.out_of_range({"before": 0.3, "after": 0.7}, entry) == []
+    entry = {"accept": {"before": [0.2, 0.5], "after": [0.6, 0.9], "min_gain": 0.2,
+                        "also": {"calls": {"after": [100, 128]}, "reward": {"min_gain": 0.3}}}}
+    ok = {"calls": [52, 128], "reward": [0.3, 0.9]}
+    assert headlines.out_of_range({"before": 0.3, "after": 0.7, "also": ok}, entry) == []
     # 0.45 -> 0.6: both in range, the gain 15 points < 20
-    assert headlines.out_of_range({"before": 0.45, "after": 0.6}, entry) == ["gain +15.0% below +20%"]
-    assert headlines.out_of_range({"before": 0.1, "after": 0.95}, entry) == ["before 10.0% outside [20%, 50%]",
-                                                                            "after 95.0% outside [60%, 90%]"]
+    assert headlines.out_of_range({"before": 0.45, "after": 0.6, "also": ok}, entry) == ["gain +15.0% below +20.0%"]
+    assert headlines.out_of_range({"before": 0.1, "after": 0.95, "also": ok}, entry) == [
+        "before 10.0% outside [20.0%, 50.0%]", "after 95.0% outside [60.0%, 90.0%]"]
+    # the tool called in 90 of 128 trajectories after GRPO; the sampled reward up by 0.25 only
+    assert headlines.out_of_range({"before": 0.3, "after": 0.7, "also": {"calls": [52, 90], "reward": [0.3, 0.55]}},
+                                  entry) == ["calls after 90 outside [100, 128]", "reward gain +25.0% below +30.0%"]
 
 
 def test_quotes_render_the_figures():

@@ -117,10 +117,10 @@ def cpu_name() -> str:
 
 
 def commit() -> str:
-    """The short commit of the checkout, with `+changes` when tracked files differ from it."""
+    """The short commit of the checkout, with `+changes` when the package (code or recipes) differs from it."""
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
-    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain", "-uno") else "")
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain", "--", "grpoflow") else "")
 
 
 def run_headline(name: str, out: Path, overrides: tuple[str, ...] = ()) -> dict:

@@ -1,6 +1,8 @@
 """Shared fixtures: tiny models saved once per test session (no model hub)."""
 
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -26,3 +28,13 @@ def ray_cluster(tmp_path_factory):
              runtime_env={"env_vars": {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}})
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def headlines():
+    """bench/headlines.py (the recipes' headline figures and their check), imported by path: bench/ is no package."""
+    spec = importlib.util.spec_from_file_location("headlines", Path(__file__).resolve().parents[1] / "bench" /
+                                                  "headlines.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -4,19 +4,13 @@ before and after GRPO must lie in the range bench/headlines.yaml accepts, the ra
 
 `-s` shows each run's output and its `measured:` block (bench/headlines.py), ready to paste into headlines.yaml."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import headlines  # noqa: E402
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["builtin", "guess_number", "calculator_tool"])
-def test_headline_command_lands_in_the_quoted_range(recipe, tmp_path):
+def test_headline_command_lands_in_the_quoted_range(recipe, tmp_path, headlines):
     measured = headlines.run_headline(recipe, tmp_path / "run")
     print(yaml.safe_dump({recipe: {"measured": measured}}, sort_keys=False, default_flow_style=None))
     assert not headlines.out_of_range(measured, headlines.load()[recipe]), measured

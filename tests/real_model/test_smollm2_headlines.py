@@ -6,21 +6,14 @@ the warm-started model, so the range also checks that the warm start taught the 
 
 `-s` shows each run's `measured:` block (bench/headlines.py), ready to paste into headlines.yaml."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import yaml
-
-_spec = importlib.util.spec_from_file_location("headlines", Path(__file__).resolve().parents[2] / "bench" / "headlines.py")
-headlines = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(headlines)
 
 pytestmark = pytest.mark.real_model
 
 
 @pytest.mark.parametrize("recipe", ["smollm2_addition", "smollm2_calculator", "smollm2_guess_number"])
-def test_headline_command_lands_in_the_quoted_range(recipe, tmp_path, smollm2_path):
+def test_headline_command_lands_in_the_quoted_range(recipe, tmp_path, smollm2_path, headlines):
     measured = headlines.run_headline(recipe, tmp_path / "run", (f"model.path={smollm2_path}",))
     print(yaml.safe_dump({recipe: {"measured": measured}}, sort_keys=False, default_flow_style=None))
     assert not headlines.out_of_range(measured, headlines.load()[recipe]), measured

@@ -2,45 +2,41 @@
 holds (no run here: tests/integration/test_headlines.py and tests/real_model/test_smollm2_headlines.py run the
 commands against the file's ranges)."""
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("headlines", ROOT / "bench" / "headlines.py")
-headlines = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(headlines)
-RECIPES = headlines.load()
+NAMES = ["builtin", "guess_number", "calculator_tool", "smollm2_addition", "smollm2_calculator", "smollm2_guess_number"]
 MEASURED = {"before", "after", "seconds", "cpu", "threads", "load_before", "load_after", "date", "commit"}
 
 
-def test_every_readme_recipe_has_a_complete_entry():
-    assert set(RECIPES) == {"builtin", "guess_number", "calculator_tool", "smollm2_addition", "smollm2_calculator",
-                            "smollm2_guess_number"}
-    for name, entry in RECIPES.items():
+def test_every_readme_recipe_has_a_complete_entry(headlines):
+    recipes = headlines.load()
+    assert sorted(recipes) == sorted(NAMES)
+    for name, entry in recipes.items():
         assert (ROOT / "grpoflow" / "recipes" / f"{name}.yaml").exists(), name
         assert MEASURED <= set(entry["measured"]), (name, MEASURED - set(entry["measured"]))
         assert set(entry["measured"].get("also") or {}) == set(entry.get("also") or {}), name
         assert entry["quotes"], f"{name}: no doc quotes its figure"
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
-def test_the_docs_quote_the_measured_figures(name):
-    for file, text in headlines.quotes(RECIPES[name]):
+@pytest.mark.parametrize("name", NAMES)
+def test_the_docs_quote_the_measured_figures(name, headlines):
+    for file, text in headlines.quotes(headlines.load()[name]):
         assert text in (ROOT / file).read_text(), f"{file} should say {text!r} (bench/headlines.yaml, {name})"
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
-def test_the_measured_run_lies_in_its_own_range(name):
-    entry = RECIPES[name]
+@pytest.mark.parametrize("name", NAMES)
+def test_the_measured_run_lies_in_its_own_range(name, headlines):
+    entry = headlines.load()[name]
     assert headlines.out_of_range(entry["measured"], entry) == []
 
 
-def test_every_doc_line_with_a_recipe_command_and_a_figure_quotes_the_data():
+def test_every_doc_line_with_a_recipe_command_and_a_figure_quotes_the_data(headlines):
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    for name, entry in RECIPES.items():
+    for name, entry in headlines.load().items():
         if name == "builtin":
             continue   # `grpoflow train` alone is in many lines; its quotes are pinned above
         command = re.compile(re.escape(entry["command"]) + r"(\s|`|$)")
@@ -52,7 +48,7 @@ def test_every_doc_line_with_a_recipe_command_and_a_figure_quotes_the_data():
                         f"that bench/headlines.yaml does not hold"
 
 
-def test_a_run_outside_the_range_is_named():
+def test_a_run_outside_the_range_is_named(headlines):
     entry = {"accept": {"before": [0.2, 0.5], "after": [0.6, 0.9], "min_gain": 0.2,
                         "also": {"calls": {"after": [100, 128]}, "reward": {"min_gain": 0.3}}}}
     ok = {"calls": [52, 128], "reward": [0.3, 0.9]}
@@ -66,14 +62,14 @@ def test_a_run_outside_the_range_is_named():
                                   entry) == ["calls after 90 outside [100, 128]", "reward gain +25.0% below +30.0%"]
 
 
-def test_quotes_render_the_figures():
+def test_quotes_render_the_figures(headlines):
     entry = {"measured": {"before": 0.76, "after": 0.85, "seconds": 333, "also": {"calls": [62, 127]}},
              "quotes": {"README.md": ["{before:.0%} -> {after:.1%} ({gain:+.1%}), {seconds} s, {minutes:.1f} min, "
                                       "calls {calls_before} -> {calls_after}"]}}
     assert headlines.quotes(entry) == [("README.md", "76% -> 85.0% (+9.0%), 333 s, 5.5 min, calls 62 -> 127")]
 
 
-def test_read_run_takes_the_first_and_last_logged_values(tmp_path):
+def test_read_run_takes_the_first_and_last_logged_values(tmp_path, headlines):
     lines = ['{"step": 0, "val/mean@1": 0.25, "val/mean@4": 0.5}', '{"step": 1, "critic/score/mean": 0.1}',
              '{"step": 2, "critic/score/mean": 0.3, "val/mean@1": 0.5}', '{"step": 3, "critic/score/mean": 0.6}']
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")

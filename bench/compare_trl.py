@@ -184,15 +184,15 @@ def row_label(row: dict) -> str:
 def frameworks(args) -> list[tuple[str, str, str, dict]]:
     """(label, child kind, compute dtype, extra spec) of every run of a repeat: grpoflow in each dtype (with the
     step-sized micro-batch, then with its default budget when `--microbatch` has `default`), then TRL in each
-    `--trl-dtype` (bf16: TRL's `bf16=True`, fp32 weights under autocast)."""
+    `--trl-dtype` (bf16: TRL's `bf16=True`, fp32 weights under autocast); only the `--frameworks` named."""
     runs = []
-    for dtype in args.compute_dtype:
+    for dtype in args.compute_dtype if "grpoflow" in args.frameworks else []:
         name = "grpoflow" if dtype == "float32" else f"grpoflow-{PEAK_KEY[dtype]}"
         for budget in args.microbatch:
             label = name if budget == "step" else f"{name}-mb4096"
             runs.append((label, "grpoflow", dtype, {"microbatch": budget}))
     return runs + [("trl" if dtype == "float32" else f"trl-{PEAK_KEY[dtype]}", "trl", dtype, {})
-                   for dtype in args.trl_dtype]
+                   for dtype in (args.trl_dtype if "trl" in args.frameworks else [])]
 
 
 def run_row(row: dict, args, prepared: dict, peak: dict, bandwidth: float, logs: Path, progress) -> dict:
@@ -215,10 +215,34 @@ def run_row(row: dict, args, prepared: dict, peak: dict, bandwidth: float, logs:
                      f"s/step ({f['x_limit']:.1f}x its limit) | {f['tokens_per_s']:.0f} tok/s | MFU {f['mfu']:.1%} | "
                      f"reward {f['reward_first']:.2f}->{f['reward_last']:.2f} | held-out {f['accuracy']:.1%} | "
                      f"{f['peak_rss_mb']:.0f} MB | {time.perf_counter() - start:.0f}s | others {busy:.0%} busy before")
-    med = {label: median_figures(figures[label]) for label in figures}
-    best, ratios = over_best_trl(med)
-    return {**row, "accuracy_before": prepared["accuracy"] if sft else None, "median": med, "runs": figures,
-            "trl_best": best, "over_trl": ratios}
+    return with_medians({**row, "accuracy_before": prepared["accuracy"] if sft else None, "runs": figures})
+
+
+def with_medians(result: dict) -> dict:
+    """A row's result with the median figures of each framework and the ratios to the fastest TRL run (none
+    without a TRL run) added to its `runs`."""
+    med = {label: median_figures(runs) for label, runs in result["runs"].items()}
+    best, ratios = over_best_trl(med) if any(label.startswith("trl") for label in med) else (None, {})
+    return {**result, "median": med, "trl_best": best, "over_trl": ratios}
+
+
+def merge(paths: list[Path]) -> dict:
+    """One summary from the `--json-out` files of several invocations (e.g. TRL and grpoflow run in separate
+    commands): the runs of equal rows side by side, medians and ratios recomputed. Each run's limit and MFU keep
+    the peak and bandwidth measured at the start of its own invocation (all are listed in `peak_gflops`)."""
+    summaries = [json.loads(p.read_text()) for p in paths]
+    rows: dict[str, dict] = {}
+    for summary in summaries:
+        for r in summary["rows"]:
+            key = row_label(r)
+            if key not in rows:
+                rows[key] = {k: v for k, v in r.items() if k not in ("median", "trl_best", "over_trl")}
+                rows[key]["runs"] = {}
+            for label, runs in r["runs"].items():
+                rows[key]["runs"].setdefault(label, []).extend(runs)
+    return {"merged": [str(p) for p in paths], "peak_gflops": [s["peak_gflops"] for s in summaries],
+            "bandwidth_gbs": [s["bandwidth_gbs"] for s in summaries], "args": summaries[0]["args"],
+            "rows": [with_medians(r) for r in rows.values()], "wall_s": sum(s["wall_s"] for s in summaries)}
 
 
 COLUMNS = [("s/step", "s_per_step", "{:.3f}"), ("gen s", "gen_s", "{:.3f}"), ("rest s", "rest_s", "{:.3f}"),
@@ -326,9 +350,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of both frameworks (default 0)")
     p.add_argument("--wait-idle", type=float, default=0, metavar="S", help="before each run, wait up to S seconds "
                    "for other processes to leave the CPU (default 0: only measure and report their load)")
+    p.add_argument("--frameworks", type=lambda v: v.split(","), default=["grpoflow", "trl"],
+                   help="which frameworks' runs to make: grpoflow and/or trl (default both; run them in separate "
+                        "commands with --json-out, then --merge)")
     p.add_argument("--json-out", type=Path, default=None, help="also write the JSON result here")
+    p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                   help="run nothing: print the tables of these --json-out files as one (rows matched by label)")
     p.add_argument("--child", nargs=2, metavar=("KIND", "SPEC"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if not set(args.frameworks) <= {"grpoflow", "trl"}:
+        p.error(f"--frameworks {','.join(args.frameworks)}: use grpoflow and/or trl")
     if args.real_model:
         args.real_model = str(Path(args.real_model).resolve())  # the children run in the repository root
     for key, (tiny, real) in MODE_DEFAULTS.items():
@@ -341,6 +372,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.child:
         return run_child_main(*args.child)
+    if args.merge:
+        return report(merge(args.merge), args)
     began = time.perf_counter()
 
     def progress(msg: str) -> None:
@@ -364,24 +397,30 @@ def main(argv: list[str] | None = None) -> None:
         progress(f"{'model' if args.real_model else 'warm start'} {size}: {prepared[size]['model_path']} "
                  f"(held-out {prepared[size]['accuracy']:.1%})")
     results = [run_row(row, args, prepared[row["size"]], peak, bandwidth, logs, progress) for row in rows]
+    summary = {"peak_gflops": peak, "bandwidth_gbs": bandwidth,
+               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"},
+               "rows": results, "wall_s": time.perf_counter() - began}
+    report(summary, args)
+
+
+def report(summary: dict, args) -> None:
+    """Print the tables of a summary (and its JSON, last); write it to `--json-out`."""
+    results, a = summary["rows"], summary["args"]
     print()
-    print(f"{args.prompts} prompts/step, {args.steps} steps (first {WARMUP_STEPS} left out of speed figures), "
-          f"lr {args.lr:g} constant, {args.threads} threads, medians of {args.repeats} run(s) each; "
+    print(f"{a['prompts']} prompts/step, {a['steps']} steps (first {WARMUP_STEPS} left out of speed figures), "
+          f"lr {a['lr']:g} constant, {a['threads']} threads, medians of {a['repeats']} run(s) each; "
           f"grpoflow-bf16: model.compute_dtype=bfloat16")
     print(table(results))
     print()
     print("grpoflow per-stage median seconds (dataflow: step time outside generation, forward, backward and optimizer)")
     print(profile_table(results))
-    if args.scaling:
+    if a.get("scaling"):
         print()
         print(scaling_table(results))
     busiest = max(f["busy_before"] for r in results for runs in r["runs"].values() for f in runs)
     if busiest > 0.2:
         print(f"WARNING: other processes kept the machine up to {busiest:.0%} busy before a run; speed figures are "
               f"unreliable (rerun on a quiet machine, or with --wait-idle 300)")
-    summary = {"peak_gflops": peak, "bandwidth_gbs": bandwidth,
-               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"},
-               "rows": results, "wall_s": time.perf_counter() - began}
     if args.json_out:
         args.json_out.write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))

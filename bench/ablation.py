@@ -135,6 +135,7 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     from grpoflow.rollout.protocol import SamplingParams
     from grpoflow.tasks.chat_addition import chat_addition_splits
     from grpoflow.training.microbatch import plan_microbatches
+    from grpoflow.training.mixed_precision import ComputeCopy
 
     tok = load_tokenizer(path)
     prompts = [item.prompt_ids for item in prepare_prompts(chat_addition_splits()[0][:8], tok)[0]]
@@ -160,6 +161,19 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
                 ((lp * mask).sum() / gen.response_mask.sum()).backward()
             model.zero_grad(set_to_none=True)
         return run
+
+    copy = ComputeCopy(model, torch.bfloat16)
+    copy.compute.set_attn_implementation(grouped)
+
+    def update_on_copy():
+        """The update pass on the bf16 compute copy (training.mixed_precision): the masters cast into it (as after
+        every optimizer step), forward and backward in bf16, gradients added into the float32 masters."""
+        copy.mark_stale()
+        m = copy.refresh()
+        lp, _ = logprobs.response_log_probs(m, gen.prompt_ids, gen.prompt_mask, gen.response_ids, gen.response_mask,
+                                            with_entropy=True, compute_dtype="bfloat16")
+        ((lp * gen.response_mask).sum() / gen.response_mask.sum()).backward()
+        model.zero_grad(set_to_none=True)
 
     def sampling(attn: str):
         def run():
@@ -188,6 +202,7 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
                                                                                             "bfloat16"),
             f"update: as now, in the {len(two)} micro-batches of a 4,096-token budget": update(
                 True, "grouped", "bfloat16", plans=two),
+            "update: fused head, grouped attention, bf16 compute copy, chunk 128": update_on_copy,
             "sampling: bf16 weights, sdpa (now)": sampling("sdpa"),
             "sampling: bf16 weights, grouped attention": sampling("grouped"),
             "sampling: finished rows compacted at every finish": sampling_compacting(1),
@@ -227,10 +242,13 @@ def main(argv: list[str] | None = None) -> None:
                    help="SmolLM2-135M-Instruct's HF folder: time this work's real-model speed-ups instead")
     p.add_argument("--model", default=None, metavar="FOLDER",
                    help="a model folder to time instead of the cached tiny-<size> warm start")
+    p.add_argument("--only", type=lambda v: v.split(","), default=None, metavar="TEXT,...",
+                   help="time only the variants whose name contains one of these texts")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.real_model:
-        return time_variants(real_model_variants(Path(args.real_model), args.group_size, args.max_new_tokens),
+        variants = real_model_variants(Path(args.real_model), args.group_size, args.max_new_tokens)
+        return time_variants(chosen(variants, args.only),
                              f"SmolLM2-135M-Instruct, 8 chat prompts x {args.group_size} samples, <= "
                              f"{args.max_new_tokens} new tokens, {args.threads} threads, {args.repeats} repeats",
                              args.repeats)
@@ -241,8 +259,17 @@ def main(argv: list[str] | None = None) -> None:
     gen, engine = generation_variants(path, args.group_size, args.max_new_tokens)
     variants = {**gen, **update_variants(path, engine.generate, args.group_size, args.max_new_tokens),
                 **optimizer_variants(path)}
-    time_variants(variants, f"{args.size}{' base' if args.base else ''}, 8 prompts x {args.group_size} samples, <= "
-                  f"{args.max_new_tokens} new tokens, {args.threads} threads, {args.repeats} repeats", args.repeats)
+    title = (f"{args.size}{' base' if args.base else ''}, 8 prompts x {args.group_size} samples, <= "
+             f"{args.max_new_tokens} new tokens, {args.threads} threads, {args.repeats} repeats")
+    time_variants(chosen(variants, args.only), title, args.repeats)
+
+
+def chosen(variants: dict, only: list[str] | None) -> dict:
+    """The variants whose name contains one of the `only` texts (all without `--only`)."""
+    picked = {name: fn for name, fn in variants.items() if only is None or any(t in name for t in only)}
+    if not picked:
+        sys.exit(f"--only {','.join(only or [])} matches none of: {'; '.join(variants)}")
+    return picked
 
 
 def time_variants(variants: dict, title: str, repeats: int) -> None:

@@ -174,7 +174,7 @@ def grpoflow_overrides(spec: dict, out: Path) -> list[str]:
         "algorithm.norm_adv_by_std=true", "algorithm.epsilon=1e-4"]  # TRL: (r - mean) / (std + 1e-4)
     if spec.get("microbatch", "step") == "step":
         # TRL runs a step's prompts x n samples as one forward/backward (per_device_train_batch_size): so does grpoflow
-        # here, with a token budget that holds them all (the default, 4096 padded tokens, is a memory bound).
+        # here, with a token budget that holds them all (the default comes from memory: training/budget.py).
         budget = max(4096, spec["prompts"] * n * (MAX_PROMPT_TOKENS + spec["max_new_tokens"]))
         twin.append(f"actor.max_tokens_per_microbatch={budget}")
     return shape + (twin if spec.get("match_trl", True) else []) + list(spec.get("overrides", []))

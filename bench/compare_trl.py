@@ -49,8 +49,9 @@ Two more columns of the first table, and its ratio rows:
   runs TRL with `bf16=False` and `bf16=True`).
 
 `--microbatch step,default` runs grpoflow twice per dtype: with one micro-batch holding the step (as
-TRL's batch; the default) and with its configured budget (`actor.max_tokens_per_microbatch`, 4,096
-padded tokens: what a user gets), labelled `-mb4096`.
+TRL's batch; the default) and with its configured budget (`actor.max_tokens_per_microbatch`, by default chosen
+from memory, `grpoflow/training/budget.py`: what a user gets), labelled `-mbdefault` (`-mb4096` in figures from
+before the budget came from memory).
 
 `--real-model FOLDER` replaces the tiny rows by one real-model row: SmolLM2-135M-Instruct (the HF folder
 that .ci/real_model_stage converts from the PyPI wheel's GGUF file) on the chat version of the task
@@ -189,7 +190,7 @@ def frameworks(args) -> list[tuple[str, str, str, dict]]:
     for dtype in args.compute_dtype if "grpoflow" in args.frameworks else []:
         name = "grpoflow" if dtype == "float32" else f"grpoflow-{PEAK_KEY[dtype]}"
         for budget in args.microbatch:
-            label = name if budget == "step" else f"{name}-mb4096"
+            label = name if budget == "step" else f"{name}-mbdefault"
             runs.append((label, "grpoflow", dtype, {"microbatch": budget}))
     return runs + [("trl" if dtype == "float32" else f"trl-{PEAK_KEY[dtype]}", "trl", dtype, {})
                    for dtype in (args.trl_dtype if "trl" in args.frameworks else [])]

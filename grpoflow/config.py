@@ -337,7 +337,9 @@ class ActorConfig:
     minibatches: int = opt(1, "Optimizer steps per RL step per epoch; 1 is strictly on-policy. Must divide "
                            "data.prompts_per_step (mini-batches hold whole groups).")
     epochs: int = opt(1, "Passes over each RL step's data.")
-    max_tokens_per_microbatch: int = opt(4096, "Token budget per micro-batch per rank (padded tokens).")
+    max_tokens_per_microbatch: int = opt(0, "Token budget per micro-batch per rank (padded tokens). 0: chosen from "
+                                         "memory, what fits in half the device's (or machine's) memory next to "
+                                         "the training state, at least 4,096 (grpoflow/training/budget.py).")
     logprob_chunk_size: int = opt(128, "Tokens per chunk when turning logits into log-probs and entropy.")
 
 
@@ -757,7 +759,8 @@ class Schedule:
         return (f"schedule: {self.prompts_per_step} prompts x {self.n} samples = {self.trajectories} trajectories"
                 f" per step | {self.minibatches} mini-batch(es) of {self.trajectories_per_minibatch} x "
                 f"{self.epochs} epoch(s) = {self.optimizer_steps} optimizer step(s) | micro-batches of <= "
-                f"{self.max_tokens_per_microbatch} tokens, <= {self.max_microbatches_per_minibatch} per mini-batch")
+                f"{self.max_tokens_per_microbatch or 'a budget from memory of >= 4096'} tokens, <= "
+                f"{self.max_microbatches_per_minibatch} per mini-batch")
 
 
 def batch_schedule(cfg: Config) -> Schedule:
@@ -769,12 +772,14 @@ def batch_schedule(cfg: Config) -> Schedule:
                           f"whole groups); use one of {divisors}.")
     seq = cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
     budget = cfg.actor.max_tokens_per_microbatch
+    if budget == 0:  # chosen from memory when the model is known (training.budget): at least one sequence
+        budget = max(seq, 4096)
     if budget < seq:
         raise ConfigError(f"actor.max_tokens_per_microbatch={budget} is smaller than one sequence "
                           f"(data.max_prompt_length + rollout.max_new_tokens = {seq}); raise it to at least {seq}.")
     per_mb = p // m * n
     per_micro = max(1, budget // seq)
-    return Schedule(p, n, p * n, m, per_mb, cfg.actor.epochs, m * cfg.actor.epochs, budget,
+    return Schedule(p, n, p * n, m, per_mb, cfg.actor.epochs, m * cfg.actor.epochs, cfg.actor.max_tokens_per_microbatch,
                     -(-per_mb // per_micro))
 
 

@@ -14,6 +14,7 @@ validation and checkpoint cadence, logging, preemption, automatic restarts) is `
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from functools import partial
 from typing import Any, Callable, Iterator
 from pathlib import Path
@@ -44,6 +45,7 @@ from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.training.budget import microbatch_budget
 from grpoflow.training.forward import UpdateSchedule
 from grpoflow.training.timing import StageTimer
 from grpoflow.workers.actor import ActorWorker
@@ -139,6 +141,13 @@ class Controller:
         self._start_state(self.rewards.scorer)
 
     def _build_groups(self, cfg: Config, model_path: str, needs: set[str]) -> None:
+        budget = microbatch_budget(cfg.actor.max_tokens_per_microbatch, model_path=model_path,
+                                   seq=cfg.data.max_prompt_length + cfg.rollout.max_new_tokens,
+                                   compute_dtype=cfg.model.compute_dtype)  # every role's; 0: from memory
+        if budget != cfg.actor.max_tokens_per_microbatch:
+            tqdm.write(f"micro-batch budget: {budget} tokens per rank, chosen from memory "
+                       f"(actor.max_tokens_per_microbatch=0)")
+        cfg = dataclasses.replace(cfg, actor=dataclasses.replace(cfg.actor, max_tokens_per_microbatch=budget))
         a, alg, seed = cfg.actor, cfg.algorithm, cfg.trainer.seed
         train_pool = self.placement.train
         self.actor = WorkerGroup("actor", partial(

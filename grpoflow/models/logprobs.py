@@ -7,9 +7,10 @@ Three things make this pass cheap:
   repeated for its responses) and only the response tokens run per row. The result and the
   gradient are those of the full forward: the repeated prompt activations are the same
   tensors, so their gradients add up exactly as the n separate copies' would.
-- **bf16 compute** (`compute_dtype="bfloat16"`): the model forward (and so its backward) runs
-  under `torch.autocast`, so the matrix products run in bfloat16 while the parameters, their
-  gradients and the optimizer stay in float32 (master weights).
+- **bf16 compute** (`compute_dtype="bfloat16"`): the model forward (and so its backward) runs in
+  bfloat16, while the parameters, their gradients and the optimizer stay in float32 (master weights):
+  on a bf16 compute copy of the model (the actor on one rank, `training.mixed_precision`), or under
+  `torch.autocast` for a float32 model (FSDP ranks, LoRA, the critic).
 - **No [B, R, V] logits** for the models whose logits are a plain linear head on the last hidden
   state (`FUSED_HEAD_MODEL_TYPES`: Llama, Mistral, Qwen2/3): the decoder returns hidden states, and
   `head_log_probs` applies the head in row chunks to the real (unpadded) response tokens only,
@@ -44,10 +45,13 @@ def as_dtype(compute_dtype: str | torch.dtype | None) -> torch.dtype:
     return dtype or torch.float32
 
 
-def compute_autocast(compute_dtype: str | torch.dtype | None, device: torch.device | str = "cpu"):
-    """A context that runs matrix products in `compute_dtype` (autocast), or nothing for float32/None."""
+def compute_autocast(compute_dtype: str | torch.dtype | None, device: torch.device | str = "cpu",
+                     model: torch.nn.Module | None = None):
+    """A context that runs matrix products in `compute_dtype` (autocast), or nothing for float32/None or for a
+    `model` whose parameters are in `compute_dtype` already (a bf16 compute copy: nothing to cast)."""
     dtype = as_dtype(compute_dtype)
-    if dtype == torch.float32:
+    first = next(model.parameters(), None) if model is not None else None
+    if dtype == torch.float32 or (first is not None and first.dtype == dtype):
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
@@ -89,19 +93,19 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
     prompt_ids/prompt_mask: [B, P] (left-padded), response_ids/response_mask: [B, R]
     (right-padded). The logits at input position P - 1 + t predict response token t; they
     are divided by `temperature` (in float32) so the result matches the sampling distribution.
-    The forward runs under `compute_autocast(compute_dtype)`.
+    The forward runs under `compute_autocast(compute_dtype)` (nothing to do for a model already in that dtype).
     Padding positions hold arbitrary values (0 on the fused-head path): mask them with `response_mask`.
     `fused` / `share_prompts` False turn the fused head and the shared prompt forward off (they are on where
     they apply; the results are the same either way, bench/ablation.py times the difference).
     """
     head = fused_head(model) if fused else None
     if head is None:
-        with compute_autocast(compute_dtype, prompt_ids.device):
+        with compute_autocast(compute_dtype, prompt_ids.device, model):
             logits = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask,
                                       share_prompts=share_prompts)
         return token_log_probs(logits, response_ids, chunk_size=chunk_size, temperature=temperature,
                                with_entropy=with_entropy, entropy_grad=entropy_grad)
-    with compute_autocast(compute_dtype, prompt_ids.device):
+    with compute_autocast(compute_dtype, prompt_ids.device, model):
         hidden = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask, hidden=True,
                                   share_prompts=share_prompts)
     keep = response_mask.bool()

@@ -18,7 +18,7 @@ from grpoflow.models.logprobs import compute_autocast, response_outputs
 def response_log_softmax(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
                          response_mask: Tensor, *, temperature: float, compute_dtype: str | None) -> Tensor:
     """[b, R, V] float32 log softmax(logits / temperature) at the positions that predict each response token."""
-    with compute_autocast(compute_dtype, prompt_ids.device):
+    with compute_autocast(compute_dtype, prompt_ids.device, model):
         logits = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask)
     z = logits.float()
     return torch.log_softmax(z / temperature if temperature != 1.0 else z, dim=-1)

@@ -35,6 +35,7 @@ from grpoflow.errors import UserError
 from grpoflow.training.collectives import current_device, global_max, global_sum, rank, sum_over_ranks, to_device, \
     world_size
 from grpoflow.training.microbatch import PaddingBatch
+from grpoflow.training.mixed_precision import ComputeCopy, wants_compute_copy
 from grpoflow.models.loading import load_saved_weights, saved_state
 from grpoflow.models.lora import is_adapter_weight, is_lora, merged_named_weights
 
@@ -103,11 +104,17 @@ def _full(t: Tensor) -> Tensor:
 
 
 class TrainEngine:
+    """`model` holds the trained (master) weights. With a `compute_dtype` below the parameters' (bfloat16 over
+    float32) on one rank without LoRA, forward and backward run on a bf16 copy whose gradients accumulate into
+    the masters' float32 gradients (`mixed_precision.ComputeCopy`); `forward_model()` is the module to run."""
+
     def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
-                 betas: tuple[float, float] = (0.9, 0.999), lr_schedule: Callable[[int], float] | None = None
-                 ) -> None:
+                 betas: tuple[float, float] = (0.9, 0.999), lr_schedule: Callable[[int], float] | None = None,
+                 compute_dtype: str | None = None) -> None:
         self.sharded = world_size() > 1
         self.model = place_model(model)
+        copy_dtype = wants_compute_copy(self.model, compute_dtype, sharded=self.sharded)
+        self.compute_copy = ComputeCopy(self.model, copy_dtype) if copy_dtype is not None else None
         self.device = current_device()
         self.grad_clip = grad_clip
         params = [p for p in self.model.parameters() if p.requires_grad]  # after sharding: the local shards
@@ -127,8 +134,9 @@ class TrainEngine:
         `PaddingBatch` (see `split_by_tokens`) runs forward and backward but counts zero.
         """
         totals: dict[str, float] = {}
+        model = self.forward_model()
         for mb in microbatches:
-            loss, metrics = loss_fn(self.model, to_device(mb, self.device))
+            loss, metrics = loss_fn(model, to_device(mb, self.device))
             if isinstance(mb, PaddingBatch):
                 loss, metrics = loss * 0.0, {k: v * 0.0 for k, v in metrics.items()}
             self._check_finite(loss, metrics)
@@ -136,6 +144,11 @@ class TrainEngine:
             for k, v in metrics.items():
                 totals[k] = totals.get(k, 0.0) + float(v)
         return sum_over_ranks(totals)
+
+    def forward_model(self) -> nn.Module:
+        """The module that forward passes run on: the bf16 compute copy (cast from the masters if they changed
+        since), or the model itself."""
+        return self.model if self.compute_copy is None else self.compute_copy.refresh()
 
     def _check_finite(self, loss: Tensor, metrics: dict) -> None:
         """Raise on every rank together if the loss is NaN/inf on any (a lone raise would hang the others)."""
@@ -158,6 +171,8 @@ class TrainEngine:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.compute_copy is not None:
+            self.compute_copy.mark_stale()
         return float(norm)
 
     @property
@@ -226,6 +241,8 @@ class TrainEngine:
 
         Sharded, every rank must call it; rank 0 reads the folder and sends each tensor to the ranks.
         """
+        if self.compute_copy is not None:
+            self.compute_copy.mark_stale()
         if not self.sharded:
             load_saved_weights(self.model, folder)
             saved = load_tensor_file(Path(folder) / OPTIMIZER_FILE)

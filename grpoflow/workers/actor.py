@@ -25,6 +25,7 @@ from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.models.lora import add_lora, is_lora
 from grpoflow.models.topk import log_probs_at, response_log_softmax
+from grpoflow.training.budget import MIN_TOKENS
 from grpoflow.training.engine import TrainEngine, lr_multiplier
 from grpoflow.training.forward import Counts, UpdateSchedule, accumulate_gradients, batch_log_probs, train_on_batch
 from grpoflow.training.timing import StageTimer
@@ -42,12 +43,15 @@ class ActorWorker:
         self.topk_kl_coef = topk_kl_coef  # distillation's top-k forward-KL term (distill.topk_coef; 0: off)
         self.lora_sync = lora_sync  # rollout.lora_sync: merged full weights, or the LoRA adapters only
         self.policy_loss = POLICY_LOSSES.resolve(cfg.policy_loss)
-        self.schedule = UpdateSchedule(cfg.minibatches, cfg.epochs, cfg.max_tokens_per_microbatch)
+        # the controller resolves a budget of 0 (from memory, training.budget); built without it: the floor
+        self.max_tokens = cfg.max_tokens_per_microbatch or MIN_TOKENS
+        self.schedule = UpdateSchedule(cfg.minibatches, cfg.epochs, self.max_tokens)
         lr_schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
                               schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
-        self.compute_dtype = (model_cfg or ModelConfig()).compute_dtype  # autocast of every forward
+        self.compute_dtype = (model_cfg or ModelConfig()).compute_dtype  # a bf16 compute copy, or autocast
         self.engine = TrainEngine(build_policy(model_path, model_cfg or ModelConfig()), lr=cfg.lr,
-                                  weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, lr_schedule=lr_schedule)
+                                  weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, lr_schedule=lr_schedule,
+                                  compute_dtype=self.compute_dtype)
         self._weights: Iterator[tuple[str, Tensor]] | None = None  # an open bucketed weight stream
         self.timer = StageTimer()  # the model math of the current update (update_policy starts a fresh one)
 
@@ -55,13 +59,13 @@ class ActorWorker:
         """[B, R] reference log-probs: with LoRA the reference policy is this model with its adapters disabled."""
         if not is_lora(self.engine.model):
             raise RuntimeError("the actor serves the reference role only with LoRA adapters (model.lora.rank > 0).")
-        with self.engine.model.disable_adapter():  # type: ignore[operator]  # a PeftModel method
+        with self.engine.forward_model().disable_adapter():  # type: ignore[operator]  # a PeftModel method
             return self.compute_log_prob(batch)
 
     def compute_log_prob(self, batch: Batch) -> Tensor:
         """[B, R] the current policy's log-probs of the responses (0 on padding)."""
-        log_probs, _ = batch_log_probs(self.engine.model, batch, temperature=self.temperature,
-                                       max_tokens=self.cfg.max_tokens_per_microbatch,
+        log_probs, _ = batch_log_probs(self.engine.forward_model(), batch, temperature=self.temperature,
+                                       max_tokens=self.max_tokens,
                                        chunk_size=self.cfg.logprob_chunk_size, compute_dtype=self.compute_dtype)
         return log_probs
 
@@ -75,7 +79,7 @@ class ActorWorker:
 
     def accumulate_gradients(self, minibatch: Batch) -> dict[str, float]:
         """Backprop one mini-batch's loss, no optimizer step (what `update_policy` does per mini-batch)."""
-        return accumulate_gradients(self.engine, minibatch, self._loss, max_tokens=self.cfg.max_tokens_per_microbatch)
+        return accumulate_gradients(self.engine, minibatch, self._loss, max_tokens=self.max_tokens)
 
     def _loss(self, model: torch.nn.Module, mb: Batch, counts: Counts) -> tuple[Tensor, dict[str, Tensor]]:
         """This micro-batch's share of the mini-batch loss, and its share of each metric."""

@@ -10,6 +10,7 @@ from torch import Tensor
 
 from grpoflow.data.batch import Batch
 from grpoflow.training.engine import place_model
+from grpoflow.training.mixed_precision import wants_compute_copy
 from grpoflow.models import attention
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.training.forward import batch_log_probs
@@ -21,9 +22,12 @@ class ReferenceWorker:
         model = attention.use_for_bf16_on_cpu(load_causal_lm(model_path), compute_dtype).eval()
         for p in model.parameters():
             p.requires_grad_(False)
+        copy_dtype = wants_compute_copy(model, compute_dtype, sharded=world_size > 1)
+        if copy_dtype is not None:  # the actor computes on a bf16 copy: so does the reference (frozen: cast once)
+            model = model.to(copy_dtype)
         self.model = place_model(model)
         self.temperature, self.max_tokens, self.chunk_size = temperature, max_tokens, chunk_size
-        self.compute_dtype = compute_dtype  # the actor's autocast, so that KL is 0 while both are equal
+        self.compute_dtype = compute_dtype  # the actor's bf16 copy or autocast, so that KL is 0 while both are equal
 
     def compute_ref_log_prob(self, batch: Batch) -> Tensor:
         """[B, R] the reference policy's log-probs of the responses (0 on padding)."""

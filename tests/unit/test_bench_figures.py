@@ -104,3 +104,29 @@ def test_a_grpoflow_step_record_comes_from_its_metrics_line(figures):
     # forward 0.2 + (0.1 + 0.05) no-grad = 0.35; backward 0.5 - 0.2 = 0.3; math 0.8 + 0.35 + 0.3 + 0.1 = 1.55
     assert {k: r["stages"][k] for k in ("forward", "backward", "optimizer", "dataflow")} == pytest.approx(
         {"forward": 0.35, "backward": 0.3, "optimizer": 0.1, "dataflow": 0.45})
+
+
+def test_merge_puts_separate_invocations_of_a_row_side_by_side(figures, tmp_path):
+    import json
+
+    import compare_trl  # imports figures and limits, on the path here
+
+    def run(s):  # one run's summary figures, as run_row stores them
+        return {"s_per_step": s, "tokens_per_s": 100 / s, "peak_rss_mb": 10.0 * s, "mfu": 0.1, "stages": {"step": s}}
+
+    row = {"size": "smollm2", "group_size": 8, "max_new_tokens": 24, "kl": 0.0, "init": "real", "accuracy_before": 0.4}
+    trl = {"peak_gflops": {"fp32": 1}, "bandwidth_gbs": 1, "args": {}, "wall_s": 5,
+           "rows": [{**row, "runs": {"trl": [run(40.0)], "trl-bf16": [run(25.0)]}}]}
+    ours = {"peak_gflops": {"fp32": 2}, "bandwidth_gbs": 2, "args": {}, "wall_s": 3,
+            "rows": [{**row, "runs": {"grpoflow-bf16": [run(4.0), run(6.0)]}}]}
+    paths = [tmp_path / "trl.json", tmp_path / "ours.json"]
+    for p, summary in zip(paths, (trl, ours)):
+        p.write_text(json.dumps(summary))
+    merged = compare_trl.merge(paths)
+    (r,) = merged["rows"]
+    assert set(r["runs"]) == {"trl", "trl-bf16", "grpoflow-bf16"} and r["trl_best"] == "trl-bf16"
+    assert r["median"]["grpoflow-bf16"]["s_per_step"] == 5.0            # median of 4 and 6
+    assert r["over_trl"]["grpoflow-bf16"]["tokens_per_s"] == pytest.approx(5.0)  # (100 / 5) / (100 / 25)
+    assert merged["wall_s"] == 8 and merged["peak_gflops"] == [{"fp32": 1}, {"fp32": 2}]
+    # without any TRL run a row has no ratios (a grpoflow-only invocation)
+    assert compare_trl.with_medians({**row, "runs": {"grpoflow": [run(4.0)]}})["over_trl"] == {}

@@ -1,0 +1,82 @@
+"""A bf16 compute copy of the model with float32 master weights (what FSDP's and verl's mixed precision do).
+
+`torch.autocast` keeps the model in float32 and casts at every matrix product: each linear casts its
+float32 input to bf16 and its backward casts the gradient back, and the residual stream, norms and
+element-wise work stay float32. With a compute copy the cast happens once per optimizer step instead:
+
+- `compute` is a copy of `master` (the trained float32 module) in bf16; forward and backward run on it,
+  so activations, the residual stream and their gradients are bf16 (norms and softmax upcast inside, as
+  in any bf16 model);
+- each compute parameter's gradient is added into its master's float32 `.grad` as soon as backward
+  has accumulated it (`register_post_accumulate_grad_hook`), then freed, so micro-batches accumulate in
+  float32 and the bf16 gradients never exist for the whole model at once;
+- the optimizer, gradient clipping, checkpoints and weight sync see only the float32 masters;
+- `refresh()` casts the masters into the copy; the engine calls it before the first forward after an
+  optimizer step or a checkpoint load (`mark_stale`), so the copy never lags the masters.
+
+Tied weights stay tied (the copy is a `deepcopy`, which keeps shared tensors shared). Frozen parameters
+are copied but get no hook.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+
+class ComputeCopy:
+    """`compute`: `master` in `dtype`, whose gradients land in `master`'s float32 `.grad`."""
+
+    def __init__(self, master: nn.Module, dtype: torch.dtype) -> None:
+        self.master = master
+        self.compute = copy.deepcopy(master).to(dtype)
+        self.compute.train(master.training)
+        self.pairs = list(zip(master.parameters(), self.compute.parameters()))
+        names = [n for n, _ in master.named_parameters()], [n for n, _ in self.compute.named_parameters()]
+        if names[0] != names[1]:
+            raise RuntimeError("the compute copy's parameters do not line up with the model's (deepcopy changed them)")
+        for master_p, compute_p in self.pairs:
+            if compute_p.requires_grad:
+                compute_p.register_post_accumulate_grad_hook(_into_master(master_p))
+        self.stale = False
+
+    def mark_stale(self) -> None:
+        """The masters changed (optimizer step, load): refresh before the next forward."""
+        self.stale = True
+
+    @torch.no_grad()
+    def refresh(self) -> nn.Module:
+        """Cast the masters into the compute copy if they changed since the last refresh; returns the copy."""
+        if self.stale:
+            for master_p, compute_p in self.pairs:
+                compute_p.copy_(master_p)
+            self.stale = False
+        return self.compute
+
+
+def _into_master(master_p: nn.Parameter):
+    """The hook of one compute parameter: add its (bf16) gradient into the master's float32 gradient, free it."""
+    def hook(compute_p: torch.Tensor) -> None:
+        grad = compute_p.grad
+        if grad is None:
+            return
+        if master_p.grad is None:
+            master_p.grad = grad.to(master_p.dtype)
+        else:
+            master_p.grad.add_(grad)
+        compute_p.grad = None
+    return hook
+
+
+def wants_compute_copy(model: nn.Module, compute_dtype: str | torch.dtype | None, *,
+                       sharded: bool) -> torch.dtype | None:
+    """The dtype of a compute copy for `model`, or None to compute in the model's own dtype (or under autocast):
+    a copy only for a lower-precision compute dtype than the parameters', on one rank (FSDP shards have their own
+    mixed-precision policy) and without LoRA adapters (their few trained weights gain nothing from it)."""
+    dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
+    params = [p for p in model.parameters()]
+    if dtype is None or sharded or not params or hasattr(model, "peft_config"):
+        return None
+    return dtype if dtype.itemsize < params[0].dtype.itemsize else None

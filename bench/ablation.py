@@ -244,6 +244,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="a model folder to time instead of the cached tiny-<size> warm start")
     p.add_argument("--only", type=lambda v: v.split(","), default=None, metavar="TEXT,...",
                    help="time only the variants whose name contains one of these texts")
+    p.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                   help="after timing, run each variant once under torch.profiler and print its ROWS costliest ops")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.real_model:
@@ -251,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
         return time_variants(chosen(variants, args.only),
                              f"SmolLM2-135M-Instruct, 8 chat prompts x {args.group_size} samples, <= "
                              f"{args.max_new_tokens} new tokens, {args.threads} threads, {args.repeats} repeats",
-                             args.repeats)
+                             args.repeats, args.profile)
     warm = CACHE / f"tiny-{args.size}" / ("base_model" if args.base else "sft_model")
     path = Path(args.model) if args.model else warm
     if not path.is_dir():
@@ -261,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
                 **optimizer_variants(path)}
     title = (f"{args.size}{' base' if args.base else ''}, 8 prompts x {args.group_size} samples, <= "
              f"{args.max_new_tokens} new tokens, {args.threads} threads, {args.repeats} repeats")
-    time_variants(chosen(variants, args.only), title, args.repeats)
+    time_variants(chosen(variants, args.only), title, args.repeats, args.profile)
 
 
 def chosen(variants: dict, only: list[str] | None) -> dict:
@@ -272,8 +274,9 @@ def chosen(variants: dict, only: list[str] | None) -> dict:
     return picked
 
 
-def time_variants(variants: dict, title: str, repeats: int) -> None:
-    """Run every variant once (warm-up), then `repeats` rounds of all of them in turn; print fastest and median."""
+def time_variants(variants: dict, title: str, repeats: int, profile_rows: int = 0) -> None:
+    """Run every variant once (warm-up), then `repeats` rounds of all of them in turn; print fastest and median;
+    with `profile_rows`, then each variant's costliest ops of one more call (torch.profiler)."""
     for fn in variants.values():  # warm-up: first-call allocations, lazy inits
         fn()
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -286,6 +289,11 @@ def time_variants(variants: dict, title: str, repeats: int) -> None:
     print("| variant | fastest ms | median ms |\n|---|---|---|")
     for name, ts in times.items():
         print(f"| {name} | {min(ts) * 1e3:.1f} | {statistics.median(ts) * 1e3:.1f} |")
+    for name, fn in variants.items() if profile_rows else ():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            fn()
+        print(f"\n{name}: the {profile_rows} ops of most self CPU time (one call, torch.profiler)")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=profile_rows))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ Two more columns of the first table, and its ratio rows:
 
 - limit s / x limit: the step's physical limit at the rates measured at start (`limits.py`: the `torch.mm`
   peak of the run's dtype for the update's and generation's FLOPs, the copy bandwidth for reading every
-  weight once per decode step), and the step's seconds over it;
+  weight once per decode step), and the step's seconds over it; min limit s / x min: the same with each
+  prompt counted once per group (the least work a GRPO step needs: its samples share their prompt);
 - ratios (`.../trl...` rows) are against the fastest TRL run of the row (`--trl-dtype float32,bfloat16`
   runs TRL with `bf16=False` and `bf16=True`).
 
@@ -210,7 +211,8 @@ def run_row(row: dict, args, prepared: dict, peak: dict, bandwidth: float, logs:
                 busy = wait_until_idle(args.wait_idle, progress)
                 start = time.perf_counter()
                 run = spawn(kind, {**spec, **extra, "compute_dtype": dtype, "tmp": tmp}, log, args.threads)
-                f = {**summarize(run, kl=row["kl"], peak_gflops=peak, bandwidth_gbs=bandwidth), "busy_before": busy}
+                f = {**summarize(run, kl=row["kl"], peak_gflops=peak, bandwidth_gbs=bandwidth,
+                                 group_size=row["group_size"]), "busy_before": busy}
             figures[label].append(f)
             progress(f"  {row_label(row)} | repeat {rep + 1}/{args.repeats} | {label:18s} | {f['s_per_step']:.3f} "
                      f"s/step ({f['x_limit']:.1f}x its limit) | {f['tokens_per_s']:.0f} tok/s | MFU {f['mfu']:.1%} | "
@@ -248,7 +250,8 @@ def merge(paths: list[Path]) -> dict:
 
 COLUMNS = [("s/step", "s_per_step", "{:.3f}"), ("gen s", "gen_s", "{:.3f}"), ("rest s", "rest_s", "{:.3f}"),
            ("tok/s", "tokens_per_s", "{:.0f}"), ("MFU", "mfu", "{:.1%}"), ("limit s", "limit_s", "{:.3f}"),
-           ("x limit", "x_limit", "{:.1f}x"), ("peak MB", "peak_rss_mb", "{:.0f}"),
+           ("x limit", "x_limit", "{:.1f}x"), ("min limit s", "limit_min_s", "{:.3f}"),
+           ("x min", "x_limit_min", "{:.1f}x"), ("peak MB", "peak_rss_mb", "{:.0f}"),
            ("reward first", "reward_first", "{:.3f}"), ("reward last", "reward_last", "{:.3f}"),
            ("held-out", "accuracy", "{:.1%}"), ("run s", "run_wall_s", "{:.0f}")]
 
@@ -258,12 +261,13 @@ def table(results: list[dict]) -> str:
     lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
     for r in results:
         for label, figures in r["median"].items():
-            cells = [fmt.format(figures[k]) for _, k, fmt in COLUMNS]
+            cells = [fmt.format(figures[k]) if k in figures else "-" for _, k, fmt in COLUMNS]  # older files: fewer
             lines.append(f"| {row_label(r)} | {label} | " + " | ".join(cells) + " |")
         before = "untrained" if r["accuracy_before"] is None else f"before RL {r['accuracy_before']:.1%}"
         for label, x in r["over_trl"].items():
             lines.append(f"| {row_label(r)} | {label}/{r['trl_best']} | {x['s_per_step']:.2f}x | | | "
-                         f"{x['tokens_per_s']:.2f}x | {x['mfu']:.2f}x | | | {x['peak_rss_mb']:.2f}x | | | {before} | |")
+                         f"{x['tokens_per_s']:.2f}x | {x['mfu']:.2f}x | | | | | {x['peak_rss_mb']:.2f}x | | | "
+                         f"{before} | |")
     return "\n".join(lines)
 
 

@@ -15,13 +15,15 @@ WARMUP_STEPS = 2      # left out of s/step, tok/s and MFU (first-call allocation
 EDGE_STEPS = 3        # reward "first" / "last" = mean over this many steps
 
 
-def summarize(run: dict, *, kl: float, peak_gflops: dict[str, float], bandwidth_gbs: float) -> dict:
+def summarize(run: dict, *, kl: float, peak_gflops: dict[str, float], bandwidth_gbs: float, group_size: int = 1
+              ) -> dict:
     """One run's figures from its per-step records (the same arithmetic for both frameworks).
 
     Speed figures are medians over the steps after the warm-up: on a shared machine a median
     shrugs off the odd step that another process slowed down, a mean over steps does not.
     MFU divides by the `torch.mm` peak of the dtype the run computes in (fp32 or bf16); `limit_s` is the step's
-    physical limit at those rates (`limits.step_limit`), `x_limit` the step's seconds over it (medians over steps)."""
+    physical limit at those rates (`limits.step_limit`), `x_limit` the step's seconds over it (medians over steps);
+    `limit_min_s` / `x_limit_min` the same with each prompt counted once per group of `group_size` samples."""
     steps = run["steps"]
     timed = steps[WARMUP_STEPS:] or steps
     p = run["params"]
@@ -33,9 +35,9 @@ def summarize(run: dict, *, kl: float, peak_gflops: dict[str, float], bandwidth_
     def median(fn) -> float:
         return statistics.median(fn(s) for s in timed)
 
-    def limit(s: dict) -> dict:
+    def limit(s: dict, share: int = 1) -> dict:
         return step_limit(s, params=p, dtype=run["compute_dtype"], kl=kl, peak_gflops=peak_gflops,
-                          bandwidth_gbs=bandwidth_gbs)
+                          bandwidth_gbs=bandwidth_gbs, prompt_share=share)
 
     step, gen = median(lambda s: s["seconds"]), median(lambda s: s["gen_seconds"])
     peak = peak_gflops[PEAK_KEY[run["compute_dtype"]]] * 1e9
@@ -45,6 +47,8 @@ def summarize(run: dict, *, kl: float, peak_gflops: dict[str, float], bandwidth_
             "limit_s": median(lambda s: limit(s)["total_s"]), "limit_update_s": median(lambda s: limit(s)["update_s"]),
             "limit_gen_s": median(lambda s: limit(s)["gen_s"]),
             "x_limit": median(lambda s: s["seconds"] / limit(s)["total_s"]),
+            "limit_min_s": median(lambda s: limit(s, group_size)["total_s"]),
+            "x_limit_min": median(lambda s: s["seconds"] / limit(s, group_size)["total_s"]),
             "peak_rss_mb": run["peak_rss_mb"],
             "reward_first": statistics.mean(s["reward"] for s in steps[:EDGE_STEPS]),
             "reward_last": statistics.mean(s["reward"] for s in steps[-EDGE_STEPS:]),

@@ -10,7 +10,9 @@
 
 P is the bench's parameter count (matmul parameters, `children.count_params`). These are the
 FLOPs of the trajectories (as the bench's MFU), so a framework that skips work (prompts run once
-per group) can come closer to the limit, never below the bytes bound.
+per group) can come closer to the limit, never below the bytes bound. With `prompt_share` n (the
+group size) the prompt tokens count once per group: the least work a GRPO step needs, since the n
+samples of a group share their prompt (the bench's "min limit").
 """
 
 from __future__ import annotations
@@ -54,12 +56,13 @@ def measure_bandwidth(threads: int, mib: int = 256) -> float:
 
 
 def step_limit(record: dict, *, params: int, dtype: str, kl: float, peak_gflops: dict[str, float],
-               bandwidth_gbs: float) -> dict[str, float]:
+               bandwidth_gbs: float, prompt_share: int = 1) -> dict[str, float]:
     """Seconds one step's work takes at least: `update_s` + `gen_s` = `total_s` (see the module docstring).
 
-    record: the bench's per-step record (`prompt_tokens`, `completion_tokens`, `max_completion`)."""
+    record: the bench's per-step record (`prompt_tokens`, `completion_tokens`, `max_completion`); prompt_share: how
+    many samples share each prompt (1: every prompt token counts)."""
     peak = peak_gflops[PEAK_KEY[dtype]] * 1e9
-    tokens = record["prompt_tokens"] + record["completion_tokens"]
+    tokens = record["prompt_tokens"] / prompt_share + record["completion_tokens"]
     update = (6 * params * tokens + (2 * params * tokens if kl > 0 else 0)) / peak
     gen_compute = 2 * params * record["completion_tokens"] / peak
     gen_bytes = record["max_completion"] * params * BYTES_PER_WEIGHT[dtype] / (bandwidth_gbs * 1e9)

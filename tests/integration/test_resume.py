@@ -115,3 +115,20 @@ def test_resuming_with_another_total_steps_says_the_schedule_changed(tmp_path, c
            "trainer.total_steps=2: the cosine learning-rate schedule continues on the new horizon" in out
     assert "Set trainer.total_steps=2 to continue the original run exactly." in out
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_a_bf16_compute_copy_run_resumes_exactly(tmp_path):
+    """model.compute_dtype=bfloat16 trains on a bf16 copy of the float32 masters (training/mixed_precision.py); the
+    resumed run casts its copy from the loaded masters, so it equals the uninterrupted one (the KL reference, old
+    log-probs of two mini-batches and the update all run on the copy)."""
+    bf16 = [*ARGS, "model.compute_dtype=bfloat16"]
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    train(load_config(None, [f"trainer.output_dir={full}", *bf16]))
+    proc = subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", f"trainer.output_dir={killed}", *bf16],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    kill_at_step(proc, killed, 3)
+    assert CheckpointManager(killed).latest() is not None, "no checkpoint was written before the kill"
+    train(load_config(None, [f"trainer.output_dir={killed}", *bf16]))
+    assert comparable(killed) == comparable(full)

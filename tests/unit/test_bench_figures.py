@@ -126,7 +126,25 @@ def test_merge_puts_separate_invocations_of_a_row_side_by_side(figures, tmp_path
     (r,) = merged["rows"]
     assert set(r["runs"]) == {"trl", "trl-bf16", "grpoflow-bf16"} and r["trl_best"] == "trl-bf16"
     assert r["median"]["grpoflow-bf16"]["s_per_step"] == 5.0            # median of 4 and 6
-    assert r["over_trl"]["grpoflow-bf16"]["tokens_per_s"] == pytest.approx(5.0)  # (100 / 5) / (100 / 25)
+    # tokens/s is the median of the runs' own: (100 / 4 + 100 / 6) / 2 = 20.83, over TRL bf16's 100 / 25 = 4
+    assert r["over_trl"]["grpoflow-bf16"]["tokens_per_s"] == pytest.approx((100 / 4 + 100 / 6) / 2 / 4)
     assert merged["wall_s"] == 8 and merged["peak_gflops"] == [{"fp32": 1}, {"fp32": 2}]
     # without any TRL run a row has no ratios (a grpoflow-only invocation)
     assert compare_trl.with_medians({**row, "runs": {"grpoflow": [run(4.0)]}})["over_trl"] == {}
+
+
+def test_the_min_limit_counts_each_prompt_once_per_group(figures):
+    import limits
+    # 8 prompts x 8 samples: 3,200 prompt tokens (50 each, 8 copies of 8 prompts) + 800 completion tokens, P = 1e8,
+    # bf16 peak 1 TFLOP/s: update 6e8 x (3,200 / 8 + 800) / 1e12 = 0.72 s (against 6e8 x 4,000 / 1e12 = 2.4 s);
+    # generation max(2e8 x 800 / 1e12 = 0.16 s, 24 x 2e8 B / 1e10 B/s = 0.48 s) = 0.48 s
+    record = {"prompt_tokens": 3200, "completion_tokens": 800, "max_completion": 24}
+    kw = dict(params=10**8, dtype="bfloat16", kl=0.0, peak_gflops={"fp32": 500, "bf16": 1000}, bandwidth_gbs=10.0)
+    assert limits.step_limit(record, **kw, prompt_share=8) == pytest.approx({"update_s": 0.72, "gen_s": 0.48,
+                                                                             "total_s": 1.2})
+    assert limits.step_limit(record, **kw)["update_s"] == pytest.approx(2.4)
+    step = {**record, "seconds": 2.4, "gen_seconds": 1.0, "reward": 0.5, "stages": {"step": 2.4}}
+    run = {"steps": [step] * 3, "params": 10**8, "peak_rss_mb": 1.0, "accuracy": 0.5, "threads": 2, "run_wall_s": 9.0,
+           "compute_dtype": "bfloat16"}
+    f = figures.summarize(run, kl=0.0, peak_gflops=kw["peak_gflops"], bandwidth_gbs=10.0, group_size=8)
+    assert f["limit_min_s"] == pytest.approx(1.2) and f["x_limit_min"] == pytest.approx(2.0)

@@ -4,9 +4,13 @@ against hand values, against autocast and the float32 computation, and through s
 import torch
 
 from grpoflow.models import logprobs
-from grpoflow.models.tiny import build_tiny_model
+from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model as _build
 from grpoflow.training.engine import TrainEngine
 from grpoflow.training.mixed_precision import ComputeCopy, wants_compute_copy
+
+
+def build_tiny_model(size: str, seed: int):
+    return _build(build_char_tokenizer(), size=size, seed=seed)
 
 
 def test_gradients_accumulate_into_float32_masters_by_hand():
@@ -35,7 +39,9 @@ def test_refresh_casts_the_masters_only_after_they_changed():
 
 
 def test_tied_weights_stay_tied_in_the_copy():
-    model = build_tiny_model("0.5m", seed=0)
+    from transformers import LlamaConfig, LlamaForCausalLM
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, intermediate_size=32, tie_word_embeddings=True))
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     compute = ComputeCopy(model, torch.bfloat16).compute
     assert compute.get_output_embeddings().weight is compute.get_input_embeddings().weight

@@ -66,11 +66,13 @@ class ModelConfig:
                                         "$XDG_CACHE_HOME/grpoflow/gguf (~/.cache/grpoflow/gguf).")
     seed: int = opt(0, "Initialisation seed for a `builtin:` model.")
     dtype: str = opt("float32", "Parameter dtype of the trained models: float32 or bfloat16.")
-    compute_dtype: str = opt("float32", "dtype of the matrix products (autocast): bfloat16 computes in bf16 while "
-                             "the weights and optimizer stay in `model.dtype` (fp32 master weights) and the rollout "
-                             "copy is kept in bf16; float32: no autocast. bfloat16 is ≈1.5x faster where the hardware "
-                             "has bf16 units (avx512_bf16/AMX CPUs, recent GPUs) at the same accuracy "
-                             "(docs/performance.md).")
+    compute_dtype: str = opt("float32", "dtype of the forward and backward: bfloat16 computes in bf16 while the "
+                             "weights and optimizer stay in `model.dtype` (fp32 master weights): the actor on one rank "
+                             "trains a bf16 copy cast from the masters once per optimizer step (its gradients added "
+                             "into the fp32 masters), the reference is cast to bf16, FSDP ranks, LoRA and the critic "
+                             "use autocast; the rollout copy is kept in bf16. float32: none of it. bfloat16 is "
+                             "≈1.5-2x faster where the hardware has bf16 units (avx512_bf16/AMX CPUs, recent GPUs) "
+                             "at the same accuracy (docs/performance.md).")
     gradient_checkpointing: bool = opt(False, "Recompute activations in the backward pass to save memory.")
     lora: LoRAConfig = field(default_factory=LoRAConfig)
 

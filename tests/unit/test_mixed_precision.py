@@ -88,7 +88,7 @@ def test_copy_gradients_match_autocast_and_float32():
 
     def rel(a, b):
         return float((a - b).norm() / b.norm())
-    # measured: autocast 0.8 %, copy 1.1 % from float32; each 1.0 % from the other
+    # measured (0.5M tiny model): autocast 0.63 %, copy 0.76 % from float32; 0.79 % from each other
     assert rel(g_copy, g32) < 0.03 and rel(g_copy, g_auto) < 0.03 and rel(g_auto, g32) < 0.03
     assert torch.nn.functional.cosine_similarity(g_copy, g32, dim=0) > 0.999
 

@@ -16,7 +16,9 @@ training state is counted:
   a query heads, s sequence length), twice that for float32 activations.
 
 It depends on the machine's total memory, not on what is free at the moment, so a run and its
-resume choose the same budget (and so the same micro-batches). On SmolLM2-135M it estimates about
+resume choose the same budget (and so the same micro-batches). The controller chooses it, from the
+memory where it runs, for every role: with Ray workers on other machines (other GPUs) set
+`actor.max_tokens_per_microbatch` yourself. On SmolLM2-135M it estimates about
 2x the activation memory measured (docs/performance.md), a safe side to err on.
 """
 
@@ -90,14 +92,14 @@ def estimated_params(model_config) -> int:
 def microbatch_budget(budget: int, *, model_path: str, seq: int, compute_dtype: str,
                       memory_bytes: int | None = None) -> int:
     """`budget` as configured, or for 0 the budget from memory for the model in `model_path` (its config.json;
-    `MIN_TOKENS` when there is none to read)."""
+    `MIN_TOKENS` when there is none to read), never less than one sequence of `seq` tokens."""
     if budget > 0:
         return budget
     try:
         from transformers import AutoConfig
         config = AutoConfig.from_pretrained(model_path)
     except (OSError, ValueError):
-        return MIN_TOKENS
+        return max(seq, MIN_TOKENS)
     config = getattr(config, "text_config", None) or config
-    return auto_token_budget(config, params=estimated_params(config), seq=seq, compute_dtype=compute_dtype,
-                             memory_bytes=memory_bytes)
+    return max(seq, auto_token_budget(config, params=estimated_params(config), seq=seq, compute_dtype=compute_dtype,
+                                      memory_bytes=memory_bytes))

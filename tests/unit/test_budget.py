@@ -43,6 +43,8 @@ def test_smollm2_on_a_24_gib_machine():
 def test_a_configured_budget_is_kept_and_a_missing_config_takes_the_floor(tmp_path, tiny_model_path):
     assert budget.microbatch_budget(777, model_path=str(tmp_path), seq=100, compute_dtype="float32") == 777
     assert budget.microbatch_budget(0, model_path=str(tmp_path), seq=100, compute_dtype="float32") == budget.MIN_TOKENS
+    # never less than one sequence (data.max_prompt_length + rollout.max_new_tokens)
+    assert budget.microbatch_budget(0, model_path=str(tmp_path), seq=9000, compute_dtype="float32") == 9000
     # the tiny model is small: a 1 TB machine gives the cap
     assert budget.microbatch_budget(0, model_path=tiny_model_path, seq=100, compute_dtype="float32",
                                     memory_bytes=10**12) == budget.MAX_TOKENS

@@ -116,16 +116,16 @@ def test_merge_puts_separate_invocations_of_a_row_side_by_side(figures, tmp_path
 
     row = {"size": "smollm2", "group_size": 8, "max_new_tokens": 24, "kl": 0.0, "init": "real", "accuracy_before": 0.4}
     trl = {"peak_gflops": {"fp32": 1}, "bandwidth_gbs": 1, "args": {}, "wall_s": 5,
-           "rows": [{**row, "runs": {"trl": [run(40.0)], "trl-bf16": [run(25.0)]}}]}
+           "rows": [{**row, "runs": {"trl": [run(40.0)], "trl-bf16": [run(25.0)], "grpoflow-bf16": [run(4.0)]}}]}
     ours = {"peak_gflops": {"fp32": 2}, "bandwidth_gbs": 2, "args": {}, "wall_s": 3,
-            "rows": [{**row, "runs": {"grpoflow-bf16": [run(4.0), run(6.0)]}}]}
+            "rows": [{**row, "runs": {"grpoflow-bf16": [run(6.0)]}}]}  # a second run of a label: a repeat
     paths = [tmp_path / "trl.json", tmp_path / "ours.json"]
     for p, summary in zip(paths, (trl, ours)):
         p.write_text(json.dumps(summary))
     merged = compare_trl.merge(paths)
     (r,) = merged["rows"]
     assert set(r["runs"]) == {"trl", "trl-bf16", "grpoflow-bf16"} and r["trl_best"] == "trl-bf16"
-    assert r["median"]["grpoflow-bf16"]["s_per_step"] == 5.0            # median of 4 and 6
+    assert r["median"]["grpoflow-bf16"]["s_per_step"] == 5.0            # median of 4 (first file) and 6
     # tokens/s is the median of the runs' own: (100 / 4 + 100 / 6) / 2 = 20.83, over TRL bf16's 100 / 25 = 4
     assert r["over_trl"]["grpoflow-bf16"]["tokens_per_s"] == pytest.approx((100 / 4 + 100 / 6) / 2 / 4)
     assert merged["wall_s"] == 8 and merged["peak_gflops"] == [{"fp32": 1}, {"fp32": 2}]

@@ -25,7 +25,9 @@ TASKS = {"addition": {"train_files": "builtin:addition/train", "reward": "exact_
          "chat_addition": {"train_files": "builtin:chat_addition/train", "reward": "gsm8k_flexible",
                            "eval_new_tokens": 24},
          # reasoning-gym (bench/rg_task.py): the training file is written on first use
-         "rg_chain_sum": {"train_files": None, "reward": "gsm8k_flexible", "eval_new_tokens": 24}}
+         "rg_chain_sum": {"train_files": None, "reward": "gsm8k_flexible", "eval_new_tokens": 24},
+         # the multi-turn tool task of compare_trl_multi_turn.py (no single-turn held-out evaluation)
+         "calculator": {"train_files": "builtin:calculator/train", "reward": "exact_match", "eval_new_tokens": 0}}
 
 
 # ---------------------------------------------------------------- shared by both children
@@ -48,6 +50,9 @@ def task_rows(task: str) -> tuple[list[dict], list[dict]]:
     elif task.startswith("rg_"):
         from rg_task import rg_splits
         train, held = rg_splits(task)
+    elif task == "calculator":
+        from grpoflow.tasks.multi_turn import calculator_splits
+        train, held = calculator_splits()
     else:
         from grpoflow.tasks.addition import addition_splits
         train, held = addition_splits()
@@ -175,7 +180,8 @@ def grpoflow_overrides(spec: dict, out: Path) -> list[str]:
     if spec.get("microbatch", "step") == "step":
         # TRL runs a step's prompts x n samples as one forward/backward (per_device_train_batch_size): so does grpoflow
         # here, with a token budget that holds them all (the default comes from memory: training/budget.py).
-        budget = max(4096, spec["prompts"] * n * (MAX_PROMPT_TOKENS + spec["max_new_tokens"]))
+        prompt_tokens = spec.get("max_prompt_tokens", MAX_PROMPT_TOKENS)
+        budget = max(4096, spec["prompts"] * n * (prompt_tokens + spec["max_new_tokens"]))
         twin.append(f"actor.max_tokens_per_microbatch={budget}")
     return shape + (twin if spec.get("match_trl", True) else []) + list(spec.get("overrides", []))
 
@@ -204,8 +210,8 @@ def child_trl(spec: dict) -> dict:
     import torch
     from datasets import Dataset
     from grpoflow.rewards.functions import load_reward_function
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
     set_threads(spec["threads"])
     tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
     model = AutoModelForCausalLM.from_pretrained(spec["model_path"], dtype=torch.float32)
@@ -215,8 +221,7 @@ def child_trl(spec: dict) -> dict:
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in train_rows])
     texts = [prompt_text(tokenizer, r["prompt"]) for r in train_rows]  # tokens counted here, not in the timed step
     lengths = dict(zip(texts, map(len, tokenizer(texts, add_special_tokens=False)["input_ids"])))
-    records: list[dict] = []
-    clock = {"begin": 0.0}
+    timer = StepRecords()
 
     def task_reward(prompts, completions, completion_ids, answer, **_):
         """grpoflow's reward of the task per completion (chat completions: the assistant message's text); also
@@ -224,28 +229,27 @@ def child_trl(spec: dict) -> dict:
         prompts = [prompt_text(tokenizer, p) for p in prompts]
         completions = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
         scores = [float(reward(p, c, answer=a) or 0.0) for p, c, a in zip(prompts, completions, answer)]
-        records.append({"gen_seconds": time.perf_counter() - clock["begin"],
-                        "prompt_tokens": sum(lengths[p] for p in prompts),
-                        "completion_tokens": sum(len(ids) for ids in completion_ids),
-                        "reward": statistics.mean(scores),
-                        "response_length": statistics.mean(len(ids) for ids in completion_ids),
-                        "max_completion": max(len(ids) for ids in completion_ids),
-                        "truncated": statistics.mean(float(not ids or ids[-1] != tokenizer.eos_token_id)
-                                                     for ids in completion_ids)})
+        timer.record(prompt_tokens=sum(lengths[p] for p in prompts), completion_ids=completion_ids,
+                     eos=tokenizer.eos_token_id, scores=scores)
         return scores
 
-    class StepTimer(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kwargs):
-            clock["begin"] = time.perf_counter()
+    config = trl_config(spec)
+    trainer = GRPOTrainer(model=model, reward_funcs=[task_reward], args=config, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[timer.callback()])
+    trainer.train()
+    held = heldout_eval(trainer.model, tokenizer, task)
+    return {"steps": timer.records, "params": count_params(trainer.model), "compute_dtype": spec["compute_dtype"],
+            **held, "weight_change": relative_change(trainer.model, spec["model_path"]), "threads": _torch_threads()}
 
-        def on_step_end(self, args, state, control, **kwargs):
-            record = records[-1]
-            record["seconds"] = time.perf_counter() - clock["begin"]
-            record["stages"] = {"gen": record["gen_seconds"], "step": record["seconds"]}
 
+def trl_config(spec: dict, **extra):
+    """TRL's GRPOConfig for a bench run: the twin of grpoflow_overrides (one step's prompts x n samples in one
+    forward/backward, constant lr, token-mean loss, group-std advantages, clip 0.2, KL `spec["kl"]`); `extra`: more
+    GRPOConfig fields (e.g. max_tool_calling_iterations)."""
+    from trl import GRPOConfig
     n = spec["group_size"]
     bf16 = spec["compute_dtype"] == "bfloat16"  # TRL's bf16=True: fp32 weights, bf16 autocast (accelerate)
-    config = GRPOConfig(
+    return GRPOConfig(
         output_dir=spec["tmp"], use_cpu=True, bf16=bf16, fp16=False,
         activation_checkpointing=False, gradient_checkpointing=False,
         per_device_train_batch_size=spec["prompts"] * n, gradient_accumulation_steps=1, num_generations=n,
@@ -253,13 +257,41 @@ def child_trl(spec: dict) -> dict:
         learning_rate=spec["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
         beta=spec["kl"], loss_type="dapo", scale_rewards="group", epsilon=0.2, num_iterations=1,
         max_steps=spec["steps"], seed=spec["seed"], logging_steps=1, save_strategy="no", report_to="none",
-        disable_tqdm=True, dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model, reward_funcs=[task_reward], args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[StepTimer()])
-    trainer.train()
-    held = heldout_eval(trainer.model, tokenizer, task)
-    return {"steps": records, "params": count_params(trainer.model), "compute_dtype": spec["compute_dtype"],
-            **held, "weight_change": relative_change(trainer.model, spec["model_path"]), "threads": _torch_threads()}
+        disable_tqdm=True, dataloader_num_workers=0, **extra)
+
+
+class StepRecords:
+    """Per-step records of a TRL run in the bench's schema: `callback()` times each step (on_step_begin to
+    on_step_end); the reward function, called once per step after generation, `record`s its tokens and scores."""
+
+    def __init__(self):
+        self.records: list[dict] = []
+        self.begin = 0.0
+
+    def record(self, *, prompt_tokens: int, completion_ids: list[list[int]], eos: int, scores: list[float],
+               **extra) -> None:
+        self.records.append({"gen_seconds": time.perf_counter() - self.begin, "prompt_tokens": prompt_tokens,
+                             "completion_tokens": sum(len(ids) for ids in completion_ids),
+                             "reward": statistics.mean(scores),
+                             "response_length": statistics.mean(len(ids) for ids in completion_ids),
+                             "max_completion": max(len(ids) for ids in completion_ids),
+                             "truncated": statistics.mean(float(not ids or ids[-1] != eos) for ids in completion_ids),
+                             **extra})
+
+    def callback(self):
+        from transformers import TrainerCallback
+        steps = self
+
+        class StepTimer(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                steps.begin = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                record = steps.records[-1]
+                record["seconds"] = time.perf_counter() - steps.begin
+                record["stages"] = {"gen": record["gen_seconds"], "step": record["seconds"]}
+
+        return StepTimer()
 
 
 def child_evaluate(spec: dict) -> dict:

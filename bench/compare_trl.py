@@ -129,14 +129,14 @@ def wait_until_idle(limit_s: float, progress) -> float:
     return busy
 
 
-def spawn(kind: str, spec: dict, log: Path, threads: int) -> dict:
-    """Run one child; its console output goes to `log`, its result comes back."""
+def spawn(kind: str, spec: dict, log: Path, threads: int, script: Path = Path(__file__).resolve()) -> dict:
+    """Run one child (`script --child kind spec`); its console output goes to `log`, its result comes back."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     start = time.perf_counter()
     with log.open("w") as f:
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", kind, json.dumps(spec)],
+        proc = subprocess.run([sys.executable, str(script), "--child", kind, json.dumps(spec)],
                               stdout=subprocess.PIPE, stderr=f, text=True, env=env, cwd=REPO)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH_RESULT ")]
     if proc.returncode or not lines:

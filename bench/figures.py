@@ -134,3 +134,26 @@ def greedy_lengths(new_tokens, eos_token_id: int) -> tuple[list[int], list[bool]
         lengths.append(end)
         cut.append(eos_token_id not in row)
     return lengths, cut
+
+
+def overlap_figures(records: list[dict]) -> dict:
+    """Whether generation overlapped training, from a run's metrics.jsonl lines (medians over them).
+
+    Per step, the trainer waits `wait` for its samples (`timing_s/trainer_wait` in async mode; in sync mode the
+    whole generation stage, `timing_s/gen`) and works `train = step - wait`; the engines generate `gen_busy`.
+    Run one after the other, the two stages take `in_a_row = gen_busy + train`; `hidden = in_a_row - step`
+    (= gen_busy - wait) is the generation time the overlap hid (about 0 in sync mode). The shares are the waits
+    over the step: the trainer's (`wait`) and the engines' (`timing_s/rollout_wait`, async mode only: 0 otherwise).
+    """
+    def wait(r: dict) -> float:
+        return r["timing_s/trainer_wait"] if "timing_s/trainer_wait" in r else r["timing_s/gen"]
+
+    def median(key) -> float:
+        return statistics.median(key(r) for r in records)
+
+    return {"step_s": median(lambda r: r["timing_s/step"]), "gen_busy_s": median(lambda r: r["timing_s/gen_busy"]),
+            "train_s": median(lambda r: r["timing_s/step"] - wait(r)),
+            "in_a_row_s": median(lambda r: r["timing_s/gen_busy"] + r["timing_s/step"] - wait(r)),
+            "hidden_s": median(lambda r: r["timing_s/gen_busy"] - wait(r)),
+            "trainer_wait_share": median(lambda r: wait(r) / r["timing_s/step"]),
+            "rollout_wait_share": median(lambda r: r.get("timing_s/rollout_wait", 0.0) / r["timing_s/step"])}

@@ -1,6 +1,8 @@
 """Multi-turn steps before and after the one-rollout change, side by side in one run.
 
     .venv/bin/python bench/multi_turn.py [--before REF] [--steps K] [--model FOLDER]
+    .venv/bin/python bench/multi_turn.py --model /tmp/grpoflow-smollm2/hf --prompts 4 --n 4 --max-new-tokens 160 \
+        --set model.compute_dtype=bfloat16          # SmolLM2-135M-Instruct
 
 Warm-starts the tiny model on guess-the-number demonstrations (or takes `--model`, e.g. SmolLM2-135M-Instruct's
 HF folder), then runs `grpoflow train` for K steps on an environment with skewed turn counts
@@ -51,6 +53,10 @@ def main() -> None:
     p.add_argument("--model", default=None, help="an HF folder to start from (default: the tiny model, warm-started)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--max-turns", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=320, help="each trajectory's budget (default 320)")
+    p.add_argument("--prompts", type=int, default=None, help="prompts per step (default: 16, 8 with --model)")
+    p.add_argument("--n", type=int, default=None, help="trajectories per prompt (default: the recipe's, 8)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides for both versions")
     a = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="grpoflow-mt-bench-"))
     old = tmp / "before"
@@ -63,10 +69,15 @@ def main() -> None:
             model = str(tmp / "warm" / "sft_model")
         common = ["train", "guess_number", f"model.path={model}", "sft.steps=0",
                   f"rollout.env={ROOT / 'bench' / 'skewed_env.py'}:SkewedTurns", f"rollout.max_turns={a.max_turns}",
-                  "rollout.max_new_tokens=320", f"trainer.total_steps={a.steps}", "trainer.val_every=0",
+                  f"rollout.max_new_tokens={a.max_new_tokens}", f"trainer.total_steps={a.steps}", "trainer.val_every=0",
                   "trainer.save_every=0", "trainer.log_every=1", "trainer.resume=never"]
         if a.model is not None:
             common += ["data.apply_chat_template=true", "actor.lr=1e-6", "data.prompts_per_step=8"]
+        if a.prompts is not None:
+            common.append(f"data.prompts_per_step={a.prompts}")
+        if a.n is not None:
+            common.append(f"rollout.n={a.n}")
+        common += a.set
         results: dict[str, list[dict[str, float]]] = {"before (lockstep)": [], "after (continuous + KV reuse)": []}
         for r in range(a.repeats):
             for name, code in (("before (lockstep)", old), ("after (continuous + KV reuse)", ROOT)):

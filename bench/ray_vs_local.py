@@ -3,12 +3,15 @@
     .venv/bin/python bench/ray_vs_local.py               # default task, 20 steps per layout, ~3 min
     .venv/bin/python bench/ray_vs_local.py --steps 40 --layouts local,ray
     .venv/bin/python bench/ray_vs_local.py --model FOLDER --out DIR --steps 2 --layouts local,ray k=v ...
+    .venv/bin/python bench/ray_vs_local.py --recipe guess_number --model FOLDER --layouts ray-split,ray-async
 
-Every layout trains the same warm-started model on the built-in task with the same seed, each in
-its own `grpoflow train` subprocess. Per layout it prints the median step time (steps after the
-first), the ratio to local, the median time in each stage, and `timing_s/dispatch`: the time the
-controller spent in worker calls beyond the ranks' own time on them (serialisation, object
-transfer, Ray scheduling), as a share of the step. The last line is one JSON object.
+Every layout trains the same warm-started model on the built-in task (or on `--recipe`, e.g. the multi-turn
+guess_number) with the same seed, each in its own `grpoflow train` subprocess. Per layout it prints the median step
+time (steps after the first), the ratio to local, the median time in each stage, and `timing_s/dispatch`: the time
+the controller spent in worker calls beyond the ranks' own time on them (serialisation, object transfer, Ray
+scheduling), as a share of the step; then whether generation overlapped training (figures.overlap_figures): the
+engines' generating time, the trainer's own work, the two in a row against the step, the generation hidden, and the
+trainer-wait and rollout-wait shares of the step. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from figures import overlap_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
@@ -47,9 +52,11 @@ def warm_model(size: str) -> str:
     return str(folder)
 
 
-def run_layout(name: str, model: str, steps: int, extra: list[str], root: Path = CACHE / "ray_vs_local") -> dict:
+def run_layout(name: str, model: str, steps: int, extra: list[str], root: Path = CACHE / "ray_vs_local",
+               recipe: str | None = None) -> dict:
     out = root / name
-    cmd = [sys.executable, "-m", "grpoflow.cli", "train", *LAYOUTS[name], f"model.path={model}", "sft.steps=0",
+    cmd = [sys.executable, "-m", "grpoflow.cli", "train", *([recipe] if recipe else []), *LAYOUTS[name],
+           f"model.path={model}", "sft.steps=0",
            f"trainer.total_steps={steps}", "trainer.val_every=0", "trainer.save_every=0", "trainer.resume=never",
            f"trainer.output_dir={out}", "trainer.log_every=1000", *extra]
     began = time.perf_counter()
@@ -59,7 +66,7 @@ def run_layout(name: str, model: str, steps: int, extra: list[str], root: Path =
     med = {s: statistics.median(r.get(f"timing_s/{s}", 0.0) for r in records) for s in ["step", *STAGES]}
     return {"layout": name, "wall_s": wall, "s_per_step": med["step"], "stages": med,
             "dispatch_share": statistics.median(r["perf/dispatch_share"] for r in records),
-            "reward_last": records[-1]["critic/score/mean"]}
+            "reward_last": records[-1]["critic/score/mean"], "overlap": overlap_figures(records)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,17 +76,25 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--layouts", default="local,ray,ray-split,ray-2-ranks,ray-async")
     p.add_argument("--model", default=None, metavar="FOLDER", help="a model folder instead of the cached warm start")
     p.add_argument("--out", default=str(CACHE / "ray_vs_local"), metavar="DIR", help="the runs' folders")
+    p.add_argument("--recipe", default=None, help="a recipe to train (default: the built-in task)")
     p.add_argument("overrides", nargs="*", help="extra key=value config overrides for every layout")
     args = p.parse_args(argv)
     model = args.model or warm_model(args.size)
-    rows = [run_layout(name, model, args.steps, args.overrides, Path(args.out)) for name in args.layouts.split(",")]
+    rows = [run_layout(name, model, args.steps, args.overrides, Path(args.out), args.recipe)
+            for name in args.layouts.split(",")]
     local = next((r["s_per_step"] for r in rows if r["layout"] == "local"), None)
     print(f"\n{'layout':<12} {'s/step':>7} {'vs local':>8} {'dispatch':>9} " + " ".join(f"{s:>12}" for s in STAGES))
     for r in rows:
         ratio = f"{r['s_per_step'] / local:.2f}x" if local else "-"
         print(f"{r['layout']:<12} {r['s_per_step']:7.3f} {ratio:>8} {r['dispatch_share']:8.1%} "
               + " ".join(f"{r['stages'][s]:12.4f}" for s in STAGES))
-    print(json.dumps({"size": args.size, "steps": args.steps, "rows": rows}))
+    print(f"\n{'layout':<12} {'s/step':>7} {'gen_busy':>9} {'train':>7} {'in a row':>9} {'hidden':>7} "
+          f"{'trainer-wait':>13} {'rollout-wait':>13}")
+    for r in rows:
+        o = r["overlap"]
+        print(f"{r['layout']:<12} {o['step_s']:7.3f} {o['gen_busy_s']:9.3f} {o['train_s']:7.3f} {o['in_a_row_s']:9.3f} "
+              f"{o['hidden_s']:7.3f} {o['trainer_wait_share']:13.1%} {o['rollout_wait_share']:13.1%}")
+    print(json.dumps({"size": args.size, "steps": args.steps, "recipe": args.recipe, "rows": rows}))
 
 
 if __name__ == "__main__":

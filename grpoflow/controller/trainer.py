@@ -236,8 +236,9 @@ class Controller:
         # The dispatch layer's own cost: time in worker calls beyond the ranks' time on them.
         dispatch = sum(g.take_dispatch_seconds() for g in self.groups())
         metrics.update({"timing_s/dispatch": dispatch, "perf/dispatch_share": dispatch / timer.seconds["step"]})
-        if self.is_async:  # the rollout engines were idle for the part of the step they did not generate
-            metrics["timing_s/rollout_wait"] = max(0.0, timer.seconds["step"] - timer.seconds["gen_busy"])
+        if self.is_async:
+            metrics.update(wait_metrics(timer.seconds["step"], timer.seconds.get("trainer_wait", 0.0),
+                                        timer.seconds["gen_busy"]))
         return {**metrics, **batch_metrics(batch), **timer.metrics(),
                 "perf/throughput": float(batch.attention_mask.sum()) / timer.seconds["step"]}
 
@@ -439,6 +440,17 @@ def staleness_metrics(batch: Batch, version: int) -> dict[str, float]:
     assert batch.policy_version is not None
     staleness = (version - batch.policy_version).float()
     return {"async/staleness/mean": staleness.mean().item(), "async/staleness/max": staleness.max().item()}
+
+
+def wait_metrics(step_s: float, trainer_wait_s: float, gen_busy_s: float) -> dict[str, float]:
+    """Async mode's overlap, from a step's seconds, its trainer's wait for samples and its engines' generating time:
+    the engines were idle for the part of the step they did not generate (`timing_s/rollout_wait`), and each wait
+    as a share of the step (`perf/trainer_wait_share`, `perf/rollout_wait_share`). Generation overlapped training
+    when the step is shorter than the two stages in a row: gen_busy + (step - trainer_wait), i.e. when the trainer
+    waited less than the engines generated."""
+    rollout_wait = max(0.0, step_s - gen_busy_s)
+    return {"timing_s/rollout_wait": rollout_wait, "perf/trainer_wait_share": trainer_wait_s / step_s,
+            "perf/rollout_wait_share": rollout_wait / step_s}
 
 
 def length_metrics(batch: Batch) -> dict[str, float]:

@@ -117,7 +117,7 @@ def child_grpoflow(spec: dict) -> dict:
     first = json.loads((out / "train_samples.jsonl").open().readline())
     return {"steps": records, "params": count_params(load_causal_lm(spec["model_path"])),
             "compute_dtype": spec["compute_dtype"], "accuracy": None, "threads": spec["threads"],
-            "prompt_probe": {"user": first["row"]["prompt"], "text": first["prompt"]}}
+            "prompt_probe": first["prompt"]}
 
 
 def child_trl(spec: dict) -> dict:
@@ -176,13 +176,15 @@ def trl_prompt_text(tokenizer, messages: list[dict]) -> str:
 
 
 def child_probe(spec: dict) -> dict:
-    """TRL's prompt text for the row of grpoflow's first logged training sample, and whether it is grpoflow's."""
+    """Whether grpoflow's prompt text of its first logged training group is the text TRL renders for one of the
+    task's rows (TRL's rendering of every row: grpoflow's log keeps the prompt's text, not the row's prompt)."""
+    from children import task_rows
     from transformers import AutoTokenizer
-    probe = spec["prompt_probe"]
+    tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
     system = [{"role": "system", "content": spec["system_prompt"]}] if spec["system_prompt"] else []
-    text = trl_prompt_text(AutoTokenizer.from_pretrained(spec["model_path"]),
-                           system + [{"role": "user", "content": probe["user"]}])
-    return {"equal": text == probe["text"], "trl": text, "grpoflow": probe["text"]}
+    texts = [trl_prompt_text(tokenizer, system + [{"role": "user", "content": r["prompt"]}])
+             for r in task_rows("calculator")[0]]
+    return {"equal": spec["prompt_probe"] in texts, "trl": texts[0], "grpoflow": spec["prompt_probe"]}
 
 
 CHILDREN = {"mt_prepare": child_prepare, "mt_grpoflow": child_grpoflow, "mt_trl": child_trl, "mt_probe": child_probe}
@@ -225,8 +227,8 @@ def run_all(args, progress) -> dict:
                 probe = spawn("mt_probe", {**spec, "prompt_probe": run["prompt_probe"]}, logs / "mt_probe.log",
                               args.threads, script=script)
                 if not probe["equal"]:
-                    raise SystemExit(f"grpoflow and TRL render the same row's prompt differently:\n"
-                                     f"{probe['grpoflow']!r}\n{probe['trl']!r}")
+                    raise SystemExit(f"grpoflow's prompt is not one TRL renders for a row: {probe['grpoflow']!r} "
+                                     f"(TRL's first row: {probe['trl']!r})")
             runs.setdefault(label, []).append(figures)
             progress(f"  {label:14s} repeat {rep + 1}: {figures['s_per_step']:.2f} s/step, "
                      f"{figures['tokens_per_s']:.0f} tok/s, reward {figures['reward_first']:.2f} -> "

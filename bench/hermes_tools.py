@@ -101,4 +101,19 @@ def with_hermes_tools(src: Path, dst: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(src)
     install_hermes_tools(tokenizer)
     tokenizer.save_pretrained(dst)
+    stop_at_end_of_turn(dst, tokenizer)
     return dst
+
+
+def stop_at_end_of_turn(folder: Path, tokenizer) -> None:
+    """List `<|im_end|>` among the folder's generation_config EOS ids (as chat models whose EOS is another token do),
+    so TRL's sampling ends a turn where grpoflow's does (on the template's end-of-turn token); SmolLM2's EOS already
+    is `<|im_end|>`."""
+    from transformers import GenerationConfig
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    config = GenerationConfig.from_pretrained(folder)
+    eos = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+    if end not in eos:
+        config.eos_token_id = [e for e in eos if e is not None] + [end]
+        (folder / "generation_config.json").unlink(missing_ok=True)  # a copy, but never write through a link
+        config.save_pretrained(folder)

@@ -154,8 +154,9 @@ class RolloutConfig:
     partial: bool = opt(False, "Partial rollout (APRIL): a step's rollout plays rollout.partial_oversample x "
                         "data.prompts_per_step groups and stops as soon as data.prompts_per_step are complete; the "
                         "unfinished samples pause and continue in the next step's rollout with the new weights (each "
-                        "token records its version; token-level actor.rollout_is corrects). Single-turn, hf engine, "
-                        "trainer.mode=sync (docs/multi-turn.md).")
+                        "token records its version; token-level actor.rollout_is corrects). Single-turn or "
+                        "rollout.env / rollout.tools conversations (not rollout.agent), hf engine, "
+                        "trainer.mode=sync (docs/partial-rollout.md).")
     partial_oversample: float = opt(1.5, "rollout.partial: groups in flight per step, as a multiple of "
                                     "data.prompts_per_step (>= 1; carried-over groups count).")
     partial_max_staleness: int = opt(2, "rollout.partial: a group with a token sampled more than this many versions "

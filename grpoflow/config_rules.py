@@ -55,10 +55,11 @@ def partial_checks(cfg: Config) -> list[tuple[bool, str]]:
     return [
         (r.partial_oversample >= 1 and r.partial_max_staleness >= 0,
          "rollout.partial_oversample must be >= 1 and rollout.partial_max_staleness >= 0."),
-        (not (r.env or r.tools or r.agent),
-         "rollout.partial pauses samples and carries them (and the checkpoint saves them) into the next step, but a "
-         "multi-turn trajectory (rollout.env, rollout.tools, rollout.agent) holds live environment, tool or agent "
-         "state that cannot be saved; partial rollout is single-turn only: unset rollout.partial or those keys."),
+        (not r.agent,
+         "rollout.partial pauses samples and carries them (and the checkpoint saves them) into the next step, but an "
+         "agent episode (rollout.agent) holds the state of a user program, which cannot be saved or replayed; "
+         "partial rollout takes single-turn runs and rollout.env / rollout.tools conversations: unset "
+         "rollout.partial or rollout.agent."),
         (r.engine == "hf",
          f"rollout.partial stops samples at a token boundary and continues their random streams there; "
          f"rollout.engine={r.engine} decodes a whole batch per call here and cannot pause: use rollout.engine=hf."),

@@ -30,13 +30,13 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from grpoflow.controller.rollouts import PendingRollout, Rollouts, attach
+from grpoflow.controller.rollouts import PendingRollout, Rollouts, attach, metrics_of
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import PromptSampler
 from grpoflow.multiturn.loop import RolloutItem
-from grpoflow.multiturn.partial import Progress, trajectory_of
+from grpoflow.multiturn.partial import Progress
 from grpoflow.multiturn.rollout import played_batch
-from grpoflow.multiturn.turns import SampleInfo, first_turn_seeds
+from grpoflow.multiturn.turns import info_of
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
@@ -52,7 +52,7 @@ class Group:
     @property
     def oldest(self) -> int | None:
         """The weight version of its oldest token (None: nothing sampled yet)."""
-        return min((min(p.versions) for p in self.samples if p.versions), default=None)
+        return min((v for v in (p.oldest for p in self.samples) if v is not None), default=None)
 
     def due(self, version: int, max_staleness: int) -> bool:
         """Whether it must finish in a rollout at `version`: its oldest token (or, with none yet, the ones it is about
@@ -87,10 +87,13 @@ class PartialQueue:
 
     def __init__(self, rollouts: Rollouts, items: list[PromptItem], sampler: PromptSampler, *, prompts_per_step: int,
                  params: SamplingParams, oversample: float, max_staleness: int, seed_of: Callable[[int], int],
-                 version: Callable[[], int], pad_token_id: int) -> None:
-        """`seed_of(step)`: the seed of the streams of the prompts drawn at `step`; `version()`: the weights the
-        engines hold (those the step trains, sync mode)."""
+                 version: Callable[[], int], pad_token_id: int,
+                 decode: Callable[[list[int]], str] | None = None) -> None:
+        """`seed_of(step)`: the seed of the streams (and environments) of the prompts drawn at `step`; `version()`:
+        the weights the engines hold (those the step trains, sync mode); `decode(ids)`: multi-turn samples' prompt
+        texts (their rendered openings)."""
         self.rollouts, self.items, self.sampler, self.pad_token_id = rollouts, items, sampler, pad_token_id
+        self.multi_turn, self.decode = rollouts.kind[0], decode
         self.prompts_per_step, self.params = prompts_per_step, params
         self.in_flight_groups = max(prompts_per_step, math.ceil(oversample * prompts_per_step))
         self.max_staleness, self.seed_of, self.version = max_staleness, seed_of, version
@@ -107,12 +110,10 @@ class PartialQueue:
         restarted = 0
         for g in self.pool:
             if g.oldest is not None and version - g.oldest > self.max_staleness:
-                g.samples, g.done_at = [Progress(p.stream) for p in g.samples], None
+                g.samples, g.done_at = [Progress(p.seed) for p in g.samples], None
                 restarted += 1
         new = self.draw(max(self.in_flight_groups - len(self.pool), 0))
-        streams = first_turn_seeds(self.seed_of(step), [it.index for it in new], n)
-        self.pool += [Group(self._position[id(it)], [Progress(s) for s in streams[k * n:(k + 1) * n]])
-                      for k, it in enumerate(new)]
+        self.pool += [Group(self._position[id(it)], [Progress(self.seed_of(step)) for _ in range(n)]) for it in new]
         due = [g.due(version, self.max_staleness) for g in self.pool]
         busy = self.play(step, due)
         order = sorted((not due[k], g.done_at, k) for k, g in enumerate(self.pool) if g.done_at is not None)
@@ -123,11 +124,14 @@ class PartialQueue:
         chosen = [self.pool[k] for _, _, k in order[:self.prompts_per_step]]
         self.pool = [g for k, g in enumerate(self.pool) if k not in picked]
         items = [self.items[g.item] for g in chosen]
-        played = [(k, trajectory_of(items[k].prompt_ids, p), SampleInfo(episode=k * n + j))
-                  for k, g in enumerate(chosen) for j, p in enumerate(g.samples)]
-        batch = attach(played_batch(played, False, pad_token_id=self.pad_token_id, decode=None), items)
+        trajectories = [(k, j, p.trajectory(items[k].prompt_ids)) for k, g in enumerate(chosen)
+                        for j, p in enumerate(g.samples)]
+        played = [(k, t, info_of(t, episode=k * n + j)) for k, j, t in trajectories]
+        batch = attach(played_batch(played, self.multi_turn, pad_token_id=self.pad_token_id, decode=self.decode),
+                       items)
         assert batch.token_versions is not None
-        metrics = {**partial_metrics(batch.token_versions, batch.response_mask, version),
+        metrics = {**metrics_of(batch, self.multi_turn, False, episodes=len(batch)),
+                   **partial_metrics(batch.token_versions, batch.response_mask, version),
                    "rollout/partial/new_groups": float(len(new)), "rollout/partial/restarted_groups": float(restarted),
                    "rollout/partial/due_groups": float(sum(due)),
                    "rollout/partial/carried_groups": float(len(self.pool)),
@@ -140,20 +144,15 @@ class PartialQueue:
         unfinished_due = any(d and g.done_at is None for g, d in zip(self.pool, due))
         if sum(g.done_at is not None for g in self.pool) >= self.prompts_per_step and not unfinished_due:
             return 0.0
-        requests = [RolloutItem(self.items[g.item].prompt_ids, self.items[g.item].index, k, carried=g.samples,
-                                must_finish=d) for k, (g, d) in enumerate(zip(self.pool, due))]
+        items = [self.items[g.item] for g in self.pool]
+        requests = [RolloutItem(it.prompt_ids, it.index, k, it.row if self.multi_turn else None, carried=g.samples,
+                                must_finish=d) for k, (it, g, d) in enumerate(zip(items, self.pool, due))]
         call = self.rollouts.group.submit_overlapped(RolloutWorker.rollout_partial, requests, self.params,
                                                      self.prompts_per_step)
         batch = call.result()
         n = self.params.n
-        assert batch.token_versions is not None and batch.rollout_log_probs is not None and batch.truncated is not None
         for r, info in enumerate(batch.infos):
-            g = self.pool[int(batch.group_ids[r])]
-            length = int(batch.response_mask[r].sum())
-            finish = "" if info.paused else "length" if bool(batch.truncated[r]) else "stop"
-            g.samples[r % n] = Progress(g.samples[r % n].stream, batch.response_ids[r, :length].tolist(),
-                                        batch.rollout_log_probs[r, :length].tolist(),
-                                        batch.token_versions[r, :length].tolist(), finish, batch.completions[r])
+            self.pool[int(batch.group_ids[r])].samples[r % n] = info.progress
         for k, g in enumerate(self.pool):
             ticks = [info.finished_at for info in batch.infos[k * n:(k + 1) * n]]
             if g.done_at is None and all(p.finish for p in g.samples):
@@ -170,7 +169,7 @@ class PartialQueue:
         """Continue after checkpoint step `step` with the sampler at `sampler` and the saved pool."""
         self.sampler.load_state_dict(sampler)
         saved = in_flight.get("partial_pool", []) if isinstance(in_flight, dict) else []
-        self.pool = [Group(g["item"], [Progress(**p) for p in g["samples"]],
+        self.pool = [Group(g["item"], [Progress.from_data(p) for p in g["samples"]],
                            tuple(g["done_at"]) if g["done_at"] else None) for g in saved]
 
     def drain(self) -> None:

@@ -10,6 +10,8 @@ and each conversation is one training sample, token-exact.
     loop.py         trajectories as coroutines over the request batcher: SingleTurn, EnvLoop (environment, tools)
     turns.py        what every trajectory shares: random streams, budget and end-of-turn rules, tool calls, SampleInfo
     rollout.py      run_rollout: a kind's trajectories over a RequestBatcher (rollout/batcher.py) -> one Batch
+    partial.py      rollout.partial: samples and conversations that pause and continue from their progress (plain
+                    data; a paused conversation's environment is rebuilt by replay, its replies checked)
     tools.py        Tool, tool_from_function (typed function + docstring -> chat-template schema), the
                     tool registry, load_tools(specs); the built-ins are registered from builtin_tools.py
     builtin_tools.py  calculator (safe arithmetic via `ast`) and python (runs code; sandboxed)

@@ -19,15 +19,13 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-import torch
-
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import Environment, final_reward, reset_env, step_env, with_system_prompt
 from grpoflow.multiturn.trajectory import Segment, Trajectory
-from grpoflow.multiturn.turns import SampleInfo, ToolUse, add_model_turn, first_turn_seeds, info_of, stream_seed
+from grpoflow.multiturn.turns import (SampleInfo, ToolUse, add_model_turn, env_seeds, first_turn_seeds, info_of,
+                                     joined, stream_seed)
 from grpoflow.rollout.batcher import Client, RequestBatcher
-from grpoflow.rollout.protocol import Request, SamplingParams
-from grpoflow.rollout.random_streams import prompt_seeds
+from grpoflow.rollout.protocol import Completion, Request, SamplingParams
 
 if TYPE_CHECKING:  # partial.py builds on this module
     from grpoflow.multiturn.partial import Progress
@@ -104,55 +102,70 @@ class EnvLoop:
 
     async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
                    seed: int | None) -> Played:
-        env_seeds = prompt_seeds(seed or 0, torch.tensor([it.index for it in items], dtype=torch.long)).tolist()
-        seed_of = {id(it): s for it, s in zip(items, env_seeds)}
+        seed_of = {id(it): s for it, s in zip(items, env_seeds(seed, [it.index for it in items]))}
         return await play_each(batcher, items, params.n, lambda client, item, j: self.trajectory(
             client, item, j, params, seed, seed_of[id(item)]))
 
     async def trajectory(self, client: Client, item: RolloutItem, j: int, params: SamplingParams, seed: int | None,
                          env_seed: int) -> Trajectory:
-        env = self.env_cls() if self.env_cls is not None else None
+        env = self.new_env()
         t = Trajectory([], [])
         try:
-            first = reset_env(env, item.row or {}, env_seed) if env is not None else None
-            messages = with_system_prompt(first if first is not None else self.opening(item.row or {}),
-                                          self.system_prompt)
-            t = Trajectory(self.renderer.prompt_ids(messages), list(messages))
-            if first is not None and self.max_prompt_length is not None and len(t.prompt_ids) > self.max_prompt_length:
-                name = getattr(env, "name", type(env).__name__)  # a guarded environment names the one inside
-                raise ValueError(f"{name}.reset opened a conversation of {len(t.prompt_ids)} tokens, "
-                                 f"over data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length "
-                                 "or shorten the environment's opening.")
+            t = self.opened(env, item.row or {}, env_seed)
             await self.converse(client, t, env, item, j, params, seed)
             return t
         finally:
             client.done()
             if env is not None:
                 t.rewards = final_reward(env, t.step_reward)
-                close = getattr(env, "close", None)
-                if close is not None:
-                    close()
+                close_env(env)
+
+    def new_env(self) -> Environment | None:
+        return self.env_cls() if self.env_cls is not None else None
+
+    def opened(self, env: Environment | None, row: dict, env_seed: int) -> Trajectory:
+        """A conversation as it opens: the environment's `reset` (or the dataset prompt), rendered and bounded."""
+        first = reset_env(env, row, env_seed) if env is not None else None
+        messages = with_system_prompt(first if first is not None else self.opening(row), self.system_prompt)
+        t = Trajectory(self.renderer.prompt_ids(messages), list(messages))
+        if first is not None and self.max_prompt_length is not None and len(t.prompt_ids) > self.max_prompt_length:
+            name = getattr(env, "name", type(env).__name__)  # a guarded environment names the one inside
+            raise ValueError(f"{name}.reset opened a conversation of {len(t.prompt_ids)} tokens, "
+                             f"over data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length "
+                             "or shorten the environment's opening.")
+        return t
 
     async def converse(self, client: Client, t: Trajectory, env: Environment | None, item: RolloutItem, j: int,
-                       params: SamplingParams, seed: int | None) -> None:
+                       params: SamplingParams, seed: int | None, head: Completion | None = None) -> Completion | None:
+        """Turns from `t.turns` on until the conversation is over (None), or until the batcher pauses a turn
+        (rollout.partial): then that turn's tokens so far come back. `head`: the first turn's tokens sampled
+        in an earlier rollout; the turn goes on from them at their offset in its random stream."""
         budget, end = params.max_new_tokens, self.renderer.turn.end_token_id
-        for turn in range(self.max_turns):
-            prompt = tuple(t.prompt_ids + t.response_ids)
-            c = await client.generate(Request(prompt, budget - t.used, stream_seed(seed, item.index, params.n, j, turn),
-                                              (end,), params.temperature, params.top_p, key=client.order))
+        for turn in range(t.turns, self.max_turns):
+            before, head = head or Completion([], [], [], ""), None
+            prompt = tuple(t.prompt_ids + t.response_ids + before.ids)
+            c = await client.generate(Request(prompt, budget - t.used - len(before.ids),
+                                              stream_seed(seed, item.index, params.n, j, turn), (end,),
+                                              params.temperature, params.top_p, key=client.order,
+                                              position=len(before.ids)))
+            c = joined(before, c)
+            if c.finish == "paused":
+                t.prefilled, t.context = t.prefilled + c.prefilled, t.context + len(prompt)
+                return c
             text = self.renderer.decode(c.ids)
             add_model_turn(t, c, text, len(prompt))
             t.truncated = c.truncated  # cut at the budget left
             last = c.truncated or not c.ids or c.ids[-1] != end or turn + 1 >= self.max_turns
             replies, over = await self.answer(t, env, text, last)
             if over or last:
-                return
+                return None
             ids = self.renderer.continuation_ids(t.messages, replies)
             if t.used + len(ids) >= budget:
                 t.truncated = True  # the reply and one more token do not fit in the budget
-                return
+                return None
             t.segments.append(Segment(ids))
             t.messages += replies
+        return None
 
     async def answer(self, t: Trajectory, env: Environment | None, text: str, last: bool) -> tuple[list[dict], bool]:
         """(the reply messages, whether the conversation is over): the turn's tool calls run (not on a last
@@ -173,3 +186,9 @@ class EnvLoop:
         """Stop the tool processes."""
         if self.tools is not None:
             self.tools.runner.close()
+
+
+def close_env(env: Environment) -> None:
+    close = getattr(env, "close", None)
+    if close is not None:
+        close()

@@ -8,6 +8,8 @@ order, the loss mask is 1 on the model's tokens only, and the attention covers t
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -64,6 +66,16 @@ class Trajectory:
 
     def last_assistant_text(self) -> str:
         return next((m["content"] for m in reversed(self.messages) if m["role"] == "assistant"), "")
+
+    def as_data(self) -> dict:
+        """The trajectory as plain data (lists, dicts, numbers, strings): what a checkpoint holds."""
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_data(data: dict) -> "Trajectory":
+        """A fresh trajectory from `as_data`'s output (a deep copy: growing it leaves `data` as it was)."""
+        data = copy.deepcopy(data)
+        return Trajectory(**{**data, "segments": [Segment(**s) for s in data["segments"]]})
 
 
 def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts: list[str], rows: list[dict],

@@ -48,6 +48,11 @@ def first_turn_seeds(seed: int | None, item_indices: list[int], n: int) -> list[
     return row_seeds(prompt_seeds(seed or 0, torch.tensor(item_indices, dtype=torch.long)), n).tolist()
 
 
+def env_seeds(seed: int | None, item_indices: list[int]) -> list[int]:
+    """The environment seed of each item's conversations (the same for its n trajectories: one start state)."""
+    return prompt_seeds(seed or 0, torch.tensor(item_indices, dtype=torch.long)).tolist()
+
+
 @dataclass
 class SampleInfo:
     """Per-sample facts a rollout returns with its samples (Batch.infos), for the step's metrics."""
@@ -63,12 +68,20 @@ class SampleInfo:
     context: int = 0        # prompt tokens of its turns (what prefilling each turn from scratch would compute)
     paused: bool = False    # rollout.partial: stopped unfinished, to continue in a later rollout
     finished_at: int = -1   # rollout.partial: the batcher tick it finished at in this rollout (-1: not in it)
+    progress: Any = None    # rollout.partial: the sample so far as plain data (multiturn/partial.Progress)
 
 
 def info_of(t: Trajectory, **extra: Any) -> SampleInfo:
     return SampleInfo(turns=t.turns, tool_calls=t.tool_calls, tool_errors=t.tool_errors,
                       tool_timeouts=t.tool_timeouts, rewards=dict(t.rewards), prefilled=t.prefilled,
                       context=t.context, **extra)
+
+
+def joined(head: Completion, c: Completion) -> Completion:
+    """`c`, the continuation of a turn paused after `head` (tokens of an earlier rollout), as one completion of
+    the whole turn; `prefilled` is `c`'s (the paused request's was counted when it paused)."""
+    return Completion(list(head.ids) + list(c.ids), list(head.log_probs) + list(c.log_probs),
+                      list(head.versions) + list(c.versions), c.finish, c.prefilled)
 
 
 def add_model_turn(t: Trajectory, c: Completion, text: str, prompt_tokens: int) -> None:

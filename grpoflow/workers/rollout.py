@@ -13,7 +13,7 @@ from torch import Tensor
 from grpoflow.config import Config, RolloutConfig
 from grpoflow.data.batch import Batch, split_bounds
 from grpoflow.multiturn.loop import RolloutItem
-from grpoflow.multiturn.partial import PartialSingleTurn
+from grpoflow.multiturn.partial import partial_kind
 from grpoflow.multiturn.rollout import Kind, run_rollout
 from grpoflow.rollout.factory import build_engine
 from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
@@ -48,11 +48,9 @@ class RolloutWorker:
         items' positions (prompt-major; an agent episode may give several samples). With `seed`, turn t of
         sample j of an item draws from its own stream (multiturn/turns.py), so the samples do not depend on
         batching, placement or the other trajectories."""
-        if self._kind is None:
-            self._kind = build_rollout(self.run_config, self.tokenizer)
         if seed is not None:
             torch.manual_seed(seed)
-        return run_rollout(self._kind, self.engine, items, params, seed, deterministic=self.deterministic,
+        return run_rollout(self.kind(), self.engine, items, params, seed, deterministic=self.deterministic,
                            pad_token_id=self.tokenizer.pad_token_id,
                            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False))
 
@@ -60,11 +58,17 @@ class RolloutWorker:
         """rollout.partial: each item's samples go on from their progress (`RolloutItem.carried`) until this
         worker's share of `complete` groups (the step's data.prompts_per_step, split over the workers as their
         items are) have finished; then every sample still running pauses. Every sample comes back, finished or
-        not, with its tokens, log-probs and per-token versions so far (`infos[i].paused`, `.finished_at`)."""
+        not, with its progress so far (`infos[i].progress`, `.paused`, `.finished_at`; multiturn/partial.py)."""
         bounds = split_bounds(complete, self.world_size)
-        kind = PartialSingleTurn(self.tokenizer, bounds[self.rank + 1] - bounds[self.rank])
+        kind = partial_kind(self.kind(), self.tokenizer, bounds[self.rank + 1] - bounds[self.rank])
         return run_rollout(kind, self.engine, items, params, None, deterministic=self.deterministic,
                            pad_token_id=self.tokenizer.pad_token_id)
+
+    def kind(self) -> Kind:
+        """The run's kind of rollout, built at the first rollout (tool processes, the agent endpoint)."""
+        if self._kind is None:
+            self._kind = build_rollout(self.run_config, self.tokenizer)
+        return self._kind
 
     def close(self) -> None:
         """Stop what the rollouts started (tool processes, the agent endpoint)."""

@@ -20,7 +20,6 @@ from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model
 from grpoflow.multiturn.loop import RolloutItem, SingleTurn
 from grpoflow.multiturn.partial import PartialSingleTurn, Progress
 from grpoflow.multiturn.rollout import run_rollout
-from grpoflow.multiturn.turns import first_turn_seeds
 from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
@@ -28,7 +27,6 @@ from grpoflow.workers.rollout import RolloutWorker
 TOK = build_char_tokenizer()
 MODEL = build_tiny_model(TOK, size="0.5m").eval()
 PARAMS = SamplingParams(n=1, max_new_tokens=12)
-STREAM = first_turn_seeds(None, [0], 1)[0]  # the stream of sample 0 of the prompt with dataset index 0, seed None
 
 
 def test_staleness_metrics_by_hand():
@@ -64,12 +62,12 @@ def play(eng, items, quota):
 def pause_after_nine(eng):
     """Y (fresh) next to Z, which carries 3 tokens (9 left): with quota 1 the rollout pauses when Z completes, at
     tick 9, so Y pauses with its first 9 tokens."""
-    z = Progress(stream=77, ids=TOK.encode("abc", add_special_tokens=False), log_probs=[0.0] * 3, versions=[0] * 3)
+    z = Progress(seed=77, ids=TOK.encode("abc", add_special_tokens=False), log_probs=[0.0] * 3, versions=[0] * 3)
     (y_ids, y_lp, y_versions, y_info), (z_ids, _, _, z_info) = play(
-        eng, [item("12+7=", 0, [Progress(stream=STREAM)]), item("3+4=", 1, [z])], quota=1)
+        eng, [item("12+7=", 0, [Progress(seed=0)]), item("3+4=", 1, [z])], quota=1)
     assert z_info.finished_at == 9 and not z_info.paused and len(z_ids) == 12  # setup: no EOS before the budget
     assert y_info.paused and len(y_ids) == 9 and y_versions == [0] * 9
-    return Progress(STREAM, y_ids, y_lp.tolist(), y_versions)
+    return Progress(0, y_ids, y_lp.tolist(), y_versions)
 
 
 @torch.no_grad()
@@ -84,7 +82,7 @@ def test_a_paused_sample_continued_with_the_same_weights_samples_what_it_would_h
     y = pause_after_nine(eng)
     (ids, lp, versions, info), = play(eng, [item("12+7=", 0, [y])], quota=1)
     assert not info.paused and len(ids) == 12 and ids[:9] == y.ids
-    # the plain single-turn sample of this prompt (dataset index 0, stream STREAM), never paused
+    # the plain single-turn sample of this prompt (dataset index 0, seed None), never paused
     alone = run_rollout(SingleTurn(TOK), engine(), [RolloutItem(TOK.encode("12+7=", add_special_tokens=False), 0, 0)],
                         PARAMS, None, pad_token_id=TOK.pad_token_id)
     assert ids == alone.response_ids[0, :int(alone.response_mask[0].sum())].tolist()  # drawn on at its offset
@@ -109,8 +107,8 @@ def test_continued_log_probs_are_those_of_the_weights_that_sampled_each_token():
 
 
 def test_a_group_that_must_finish_keeps_the_rollout_going_past_the_quota():
-    z = Progress(stream=77, ids=TOK.encode("abc", add_special_tokens=False), log_probs=[0.0] * 3, versions=[0] * 3)
-    y = item("12+7=", 0, [Progress(stream=STREAM)])
+    z = Progress(seed=77, ids=TOK.encode("abc", add_special_tokens=False), log_probs=[0.0] * 3, versions=[0] * 3)
+    y = item("12+7=", 0, [Progress(seed=0)])
     y.must_finish = True
     (y_ids, _, _, y_info), (_, _, _, z_info) = play(engine(), [y, item("3+4=", 1, [z])], quota=1)
     assert z_info.finished_at == 9 and not y_info.paused and len(y_ids) == 12 and y_info.finished_at == 12
@@ -218,8 +216,7 @@ def test_a_due_group_is_trained_before_one_that_completed_earlier(rollout_group)
 
 
 @pytest.mark.parametrize("override, says", [
-    ("rollout.tools=[calculator]", "partial rollout is single-turn only"),
-    ("rollout.agent=x.py:run", "partial rollout is single-turn only"),
+    ("rollout.agent=x.py:run", "an agent episode .* cannot be saved or replayed"),
     ("rollout.engine=vllm", "use rollout.engine=hf"),
     ("algorithm.filter_groups.enable=true", "use one of them"),
     ("rollout.partial_oversample=0.9", "rollout.partial_oversample must be >= 1"),
@@ -227,6 +224,11 @@ def test_a_due_group_is_trained_before_one_that_completed_earlier(rollout_group)
 def test_the_config_refuses_what_partial_rollout_cannot_do(override, says):
     with pytest.raises(ConfigError, match=says):
         load_config(None, ["rollout.partial=true", override])
+
+
+@pytest.mark.parametrize("multi_turn", ["rollout.tools=[calculator]", "rollout.env=guess_number"])
+def test_conversations_with_environments_and_tools_may_pause(multi_turn):
+    assert load_config(None, ["rollout.partial=true", multi_turn]).rollout.partial
 
 
 def test_top_p_below_one_is_refused_since_the_importance_weights_need_the_full_distribution():

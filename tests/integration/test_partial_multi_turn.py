@@ -1,0 +1,264 @@
+"""rollout.partial for conversations (multiturn/partial.py PartialEnvLoop) on the tiny model warm-started on the
+guess_number and calculator_tool demonstrations: conversations paused anywhere (mid-turn, after tool calls) and
+continued with the same weights are the uninterrupted ones; continued with new weights, their log-probs are the
+teacher-forced ones under the weights that sampled each token; an environment whose replies use an unseeded random
+stops with the error that says so; two training runs give identical metrics, and a run SIGKILLed with paused
+conversations in its checkpoint and resumed equals the uninterrupted one."""
+
+import copy
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpoflow.commands.run import sft_stage
+from grpoflow.config import load_config
+from grpoflow.controller.checkpoint import CheckpointManager, load_state
+from grpoflow.controller.metrics import read_metrics
+from grpoflow.errors import UserError
+from grpoflow.models.loading import load_causal_lm, load_tokenizer
+from grpoflow.multiturn.env import GuessNumber, guarded
+from grpoflow.multiturn.loop import RolloutItem
+from grpoflow.multiturn.partial import PartialEnvLoop, Progress
+from grpoflow.multiturn.rollout import played_batch, run_rollout
+from grpoflow.multiturn.turns import info_of
+from grpoflow.rollout.hf import HFRolloutEngine
+from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
+from grpoflow.workers.rollout_kinds import build_env_loop
+from kills import kill_at_step
+
+BASE = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
+        "rollout.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
+        "trainer.resume=never"]
+SEED = 11
+
+
+@pytest.fixture(scope="module")
+def guess_model(tmp_path_factory) -> str:
+    """The tiny model warm-started on guess-the-number conversations (it ends its turns and guesses again)."""
+    run = tmp_path_factory.mktemp("guess")
+    return sft_stage(load_config("guess_number", BASE + ["sft.steps=60", "sft.batch_size=16",
+                                                         f"trainer.output_dir={run}"]))
+
+
+@pytest.fixture(scope="module")
+def calculator_model(tmp_path_factory) -> str:
+    """The tiny model warm-started on the calculator demonstrations (half of them call the tool)."""
+    run = tmp_path_factory.mktemp("calculator")
+    return sft_stage(load_config("calculator_tool", BASE + ["sft.steps=60", "sft.batch_size=16", "sft.lr=3e-3",
+                                                            f"trainer.output_dir={run}"]))
+
+
+def engine_of(model_path):
+    tok = load_tokenizer(model_path)
+    return HFRolloutEngine(load_causal_lm(model_path).eval(), pad_token_id=tok.pad_token_id,
+                           eos_token_id=tok.eos_token_id), tok
+
+
+def requests(rows, tok):
+    return [RolloutItem(tok.encode(str(r["prompt"]), add_special_tokens=False), i, i, r) for i, r in enumerate(rows)]
+
+
+def carried(items, progress):
+    return [RolloutItem(it.ids, it.index, it.position, it.row, carried=progress[k]) for k, it in enumerate(items)]
+
+
+def play_partial(loop, engine, tok, items, params, progress, quota):
+    """One partial rollout of every item from `progress` (pausing once `quota` groups are complete): the progress
+    after it, per item."""
+    batch = run_rollout(PartialEnvLoop(loop, quota), engine, carried(items, progress), params, None,
+                        pad_token_id=tok.pad_token_id)
+    n = params.n
+    return [[batch.infos[k * n + j].progress for j in range(n)] for k in range(len(items))]
+
+
+def as_batch(items, progress, tok):
+    played = [(k, p.trajectory(items[k].ids), None) for k in range(len(items)) for p in progress[k]]
+    return played_batch([(k, t, info_of(t)) for k, t, _ in played], True, pad_token_id=tok.pad_token_id,
+                        decode=None)
+
+
+def paused_mid_conversation(progress):
+    """Paused samples that had finished at least one model turn (so continuing them replays the environment)."""
+    return [p for ps in progress for p in ps if not p.finish and p.past is not None and p.past["turns"] >= 1]
+
+
+def paused_then_finished(loop, engine, tok, items, params, quotas):
+    """Every item's samples from the start (seed SEED), over partial rollouts that pause once quotas[i] groups are
+    complete, until all are: (the samples paused mid-conversation on the way, the final batch)."""
+    progress = [[Progress(SEED) for _ in range(params.n)] for _ in items]
+    paused = []
+    for quota in quotas + [len(items)]:
+        progress = play_partial(loop, engine, tok, items, params, progress, quota)
+        paused += copy.deepcopy(paused_mid_conversation(progress))
+    assert all(p.finish for ps in progress for p in ps)
+    return paused, as_batch(items, progress, tok)
+
+
+def assert_same_samples(a, b):
+    assert a.response_ids.tolist() == b.response_ids.tolist()
+    assert a.response_mask.tolist() == b.response_mask.tolist()
+    assert a.response_attention.tolist() == b.response_attention.tolist()
+    torch.testing.assert_close(a.rollout_log_probs, b.rollout_log_probs, atol=2e-5, rtol=0)
+    assert a.env_rewards.tolist() == b.env_rewards.tolist() and a.truncated.tolist() == b.truncated.tolist()
+    assert a.conversations == b.conversations
+
+
+PARAMS = SamplingParams(n=4, max_new_tokens=64, temperature=1.0)
+SCHEDULES = [[1], [2, 4], [3, 5]]  # the rollouts pause once this many groups are complete, then play to the end
+
+
+def test_guess_number_conversations_paused_and_continued_are_the_uninterrupted_ones(guess_model):
+    engine, tok = engine_of(guess_model)
+    loop = build_env_loop(load_config("guess_number", BASE), tok)
+    items = requests(guess_number_splits()[0][:6], tok)
+    whole = run_rollout(loop, engine, items, PARAMS, SEED, pad_token_id=tok.pad_token_id)
+    mid = []
+    for quotas in SCHEDULES:  # pauses at different points
+        paused, continued = paused_then_finished(loop, engine, tok, items, PARAMS, quotas)
+        mid += paused
+        assert_same_samples(continued, whole)
+    assert any(p.ids for p in mid), "no conversation paused mid-way with tokens of its open turn"
+    assert whole.env_rewards.sum() > 0  # the environment's rewards took part
+
+
+def test_calculator_conversations_paused_after_their_tool_calls_are_the_uninterrupted_ones(calculator_model):
+    engine, tok = engine_of(calculator_model)
+    loop = build_env_loop(load_config("calculator_tool", BASE + ["rollout.max_turns=2",
+                                                                 "rollout.max_new_tokens=160"]), tok)
+    params = SamplingParams(n=4, max_new_tokens=160, temperature=1.0)
+    items = requests(calculator_splits()[0][:6], tok)
+    after_calls = []
+    try:
+        whole = run_rollout(loop, engine, items, params, SEED, pad_token_id=tok.pad_token_id)
+        for quotas in SCHEDULES:
+            paused, continued = paused_then_finished(loop, engine, tok, items, params, quotas)
+            after_calls += [p for p in paused if p.past["tool_calls"] > 0]
+            assert_same_samples(continued, whole)
+            assert [i.tool_calls for i in continued.infos] == [i.tool_calls for i in whole.infos]
+    finally:
+        loop.close()
+    assert after_calls, "no conversation paused after a tool call"
+
+
+@torch.no_grad()
+def forced(model, prompt, response):
+    """[R] log-probs of `response` after `prompt` under `model`, teacher-forced."""
+    logits = model(input_ids=torch.tensor([prompt + response])).logits[0].float()
+    lp = torch.log_softmax(logits, -1)[len(prompt) - 1:-1]
+    return lp.gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+
+
+def test_continued_log_probs_are_those_of_the_weights_that_sampled_each_token(guess_model):
+    engine, tok = engine_of(guess_model)
+    loop = build_env_loop(load_config("guess_number", BASE), tok)
+    items = requests(guess_number_splits()[0][:6], tok)
+    old = load_causal_lm(guess_model).eval()
+    new = copy.deepcopy(old)
+    for p in new.parameters():
+        p.data.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    progress = play_partial(loop, engine, tok, items, PARAMS, [[Progress(SEED) for _ in range(4)] for _ in items], 1)
+    assert paused_mid_conversation(progress)
+    engine.update_weights(new.named_parameters(), version=1)
+    progress = play_partial(loop, engine, tok, items, PARAMS, progress, len(items))
+    spanning = 0
+    for ps in progress:
+        for p in ps:
+            t = p.trajectory([])
+            response, versions, recorded = [], [], []
+            for s in t.segments:
+                response += s.ids
+                versions += s.versions if s.log_probs is not None else [-1] * len(s.ids)
+                recorded += s.log_probs if s.log_probs is not None else [0.0] * len(s.ids)
+            v = torch.tensor(versions)
+            expected = torch.where(v == 0, forced(old, t.prompt_ids, response), forced(new, t.prompt_ids, response))
+            model = v >= 0
+            torch.testing.assert_close(torch.tensor(recorded)[model], expected[model], atol=2e-5, rtol=0)
+            spanning += bool((v == 0).any() and (v == 1).any())
+            if (v == 1).any():  # the new weights differ enough for the test to tell them apart
+                assert (forced(old, t.prompt_ids, response)[v == 1] - expected[v == 1]).abs().max() > 1e-3
+    assert spanning, "no conversation spans both versions"
+
+
+class Moody(GuessNumber):
+    """guess_number whose replies carry an unseeded random number: not a function of the row, seed and turns."""
+
+    def step(self, assistant_text):
+        observation, done, reward = super().step(assistant_text)
+        return (None if observation is None else f"{observation} {random.randint(0, 10**9)}"), done, reward
+
+
+def test_an_environment_whose_replies_are_not_replayable_stops_with_the_reason(guess_model):
+    engine, tok = engine_of(guess_model)
+    loop = build_env_loop(load_config("guess_number", BASE), tok)
+    loop.env_cls = guarded(Moody)
+    items = requests(guess_number_splits()[0][:6], tok)
+    progress = play_partial(loop, engine, tok, items, PARAMS, [[Progress(SEED) for _ in range(4)] for _ in items], 1)
+    assert paused_mid_conversation(progress)
+    with pytest.raises(UserError, match=r"Moody answered model turn 1 differently from the recorded reply: "
+                                        r"rollout.partial needs environments and tools whose replies depend only on "
+                                        r"the row, the seed and the model's turns"):
+        play_partial(loop, engine, tok, items, PARAMS, progress, len(items))
+
+
+# ---------------------------------------------------------------- whole runs
+
+# guess_number's warm start, then games of which one in two runs to max_turns (long_games.py): long conversations
+# are still going when a step's groups are complete, so every step carries paused ones
+RUN = ["model.path=builtin:tiny-0.5m", "sft.steps=60", "sft.batch_size=16", "data.prompts_per_step=4", "rollout.n=4",
+       f"rollout.env={Path(__file__).parent / 'long_games.py'}:LongGames", "rollout.max_new_tokens=160",
+       "rollout.max_turns=6", "trainer.total_steps=5", "trainer.save_every=1", "trainer.keep_last=0",
+       "trainer.val_every=0", "trainer.log_every=1", "rollout.partial=true", "rollout.partial_oversample=1.5",
+       "rollout.partial_max_staleness=1"]
+
+
+def comparable(run_dir):
+    return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(run_dir)]
+
+
+def start(out):
+    """A guess_number run as its own one-thread process (every run of this file compares in one setting)."""
+    return subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", "guess_number",
+                             f"trainer.output_dir={out}", *RUN], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def run(out):
+    proc = start(out)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    return comparable(out)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full")
+    return out, run(out)
+
+
+def test_partial_conversation_runs_carry_samples_across_versions_and_repeat_exactly(uninterrupted, tmp_path):
+    _, metrics = uninterrupted
+    steps = [m for m in metrics if "rollout/partial/staleness/max" in m]
+    assert [m["step"] for m in steps] == [1, 2, 3, 4, 5]
+    assert any(m["rollout/partial/multi_version_frac"] > 0 for m in steps)
+    assert all(m["rollout/partial/carried_samples"] > 0 for m in steps)  # so every checkpoint holds paused ones
+    assert max(m["rollout/partial/staleness/max"] for m in steps) == 1
+    assert all("multi_turn/turns/mean" in m and "reward/env/mean" in m for m in steps)
+    assert "actor/rollout_is/mean" in steps[0]
+    assert run(tmp_path) == metrics
+
+
+def test_sigkill_then_resume_with_paused_conversations_equals_uninterrupted(uninterrupted, tmp_path):
+    proc = start(tmp_path)
+    kill_at_step(proc, tmp_path, random.Random().randint(2, 4))
+    latest = CheckpointManager(tmp_path).latest()
+    assert latest is not None, "no checkpoint was written before the kill"
+    pool = load_state(latest / "controller.pt")["in_flight"]["partial_pool"]
+    paused = [p for g in pool for p in g["samples"] if p["past"] is not None and not p["finish"]]
+    assert paused, "the checkpoint holds no paused conversation"
+    assert run(tmp_path) == uninterrupted[1]  # trainer.resume=auto

@@ -213,8 +213,8 @@ def test_an_environment_whose_replies_are_not_replayable_stops_with_the_reason(g
 RUN = ["model.path=builtin:tiny-0.5m", "sft.steps=60", "sft.batch_size=16", "data.prompts_per_step=4", "rollout.n=4",
        f"rollout.env={Path(__file__).parent / 'long_games.py'}:LongGames", "rollout.max_new_tokens=160",
        "rollout.max_turns=6", "trainer.total_steps=5", "trainer.save_every=1", "trainer.keep_last=0",
-       "trainer.val_every=0", "trainer.log_every=1", "rollout.partial=true", "rollout.partial_oversample=1.5",
-       "rollout.partial_max_staleness=1"]
+       "trainer.val_every=0", "trainer.log_every=1", "rollout.partial=true", "rollout.partial_oversample=2",
+       "rollout.partial_max_staleness=2"]
 
 
 def comparable(run_dir):
@@ -247,7 +247,7 @@ def test_partial_conversation_runs_carry_samples_across_versions_and_repeat_exac
     assert [m["step"] for m in steps] == [1, 2, 3, 4, 5]
     assert any(m["rollout/partial/multi_version_frac"] > 0 for m in steps)
     assert all(m["rollout/partial/carried_samples"] > 0 for m in steps)  # so every checkpoint holds paused ones
-    assert max(m["rollout/partial/staleness/max"] for m in steps) == 1
+    assert 1 <= max(m["rollout/partial/staleness/max"] for m in steps) <= 2
     assert all("multi_turn/turns/mean" in m and "reward/env/mean" in m for m in steps)
     assert "actor/rollout_is/mean" in steps[0]
     assert run(tmp_path) == metrics

@@ -241,6 +241,7 @@ def uninterrupted(tmp_path_factory):
     return out, run(out)
 
 
+@pytest.mark.slow  # three training processes
 def test_partial_conversation_runs_carry_samples_across_versions_and_repeat_exactly(uninterrupted, tmp_path):
     _, metrics = uninterrupted
     steps = [m for m in metrics if "rollout/partial/staleness/max" in m]
@@ -253,6 +254,7 @@ def test_partial_conversation_runs_carry_samples_across_versions_and_repeat_exac
     assert run(tmp_path) == metrics
 
 
+@pytest.mark.slow  # three training processes
 def test_sigkill_then_resume_with_paused_conversations_equals_uninterrupted(uninterrupted, tmp_path):
     proc = start(tmp_path)
     kill_at_step(proc, tmp_path, random.Random().randint(2, 4))

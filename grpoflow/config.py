@@ -342,7 +342,8 @@ class ActorConfig:
     epochs: int = opt(1, "Passes over each RL step's data.")
     max_tokens_per_microbatch: int = opt(0, "Token budget per micro-batch per rank (padded tokens). 0: chosen from "
                                          "memory, what fits in half the device's (or machine's) memory next to "
-                                         "the training state, at least 4,096 (grpoflow/training/budget.py).")
+                                         "the training state, at least 4,096 (grpoflow/training/budget.py); "
+                                         "with backend=ray, 4,096 (set it for the ranks' devices).")
     logprob_chunk_size: int = opt(128, "Tokens per chunk when turning logits into log-probs and entropy.")
 
 

@@ -143,10 +143,12 @@ class Controller:
     def _build_groups(self, cfg: Config, model_path: str, needs: set[str]) -> None:
         budget = microbatch_budget(cfg.actor.max_tokens_per_microbatch, model_path=model_path,
                                    seq=cfg.data.max_prompt_length + cfg.rollout.max_new_tokens,
-                                   compute_dtype=cfg.model.compute_dtype)  # every role's; 0: from memory
+                                   compute_dtype=cfg.model.compute_dtype,  # every role's; 0: from memory
+                                   ranks_here=cfg.backend == "local")
         if budget != cfg.actor.max_tokens_per_microbatch:
-            tqdm.write(f"micro-batch budget: {budget} tokens per rank, chosen from memory "
-                       f"(actor.max_tokens_per_microbatch=0)")
+            how = "chosen from memory" if cfg.backend == "local" else \
+                "the floor: with backend=ray the ranks' memory is not known here; set it for your devices"
+            tqdm.write(f"micro-batch budget: {budget} tokens per rank, {how} (actor.max_tokens_per_microbatch=0)")
         cfg = dataclasses.replace(cfg, actor=dataclasses.replace(cfg.actor, max_tokens_per_microbatch=budget))
         a, alg, seed = cfg.actor, cfg.algorithm, cfg.trainer.seed
         train_pool = self.placement.train

@@ -17,8 +17,9 @@ training state is counted:
 
 It depends on the machine's total memory, not on what is free at the moment, so a run and its
 resume choose the same budget (and so the same micro-batches). The controller chooses it, from the
-memory where it runs, for every role: with Ray workers on other machines (other GPUs) set
-`actor.max_tokens_per_microbatch` yourself. On SmolLM2-135M it estimates about
+memory where it runs, for every role, so only for `backend=local` (the ranks run in its process); with
+`backend=ray` the ranks may run on other machines and GPUs, and 0 means `MIN_TOKENS` (the old fixed default):
+set `actor.max_tokens_per_microbatch` for them yourself. On SmolLM2-135M it estimates about
 2x the activation memory measured (docs/performance.md), a safe side to err on.
 """
 
@@ -90,11 +91,15 @@ def estimated_params(model_config) -> int:
 
 
 def microbatch_budget(budget: int, *, model_path: str, seq: int, compute_dtype: str,
-                      memory_bytes: int | None = None) -> int:
+                      memory_bytes: int | None = None, ranks_here: bool = True) -> int:
     """`budget` as configured, or for 0 the budget from memory for the model in `model_path` (its config.json;
-    `MIN_TOKENS` when there is none to read), never less than one sequence of `seq` tokens."""
+    `MIN_TOKENS` when there is none to read), never less than one sequence of `seq` tokens. `ranks_here=False`
+    (backend=ray: the ranks may run on other machines and GPUs, whose memory this process cannot see): `MIN_TOKENS`,
+    the old fixed default, rather than a budget sized for the wrong memory."""
     if budget > 0:
         return budget
+    if not ranks_here:
+        return max(seq, MIN_TOKENS)
     try:
         from transformers import AutoConfig
         config = AutoConfig.from_pretrained(model_path)

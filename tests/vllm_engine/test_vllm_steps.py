@@ -99,7 +99,7 @@ def test_per_request_samples_are_the_offline_paths_for_the_same_seeds(engine, to
     streams = first_turn_seeds(7, list(range(len(PROMPTS))), 2)
     offline = engine.generate([p for p in PROMPTS for _ in range(2)], SamplingParams(n=1, max_new_tokens=12),
                               seeds=streams)  # what the batcher's BatchCalls sent: one n=1 request per stream
-    on = batch.response_attention.bool()
+    on = batch.response_attention_mask.bool()
     assert torch.equal(batch.response_ids * on, offline.response_ids[:, :on.shape[1]] * on)
     assert torch.equal(on.long().sum(1), offline.response_mask.sum(1))
     diff = float((batch.rollout_log_probs[on] - offline.log_probs[:, :on.shape[1]][on]).abs().max())
@@ -169,11 +169,12 @@ def test_the_batcher_serves_a_later_turn_while_a_long_sample_decodes(engine, tok
 
 
 class ThreeTurns:
-    """Opens with a question and replies "Go on." twice: three model turns, whatever the model says."""
+    """Opens with a question that names its row early (so no two conversations share a KV block past their first
+    tokens) and replies "Go on." twice: three model turns, whatever the model says."""
 
-    def reset(self, *, seed, **row):
+    def reset(self, *, seed, k):
         self.turns = 0
-        return "Count to three, one number a turn, please, and say each number as a word."
+        return f"{k}: count to three, one number a turn."
 
     def step(self, text):
         self.turns += 1
@@ -182,9 +183,9 @@ class ThreeTurns:
 
 def multi_turn(engine, tokenizer, seed):
     loop = EnvLoop(ChatRenderer(tokenizer), env_cls=ThreeTurns, tools=None, max_turns=3, opening=lambda row: [])
-    items = [RolloutItem([], i, i, {}) for i in range(3)]
+    items = [RolloutItem([], i, i, {"k": i}) for i in range(6)]
     recorder = Recorder(engine)
-    batch = run_rollout(loop, recorder, items, SamplingParams(n=2, max_new_tokens=120, temperature=1.0), seed,
+    batch = run_rollout(loop, recorder, items, SamplingParams(n=1, max_new_tokens=120, temperature=1.0), seed,
                         decode=tokenizer.decode)
     return batch, recorder.done
 
@@ -244,7 +245,7 @@ def test_a_rollout_pauses_at_a_token_boundary_and_continues(engine, tokenizer):
         progress = []
         for j in range(2):
             k = 2 * i + j
-            on = first.response_attention[k].bool()
+            on = first.response_attention_mask[k].bool()
             ids, lps = first.response_ids[k][on].tolist(), first.rollout_log_probs[k][on].tolist()
             assert k not in paused or len(ids) < 30
             progress.append(Progress(100 * i + j, ids, lps, [0] * len(ids), "" if k in paused else "stop"))
@@ -252,13 +253,13 @@ def test_a_rollout_pauses_at_a_token_boundary_and_continues(engine, tokenizer):
     second = run_rollout(PartialSingleTurn(tokenizer, quota=3), engine, carried, params, None)
     assert not any(info.paused for info in second.infos)
     for k in paused:  # the continuation starts with the paused tokens
-        on = first.response_attention[k].bool()
+        on = first.response_attention_mask[k].bool()
         assert second.response_ids[k][:int(on.sum())].tolist() == first.response_ids[k][on].tolist()
 
 
 def test_an_engine_error_fails_the_waiting_trajectories_and_the_engine_serves_on(engine, tokenizer):
     items = [RolloutItem(p, i, i) for i, p in enumerate(PROMPTS)] + [RolloutItem([40] * 300, 3, 3)]
-    with pytest.raises(EngineFailure, match="maximum model length"):
+    with pytest.raises(EngineFailure, match="maximum context length"):
         run_rollout(SingleTurn(tokenizer), engine, items, SamplingParams(n=2, max_new_tokens=8), 1)
     assert not engine.busy and not engine.llm.llm_engine.has_unfinished_requests()
     batch = single_turn(engine, tokenizer, SamplingParams(n=2, max_new_tokens=8), seed=1)

@@ -9,7 +9,7 @@
 
 The task is grpoflow's calculator recipe (`--recipe`, default smollm2_calculator): "347*29" -> "10063" with the
 `calculator` tool, the same Python function for both (grpoflow/multiturn/builtin_tools.py); the recipe's system
-prompt describes the tool; at most `rollout.max_turns` model turns (2: the call, then the answer; TRL
+prompt describes the tool; at most `rollout.multi_turn.max_turns` model turns (2: the call, then the answer; TRL
 `max_tool_calling_iterations = max_turns - 1`) and `rollout.max_new_tokens` tokens after the prompt, tool results
 included (TRL `max_completion_length`, which counts them too); reward: grpoflow's `exact_match` of the last
 assistant turn's text against the row's answer (in TRL decoded from the completion's ids after its last assistant
@@ -73,8 +73,9 @@ def recipe_settings(recipe: str, model: str) -> dict:
     """The multi-turn settings both frameworks take from grpoflow's recipe."""
     from grpoflow.config import load_config
     cfg = load_config(recipe, [f"model.path={model}"])
-    return {"system_prompt": cfg.data.system_prompt, "max_turns": cfg.rollout.max_turns,
-            "max_new_tokens": cfg.rollout.max_new_tokens, "tools": list(cfg.rollout.tools), "lr": cfg.actor.lr,
+    return {"system_prompt": cfg.data.system_prompt, "max_turns": cfg.rollout.multi_turn.max_turns,
+            "max_new_tokens": cfg.rollout.max_new_tokens, "tools": list(cfg.rollout.multi_turn.tools),
+            "lr": cfg.actor.lr,
             "train_files": list(cfg.data.train_files), "reward": cfg.reward.function}
 
 

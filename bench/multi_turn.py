@@ -6,7 +6,7 @@
 
 Warm-starts the tiny model on guess-the-number demonstrations (or takes `--model`, e.g. SmolLM2-135M-Instruct's
 HF folder), then runs `grpoflow train` for K steps on an environment with skewed turn counts
-(bench/skewed_env.py: most conversations end at turn 1, a group in five runs to rollout.max_turns), once with
+(bench/skewed_env.py: most conversations end at turn 1, a group in five runs to rollout.multi_turn.max_turns), once with
 this checkout and once with the code at `--before` (default: the last commit before the change, the lockstep
 loop: one generate call per turn over every live trajectory, each turn prefilled from scratch), checked out in
 a temporary git worktree. Same config, seed and machine; the runs alternate. Prints, per version, medians over
@@ -68,7 +68,8 @@ def main() -> None:
             grpoflow(ROOT, ["sft", "guess_number", f"trainer.output_dir={tmp / 'warm'}"], a.threads)
             model = str(tmp / "warm" / "sft_model")
         common = ["train", "guess_number", f"model.path={model}", "sft.steps=0",
-                  f"rollout.env={ROOT / 'bench' / 'skewed_env.py'}:SkewedTurns", f"rollout.max_turns={a.max_turns}",
+                  f"rollout.multi_turn.env={ROOT / 'bench' / 'skewed_env.py'}:SkewedTurns",
+                  f"rollout.multi_turn.max_turns={a.max_turns}",
                   f"rollout.max_new_tokens={a.max_new_tokens}", f"trainer.total_steps={a.steps}", "trainer.val_every=0",
                   "trainer.save_every=0", "trainer.log_every=1", "trainer.resume=never"]
         if a.model is not None:

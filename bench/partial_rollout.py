@@ -10,8 +10,8 @@ warm-started on the answers (S sft steps, default 300).
 
 --task skewed_turns (conversations): guess_number's rows and warm start (the tiny 0.5M model, S sft steps on its
 demonstration conversations, default 120) against bench/skewed_env.py: most conversations end after the model's
-first turn, a group in five runs to rollout.max_turns (M, default 8; the budget 320 tokens). Paused conversations
-continue by replay (docs/partial-rollout.md).
+first turn, a group in five runs to rollout.multi_turn.max_turns (M, default 8; the budget 320 tokens). Paused
+conversations continue by replay (docs/partial-rollout.md).
 
 Both: the same warm start for both runs, then `grpoflow train` runs K GRPO steps of 16 prompts x 8, once with
 rollout.partial=false and once with rollout.partial=true (oversample X, default 1.5; staleness <= V, default 2); the
@@ -71,7 +71,8 @@ def task_args(folder: Path, a: argparse.Namespace) -> list[str]:
     grpoflow(["sft", "guess_number", "model.path=builtin:tiny-0.5m", f"sft.steps={a.sft_steps or 120}",
               f"trainer.output_dir={folder / 'warm'}"], a.threads)
     return ["guess_number", f"model.path={folder / 'warm' / 'sft_model'}", "sft.steps=0",
-            f"rollout.env={ROOT / 'bench' / 'skewed_env.py'}:SkewedTurns", f"rollout.max_turns={a.max_turns}",
+            f"rollout.multi_turn.env={ROOT / 'bench' / 'skewed_env.py'}:SkewedTurns",
+            f"rollout.multi_turn.max_turns={a.max_turns}",
             "rollout.max_new_tokens=320", "data.val_max_prompts=32"]
 
 
@@ -109,7 +110,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--task", choices=["lengths", "skewed_turns"], default="lengths")
     p.add_argument("--sft-steps", type=int, default=0, help="warm-start steps (0: the task's default)")
-    p.add_argument("--max-turns", type=int, default=8, help="skewed_turns: rollout.max_turns")
+    p.add_argument("--max-turns", type=int, default=8, help="skewed_turns: rollout.multi_turn.max_turns")
     p.add_argument("--oversample", type=float, default=1.5, help="rollout.partial_oversample")
     p.add_argument("--max-staleness", type=int, default=2, help="rollout.partial_max_staleness")
     a = p.parse_args()

@@ -1,7 +1,7 @@
 """A multi-turn environment with skewed turn counts, for bench/multi_turn.py: most conversations end after the
-model's first turn, one group in five runs to `rollout.max_turns` (the environment asks again, whatever the model
-said). The model is rewarded when one of its answers names the row's secret. Lockstep turns lose most here: every
-round waits for the round's longest turn, and every turn re-reads the whole conversation."""
+model's first turn, one group in five runs to `rollout.multi_turn.max_turns` (the environment asks again, whatever the
+model said). The model is rewarded when one of its answers names the row's secret. Lockstep turns lose most here:
+every round waits for the round's longest turn, and every turn re-reads the whole conversation."""
 
 import random
 import re

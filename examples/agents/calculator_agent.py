@@ -8,7 +8,7 @@ right. Pointed at any OpenAI-compatible server it runs as is:
     asyncio.run(run({"prompt": "347*29", "answer": "10063"},
                     openai.AsyncOpenAI(base_url="http://localhost:8000/v1", api_key="...")))
 
-grpoflow trains it with `rollout.agent=examples/agents/calculator_agent.py:run` (docs/agents.md,
+grpoflow trains it with `rollout.agent.program=examples/agents/calculator_agent.py:run` (docs/agents.md,
 examples/agents/calculator_agent.yaml): each call reaches the policy through grpoflow's endpoint, and
 the episode becomes training samples.
 """
@@ -17,7 +17,7 @@ import ast
 import json
 import operator
 
-MODEL = "policy"        # the name grpoflow's endpoint serves (rollout.agent_model)
+MODEL = "policy"        # the name grpoflow's endpoint serves (rollout.agent.model)
 MAX_TURNS = 2           # a tool call, then the answer
 TOOLS = [{
     "type": "function",

@@ -44,11 +44,11 @@ def evaluate(cfg: Config) -> dict[str, float]:
                           "for the built-in task's held-out split).")
     model_path = policy_folder(cfg.model.path, cfg.model.gguf_cache_dir)
     d, r = cfg.data, cfg.rollout
-    multi_turn = r.multi_turn or bool(r.agent)
+    multi_turn = r.conversational
     scorer = build_scorer(cfg)
     if scorer is None and not multi_turn:
         raise ConfigError("grpoflow eval scores with reward.function (or reward.functions); set one, or an "
-                          "environment (rollout.env) or agent (rollout.agent) whose reward it is.")
+                          "environment (rollout.multi_turn.env) or agent (rollout.agent.program) whose reward it is.")
     # the controller's validation path: the same rollout kinds (environments, tools, agents) and reward assembly
     chat = True if d.apply_chat_template is None and multi_turn else d.apply_chat_template
     tokenizer = load_tokenizer(model_path)
@@ -58,7 +58,7 @@ def evaluate(cfg: Config) -> dict[str, float]:
     items = items[:d.val_max_prompts]
     group = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, cfg=cfg, dtype=cfg.model.dtype),
                         pad_token_id=tokenizer.pad_token_id or 0)
-    rollouts = Rollouts(group, multi_turn=r.multi_turn, agent=bool(r.agent))
+    rollouts = Rollouts(group, multi_turn=r.multi_turn.enabled, agent=r.agent.enabled)
     rewards = RewardAssembly(scorer, None, cfg.reward, max_new_tokens=r.max_new_tokens)
     params = SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)
     try:

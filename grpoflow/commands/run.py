@@ -49,9 +49,9 @@ def build_scorer(cfg: Config) -> RewardScorer | None:
     """The rule-reward scorer (None when only a reward model scores)."""
     r = cfg.reward
     spec = r.functions or r.function
-    if not spec and not r.model.path and not cfg.rollout.env and not cfg.rollout.agent:
+    if not spec and not r.model.path and not cfg.rollout.multi_turn.env and not cfg.rollout.agent.enabled:
         raise ConfigError("No reward: set reward.function (or reward.functions), reward.model.path, a "
-                          "rewarding rollout.env and/or a rollout.agent.")
+                          "rewarding rollout.multi_turn.env and/or a rollout.agent.program.")
     if not spec:
         return None
     return RewardScorer(build_reward(spec, r.weights, r.routes), error_score=r.error_score, timeout_s=r.timeout_s,
@@ -142,7 +142,7 @@ def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None 
     if steps <= 0:
         return base
     rows = rows if rows is not None else read_rows(cfg.data.train_files)
-    conversations = cfg.rollout.multi_turn or bool(cfg.rollout.agent)  # demonstrations render as their rollouts do
+    conversations = cfg.rollout.conversational  # demonstrations render as their rollouts do
     return run_sft(base, rows, run_dir.resolve() / "sft_model", steps=steps, lr=cfg.sft.lr,
                    batch_size=cfg.sft.batch_size, prompt_key=cfg.data.prompt_key,
                    response_key=cfg.sft.response_key, seed=cfg.trainer.seed,
@@ -166,15 +166,14 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
     train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))
     tqdm.write(f"run folder: {run_dir.resolve()}")
     tqdm.write(schedule)
-    if cfg.rollout.multi_turn or cfg.rollout.agent:  # the chat template must render token-exactly: checked first
+    if cfg.rollout.conversational:  # the chat template must render token-exactly: checked first
         ChatRenderer(load_tokenizer(resolve_model(cfg, run_dir)))
     model_path = sft_stage(cfg, run_dir, train_rows)
     tokenizer = load_tokenizer(model_path)
     d = cfg.data
     # A multi-turn run renders every opening as chat (`workers.rollout_kinds.opening_of`), plain-string prompts
     # included: tokenize them the same way, so their lengths are checked as rendered and data.system_prompt applies.
-    chat = True if d.apply_chat_template is None and (cfg.rollout.multi_turn or cfg.rollout.agent) \
-        else d.apply_chat_template
+    chat = True if d.apply_chat_template is None and cfg.rollout.conversational else d.apply_chat_template
     prep: dict[str, Any] = dict(prompt_key=d.prompt_key, max_prompt_length=d.max_prompt_length, overlong=d.overlong,
                 apply_chat_template=chat, system_prompt=d.system_prompt, tools=tool_schemas(cfg))
     train_items, stats = prepare_prompts(train_rows, tokenizer, **prep)

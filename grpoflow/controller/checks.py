@@ -84,9 +84,9 @@ def check_teacher_path(path: str | None) -> None:
 
 
 def check_multi_turn(cfg: Config) -> None:
-    """rollout.env names an environment class, rollout.tools name usable tools (typed, with docstrings) and
-    rollout.tool_parser a parser."""
-    r = cfg.rollout
+    """rollout.multi_turn.env names an environment class, rollout.multi_turn.tools name usable tools (typed, with
+    docstrings) and rollout.multi_turn.tool_parser a parser."""
+    r = cfg.rollout.multi_turn
     if r.env:
         try:
             env_cls = load_env(r.env)
@@ -94,49 +94,52 @@ def check_multi_turn(cfg: Config) -> None:
             raise ConfigError(str(e)) from None
         check_env_args(r.env, env_cls, dict(r.env_args))
     elif r.env_args:
-        raise ConfigError(f"rollout.env_args={dict(r.env_args)} is set but rollout.env is not; set both or neither.")
+        raise ConfigError(f"rollout.multi_turn.env_args={dict(r.env_args)} is set but rollout.multi_turn.env is not; "
+                          "set both or neither.")
     if r.tools:
         from grpoflow.multiturn.tools import load_tools
 
         try:
             load_tools(list(r.tools))
         except (ValueError, TypeError, FileNotFoundError) as e:
-            raise ConfigError(f"rollout.tools: {e}") from None
+            raise ConfigError(f"rollout.multi_turn.tools: {e}") from None
     # tool calls are parsed in tool loops and agent replies: resolved now, not at the first
-    if r.tools or r.agent or r.env:
+    if r.enabled or cfg.rollout.agent.enabled:
         from grpoflow.multiturn.tool_parser import TOOL_PARSERS
 
-        resolve(TOOL_PARSERS, "rollout.tool_parser", r.tool_parser)
+        resolve(TOOL_PARSERS, "rollout.multi_turn.tool_parser", r.tool_parser)
 
 
 def check_env_args(spec: str, env_cls: type, env_args: dict) -> None:
-    """rollout.env_args fit the environment class's constructor (checked on its signature; nothing is built)."""
+    """rollout.multi_turn.env_args fit the environment class's constructor (checked on its signature; nothing is
+    built)."""
     try:
         inspect.signature(env_cls).bind(**env_args)
     except TypeError as e:
-        raise ConfigError(f"rollout.env_args={env_args} do not fit rollout.env={spec}'s constructor "
-                          f"{env_cls.__name__}{inspect.signature(env_cls)}: {e}; set rollout.env_args to its "
-                          "keyword arguments.") from None
+        raise ConfigError(f"rollout.multi_turn.env_args={env_args} do not fit rollout.multi_turn.env={spec}'s "
+                          f"constructor {env_cls.__name__}{inspect.signature(env_cls)}: {e}; set "
+                          "rollout.multi_turn.env_args to its keyword arguments.") from None
 
 
 def check_agent(cfg: Config, estimator: Callable) -> None:
-    """rollout.agent names an async (row, client) function, its libraries are installed, and nothing asks for
-    groups of exactly rollout.n samples (agent episodes may split into several samples)."""
-    r = cfg.rollout
-    if not r.agent:
+    """rollout.agent.program names an async (row, client) function, its libraries are installed, and nothing asks
+    for groups of exactly rollout.n samples (agent episodes may split into several samples)."""
+    a = cfg.rollout.agent
+    if not a.program:  # agent episodes are off
         return
     missing = [m for m in ("fastapi", "uvicorn", "openai") if importlib.util.find_spec(m) is None]
     if missing:
-        raise ConfigError(f"rollout.agent needs {missing}, which are not installed: pip install 'grpoflow[agents]'.")
+        raise ConfigError(f"rollout.agent.program needs {missing}, which are not installed: pip install "
+                          "'grpoflow[agents]'.")
     from grpoflow.multiturn.agents import load_agent
 
     try:
-        load_agent(r.agent, dict(r.agent_args), r.agent_model)
+        load_agent(a.program, dict(a.args), a.model)
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from None
     if cfg.algorithm.filter_groups.enable:
         raise ConfigError("algorithm.filter_groups needs groups of exactly rollout.n samples; an agent episode may "
-                          "give several. Disable it with rollout.agent.")
+                          "give several. Disable it with rollout.agent.program.")
     if "baselines" in required_inputs(estimator):
         raise ConfigError(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} needs a greedy baseline per "
                           "prompt, which agent episodes do not give; use grpo, rloo or reinforce_plus_plus.")

@@ -13,7 +13,8 @@
   config.yaml, metrics and sample logs), so the new run never mixes with, prunes or is confused by the old one;
 - for a resume, compares the settings that change training with those the checkpoint was written with (the
   checkpoint's own config.yaml, else the run folder's), and refuses with the list of differences unless
-  `trainer.resume_config_changes=allow`.
+  `trainer.resume_config_changes=allow`. A config.yaml written by an older grpoflow, whose keys have moved since
+  (config_moved.py: the flat multi-turn and agent keys), is compared under the new names, with a warning.
 
 `write_config(folder, cfg)` then writes `config.yaml` once all input checks have passed, and only on a fresh
 start: a resume keeps the run's original config.yaml (each checkpoint holds the config it was written with).
@@ -34,6 +35,7 @@ from typing import Any
 import yaml
 
 from grpoflow.config import Config, ConfigError, to_yaml
+from grpoflow.config_moved import translate_moved
 from grpoflow.controller.checkpoint import TMP_PREFIX, CheckpointManager
 
 log = logging.getLogger("grpoflow.run_folder")
@@ -158,6 +160,11 @@ def check_resume_config(cfg: Config, checkpoint: Path) -> None:
     except (OSError, ValueError, yaml.YAMLError) as e:
         raise ConfigError(f"cannot read {saved_file}, the config of the run to resume ({e}); restore it, or set "
                           f"trainer.resume_config_changes=allow to resume without comparing settings.") from None
+    moved = translate_moved(saved)
+    if moved:
+        log.warning("%s was written by an older grpoflow whose multi-turn and agent keys have since moved into the "
+                    "sections rollout.multi_turn and rollout.agent; resuming, comparing them under their new names "
+                    "(%s). The file is left as it is; new commands take the new names.", saved_file, ", ".join(moved))
     changes = config_changes(_flat(saved), _flat(cfg.to_dict()))
     if not changes:
         return

@@ -92,8 +92,8 @@ class Controller:
         self.need_old_log_probs = a.minibatches * a.epochs > 1 or alg.use_kl_in_reward or stale
         self.sampling = SamplingParams(n=r.n, max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p)
         # One path for every kind of run: the rollout workers play the trajectories (single-turn samples,
-        # rollout.env / rollout.tools conversations, rollout.agent episodes) over their engines' batchers.
-        self.rollouts = Rollouts(self.rollout, multi_turn=r.multi_turn, agent=bool(r.agent))
+        # rollout.multi_turn conversations, rollout.agent episodes) over their engines' batchers.
+        self.rollouts = Rollouts(self.rollout, multi_turn=r.multi_turn.enabled, agent=r.agent.enabled)
         self.model_path, self.train_items, self.needs = model_path, train_items, needs
         self._start_state(scorer)
         self.last_saved: Path | None = None  # the newest checkpoint this run wrote or loaded: where a restart resumes

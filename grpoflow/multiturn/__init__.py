@@ -26,7 +26,7 @@ Agent programs through an OpenAI-compatible endpoint (docs/agents.md; extra `age
     openai_api.py   the wire format: requests checked and rendered as template messages, replies, OpenAI errors
     episode.py      EpisodeRecord: an episode's calls -> samples (merged token for token, else split; budgets)
     agents.py       AgentEpisodes: `async def run(row, client)` played n times per row, timeouts, errors
-    verifiers_agent.py  rollout.agent=verifiers: a verifiers environment's own rollout, its rubric as the reward
+    verifiers_agent.py  rollout.agent.program=verifiers: a verifiers environment's own rollout, its rubric as the reward
                     (extra verifiers)
 
 A part beside `rollout` (DESIGN.md places multi-turn with the rollout): it drives the engines through the request

@@ -3,8 +3,8 @@
     async def run(row: dict, client: openai.AsyncOpenAI) -> float | dict:
         ...   # any number of client.chat.completions.create(model="policy", messages=..., tools=...)
 
-given as `rollout.agent=path/to/file.py:run`, or a built-in agent by name with its settings in
-`rollout.agent_args`: `verifiers` plays a verifiers environment's episode (verifiers_agent.py). An agent object
+given as `rollout.agent.program=path/to/file.py:run`, or a built-in agent by name with its settings in
+`rollout.agent.args`: `verifiers` plays a verifiers environment's episode (verifiers_agent.py). An agent object
 may have a `step_scope()` method, an async context manager entered once around each step's episodes on their
 event loop (the verifiers agent serves its environment there, once per step).
 `AgentEpisodes.play(batcher, items, params, seed)` plays `params.n` episodes of each prompt at once (one asyncio event
@@ -70,27 +70,28 @@ def _verifiers_agent(agent_args: dict, model_name: str) -> AgentFn:
     return build(agent_args, model_name)
 
 
-# built-in agents: rollout.agent=<name>, built from (rollout.agent_args, rollout.agent_model); imported when chosen
+# built-in agents: rollout.agent.program=<name>, built from (rollout.agent.args, rollout.agent.model); imported when
+# chosen
 BUILTIN_AGENTS: dict[str, Callable[[dict, str], AgentFn]] = {"verifiers": _verifiers_agent}
 
 
 def load_agent(spec: str, agent_args: dict | None = None, model_name: str = "policy") -> AgentFn:
-    """The agent function of `rollout.agent=path/to/file.py:function` (an `async def` taking (row, client)), or of
-    a built-in agent's name (BUILTIN_AGENTS) with its `agent_args`."""
+    """The agent function of `rollout.agent.program=path/to/file.py:function` (an `async def` taking (row, client)),
+    or of a built-in agent's name (BUILTIN_AGENTS) with its `agent_args` (rollout.agent.args)."""
     if spec in BUILTIN_AGENTS:
         return BUILTIN_AGENTS[spec](dict(agent_args or {}), model_name)
     if agent_args:
-        raise UserError(f"rollout.agent_args are the settings of a built-in agent ({sorted(BUILTIN_AGENTS)}); "
-                        f"rollout.agent={spec!r} reads its own settings: leave rollout.agent_args empty.")
+        raise UserError(f"rollout.agent.args are the settings of a built-in agent ({sorted(BUILTIN_AGENTS)}); "
+                        f"rollout.agent.program={spec!r} reads its own settings: leave rollout.agent.args empty.")
     fn = load_from_file(spec)
     if not inspect.iscoroutinefunction(fn):
-        raise UserError(f"rollout.agent={spec!r} is not an async function; define it as `async def run(row, client)` "
-                        "and await the client's calls (client.chat.completions.create is a coroutine).")
+        raise UserError(f"rollout.agent.program={spec!r} is not an async function; define it as `async def run(row, "
+                        "client)` and await the client's calls (client.chat.completions.create is a coroutine).")
     try:
         inspect.signature(fn).bind({}, None)
     except TypeError:
-        raise UserError(f"rollout.agent={spec!r} must take two arguments, (row, client): the dataset row and an "
-                        "openai.AsyncOpenAI client.") from None
+        raise UserError(f"rollout.agent.program={spec!r} must take two arguments, (row, client): the dataset row and "
+                        "an openai.AsyncOpenAI client.") from None
     return fn
 
 
@@ -154,7 +155,7 @@ class AgentEpisodes:
             thread.start()
             await asyncio.to_thread(thread.join, self.timeout_s + GRACE_S)
             if thread.is_alive():
-                log.warning("agent episodes still run %.0f s after rollout.agent_timeout_s=%g: an agent blocks the "
+                log.warning("agent episodes still run %.0f s after rollout.agent.timeout_s=%g: an agent blocks the "
                             "event loop (a synchronous sleep, request or computation), so it cannot be cancelled; its "
                             "episodes count as timeouts. Await asynchronous calls, or run blocking code with "
                             "asyncio.to_thread.", GRACE_S, self.timeout_s)

@@ -63,7 +63,7 @@ class Session:
 class Endpoint:
     def __init__(self, tokenizer: Any, *, model_name: str = "policy", tool_parser: str = "hermes",
                  max_calls: int = 4, max_prompt_tokens: int = 32768, max_body_bytes: int = MAX_BODY_BYTES) -> None:
-        """`max_calls`: calls per episode (rollout.max_turns); more are refused (400); `max_prompt_tokens`,
+        """`max_calls`: calls per episode (rollout.multi_turn.max_turns); more are refused (400); `max_prompt_tokens`,
         `max_body_bytes`: the request limits of endpoint_limits.py. Sessions bring the engine
         (`open_session(submit=...)`)."""
         self.tokenizer, self.model_name = tokenizer, model_name
@@ -186,8 +186,9 @@ class Endpoint:
         check_prompt_length(prompt_ids, self.max_prompt_tokens)
         with self._lock:
             if record.calls >= self.max_calls:
-                raise APIError(400, f"episode {episode!r} made its {self.max_calls} calls (rollout.max_turns); end "
-                                    "the episode or raise rollout.max_turns.", code="max_turns_exceeded")
+                raise APIError(400, f"episode {episode!r} made its {self.max_calls} calls "
+                                    "(rollout.multi_turn.max_turns); end the episode or raise "
+                                    "rollout.multi_turn.max_turns.", code="max_turns_exceeded")
             turn, record.calls = record.calls, record.calls + 1
             placement = record.place(prompt_ids)
             index, n, number = session.streams[episode]

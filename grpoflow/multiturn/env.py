@@ -1,4 +1,4 @@
-"""Environments: what answers the model between its turns (`rollout.env`).
+"""Environments: what answers the model between its turns (`rollout.multi_turn.env`).
 
 An environment is a class, gym style, one instance per trajectory:
 
@@ -17,7 +17,7 @@ An environment is a class, gym style, one instance per trajectory:
 configured reward functions' score and logged as reward/env/mean (each key of a dict as
 reward/env/<key>/mean).
 
-Given as `rollout.env=path/to/file.py:Class` or a name registered with `@register_env("name")`.
+Given as `rollout.multi_turn.env=path/to/file.py:Class` or a name registered with `@register_env("name")`.
 
 The environment is user code, so it runs under the rule every callback follows (rewards, tools, agents):
 `guarded(cls)` wraps each instance so that an exception (`sys.exit` too) in its constructor, `reset`,
@@ -45,7 +45,7 @@ log = logging.getLogger("grpoflow.env")
 
 
 def register_env(name: str, *, override: bool = False) -> Callable[[type], type]:
-    """Make an environment class selectable as `rollout.env=name`."""
+    """Make an environment class selectable as `rollout.multi_turn.env=name`."""
     return ENVIRONMENTS.register(name, override=override)  # type: ignore[return-value]
 
 
@@ -191,7 +191,8 @@ class GuardedEnvironment:
 
 
 def guarded(cls: type, kwargs: dict | None = None) -> Callable[[], GuardedEnvironment]:
-    """A factory of `cls(**kwargs)` instances (rollout.env_args) under the callback rule, for EnvLoop's `env_cls`."""
+    """A factory of `cls(**kwargs)` instances (rollout.multi_turn.env_args) under the callback rule, for EnvLoop's
+    `env_cls`."""
     def make() -> GuardedEnvironment:
         return GuardedEnvironment(cls, kwargs)
     make.tools = getattr(cls, "tools", [])  # type: ignore[attr-defined]
@@ -199,16 +200,16 @@ def guarded(cls: type, kwargs: dict | None = None) -> Callable[[], GuardedEnviro
 
 
 def load_env(spec: str) -> type:
-    """The environment class of `rollout.env` (a registered name or `path/to/file.py:Class`)."""
+    """The environment class of `rollout.multi_turn.env` (a registered name or `path/to/file.py:Class`)."""
     try:
         cls = ENVIRONMENTS.resolve(spec)
     except FileNotFoundError:  # a missing file.py: the message names it
         raise
     except ValueError as e:
-        raise UserError(f"rollout.env={spec!r}: {e}") from None
+        raise UserError(f"rollout.multi_turn.env={spec!r}: {e}") from None
     missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
     if not inspect.isclass(cls) or missing:
-        raise UserError(f"rollout.env={spec!r} is not an environment class: it needs reset(**row) and "
+        raise UserError(f"rollout.multi_turn.env={spec!r} is not an environment class: it needs reset(**row) and "
                         f"step(assistant_text) methods (missing: {missing or 'it is not a class'}).")
     return cls  # type: ignore[return-value]
 
@@ -219,7 +220,7 @@ def load_env(spec: str) -> type:
 @register_env("guess_number")
 class GuessNumber:
     """Find a hidden number in 1..`high` from "higher"/"lower" replies. The secret is the row's `secret`
-    column, or drawn from the seed. Reward 1 when found (within rollout.max_turns), else 0."""
+    column, or drawn from the seed. Reward 1 when found (within rollout.multi_turn.max_turns), else 0."""
 
     def reset(self, *, seed: int, secret: int | None = None, high: int = 8, **_: Any) -> str:
         self.high = int(high)

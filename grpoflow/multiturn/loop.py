@@ -5,7 +5,7 @@ batches every trajectory's requests continuously; none waits for another's turn.
 A conversation: sample a turn (at most the budget left, ending at the template's end-of-turn token), let
 the environment see it (or run its tool calls), append the reply as rendered ids
 (`chat.ChatRenderer.continuation_ids`), and go on until the environment is done, the model ends with
-EOS, the budget or `rollout.max_turns` runs out (the rules in turns.py). The environment sees every
+EOS, the budget or `rollout.multi_turn.max_turns` runs out (the rules in turns.py). The environment sees every
 model turn, the last one too. A trajectory's next turn names its client as KV key, so the engine
 prefills only the tokens added since its last turn.
 
@@ -87,7 +87,7 @@ class SingleTurn:
 
 
 class EnvLoop:
-    """Conversations with an environment (`rollout.env`) and/or tools (`rollout.tools`)."""
+    """Conversations with an environment (`rollout.multi_turn.env`) and/or tools (`rollout.multi_turn.tools`)."""
     multi_turn = True
     agent = False
 

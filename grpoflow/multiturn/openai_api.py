@@ -3,7 +3,7 @@ errors shaped as the official client expects (no server here; endpoint.py serves
 
 What a request may hold (anything else the client sends, e.g. `seed`, `presence_penalty`, is ignored):
 
-    model        the served name (rollout.agent_model); another name is 404 model_not_found
+    model        the served name (rollout.agent.model); another name is 404 model_not_found
     messages     system / developer / user / assistant / tool messages; text content only
     tools        function schemas, passed to the chat template's `tools=`
     tool_choice  "auto" or "none" (no tool calls are parsed from the reply); others are 400

@@ -1,4 +1,5 @@
-"""`rollout.env=openenv`: an OpenEnv environment served over HTTP/WebSocket, driven as a grpoflow environment.
+"""`rollout.multi_turn.env=openenv`: an OpenEnv environment served over HTTP/WebSocket, driven as a grpoflow
+environment.
 
 OpenEnv (`openenv-core`, pip install 'grpoflow[openenv]') serves an environment with `create_app(EnvClass,
 ActionClass, ObservationClass)`; clients talk to it through `openenv.core.GenericEnvClient` (one WebSocket
@@ -11,7 +12,7 @@ session, one server-side environment instance, per client). This adapter is one 
   `reward` is the step reward, and their sum the environment reward (reward/env/mean).
 
 An observation becomes text as: its `observation_field` when given; else its only string field (besides
-OpenEnv's `done`, `reward`, `metadata`); else its fields as JSON. Settings come from `rollout.env_args`
+OpenEnv's `done`, `reward`, `metadata`); else its fields as JSON. Settings come from `rollout.multi_turn.env_args`
 (`{url: http://127.0.0.1:8000, action_field: message}`), the keyword arguments of `OpenEnvEnvironment`.
 Registered in env.py; imports openenv only when an environment is built.
 """
@@ -32,7 +33,7 @@ def generic_client_class() -> Any:
     try:
         from openenv.core import GenericEnvClient
     except ImportError:
-        raise MissingExtraError(f"rollout.env=openenv needs the openenv-core package: {EXTRA}.") from None
+        raise MissingExtraError(f"rollout.multi_turn.env=openenv needs the openenv-core package: {EXTRA}.") from None
     return GenericEnvClient
 
 
@@ -41,7 +42,7 @@ def observation_text(observation: dict, field: str | None = None) -> str:
     if field is not None:
         if field not in observation:
             raise KeyError(f"the OpenEnv observation has no field {field!r} (its fields: {sorted(observation)}); "
-                           "set rollout.env_args.observation_field to one of them.")
+                           "set rollout.multi_turn.env_args.observation_field to one of them.")
         return str(observation[field])
     own = {k: v for k, v in observation.items() if k not in OPENENV_FIELDS}
     if len(own) == 1 and isinstance(next(iter(own.values())), str):
@@ -58,8 +59,9 @@ class OpenEnvEnvironment:
         text; observation_field: the observation's field shown to the model (None: its only field when a string,
         else all as JSON); timeout_s: seconds to connect and for each reply."""
         if not url:
-            raise UserError("rollout.env=openenv needs the server's address: rollout.env_args={url: "
-                            "http://127.0.0.1:8000} (a server started with uvicorn on openenv's create_app).")
+            raise UserError("rollout.multi_turn.env=openenv needs the server's address: "
+                            "rollout.multi_turn.env_args={url: http://127.0.0.1:8000} (a server started with uvicorn "
+                            "on openenv's create_app).")
         client = generic_client_class()(base_url=url, connect_timeout_s=timeout_s, message_timeout_s=timeout_s)
         self.client = client.sync()
         self.action_field, self.observation_field = action_field, observation_field

@@ -242,5 +242,5 @@ def partial_kind(kind: Any, tokenizer: Any, quota: int) -> PartialSingleTurn | P
         return PartialEnvLoop(kind, quota)
     if isinstance(kind, SingleTurn):
         return PartialSingleTurn(tokenizer, quota)
-    raise UserError("rollout.partial cannot pause agent episodes (rollout.agent): their state is the agent "
-                    "program's, which a checkpoint cannot hold; unset rollout.partial or rollout.agent.")
+    raise UserError("rollout.partial cannot pause agent episodes (rollout.agent.program): their state is the agent "
+                    "program's, which a checkpoint cannot hold; unset rollout.partial or rollout.agent.program.")

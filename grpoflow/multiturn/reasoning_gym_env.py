@@ -1,9 +1,9 @@
-"""`rollout.env=reasoning_gym`: a reasoning-gym task where the model may try again after a wrong answer.
+"""`rollout.multi_turn.env=reasoning_gym`: a reasoning-gym task where the model may try again after a wrong answer.
 
 The rows are those of `data.train_files=[reasoning_gym:TASK?...]` (tasks/reasoning_gym_tasks.py): the dataset
 prompt (the task's question) opens the conversation. Each model turn is scored by the task's own verifier
 (`dataset.score_answer`, on the turn's last `<answer>...</answer>` or its whole text); a full score ends the
-conversation, anything less gets the user message `RETRY_MESSAGE` until rollout.max_turns is reached. The
+conversation, anything less gets the user message `RETRY_MESSAGE` until rollout.multi_turn.max_turns is reached. The
 reward is the score of the model's last answer (so a right answer after a retry counts as right; with
 `reward.function=null` it is the only reward). Registered in env.py; imports reasoning_gym only when a row is
 played (pip install 'grpoflow[reasoning-gym]').

@@ -4,8 +4,8 @@ Batch (workers/rollout_kinds.py builds the kind a config asks for).
 The kinds (each a `play(batcher, items, params, seed)` coroutine, loop.py and agents.py):
 
     SingleTurn     one request per (prompt, sample): the trivial trajectory
-    EnvLoop        conversations with `rollout.env` and/or `rollout.tools`
-    AgentEpisodes  `rollout.agent` programs through the OpenAI-compatible endpoint
+    EnvLoop        conversations with `rollout.multi_turn.env` and/or `rollout.multi_turn.tools`
+    AgentEpisodes  `rollout.agent.program` programs through the OpenAI-compatible endpoint
 
 `run_rollout` plays them on an asyncio loop of its own with the engine behind a `RequestBatcher`; a rollout
 worker calls it for its share of the step's prompts. Group ids are the items' positions in the step.

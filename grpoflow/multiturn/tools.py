@@ -11,7 +11,7 @@
 `tool_from_function(word_count)` gives a `Tool` whose `schema` is the OpenAI/HF function schema
 that `tokenizer.apply_chat_template(messages, tools=[tool.schema, ...])` renders into the prompt
 (built by transformers' `get_json_schema`, so it is exactly what chat templates expect). Tools are
-named in the config as `rollout.tools=[path/to/file.py:word_count, calculator]`: a file spec, a
+named in the config as `rollout.multi_turn.tools=[path/to/file.py:word_count, calculator]`: a file spec, a
 `package.module:function`, or a name registered with `@register_tool`; `load_tools` resolves them.
 
 `sandboxed` says where a call runs (tool_runner.py): True (the default, for code you do not
@@ -73,7 +73,7 @@ def tool_from_function(fn: Callable, *, sandboxed: bool = True, name: str | None
 
 
 def register_tool(name: str | None = None, *, sandboxed: bool = True) -> Callable[[Callable], Callable]:
-    """Decorator registering a tool function under `name` (default: its own name) for `rollout.tools`.
+    """Decorator registering a tool function under `name` (default: its own name) for `rollout.multi_turn.tools`.
 
     The schema is checked when the tool is loaded (`load_tools`), so importing a file stays cheap.
     """

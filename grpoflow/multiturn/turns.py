@@ -131,12 +131,12 @@ class ToolUse:
             size = len(encode(content))
             if size > self.max_output_tokens:
                 content = (f"error: the output of {call.name} was {size} tokens, over the limit of "
-                           f"{self.max_output_tokens} (rollout.max_tool_output_tokens)")
+                           f"{self.max_output_tokens} (rollout.multi_turn.max_tool_output_tokens)")
                 t.tool_errors += result.status != "error"
             replies.append(tool_message(call.name, content))
         for call in calls[limit:]:
             replies.append(tool_message(call.name, f"error: more than {limit} tool calls in one turn "
-                                                   "(rollout.max_tool_calls_per_turn); not run"))
+                                                   "(rollout.multi_turn.max_tool_calls_per_turn); not run"))
             t.tool_errors += 1
         return replies
 

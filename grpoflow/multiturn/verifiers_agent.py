@@ -1,11 +1,11 @@
-"""`rollout.agent=verifiers`: a verifiers environment plays its own episode against grpoflow's endpoint, and its
+"""`rollout.agent.program=verifiers`: a verifiers environment plays its own episode against grpoflow's endpoint, and its
 rubric gives the reward (docs/environments.md).
 
 The rows are those of `data.train_files=[verifiers:TASKSET?...]` (tasks/verifiers_tasks.py). For each episode
 (an agent episode of agents.py: its own client, whose base URL is the endpoint and whose `X-Episode-Id` header
 names the episode), this agent
 
-1. builds the verifiers environment: `rollout.agent_args` is its `EnvConfig` as verifiers' own config reads it
+1. builds the verifiers environment: `rollout.agent.args` is its `EnvConfig` as verifiers' own config reads it
    (`{id: my-env, agent: {harness: {id: null}}}`, the keys of `--env.*`), with the row's taskset; a seat whose
    runtime is not set runs its harness locally (`runtime: {type: subprocess}`; verifiers' own default is a
    remote Prime sandbox). One environment per taskset serves all the episodes of a step (`step_scope`, which
@@ -62,7 +62,7 @@ def episode_rewards(episode: Any) -> dict[str, float]:
 
 
 def env_config_dict(env_args: dict, taskset: dict, seats: list[str]) -> dict:
-    """`rollout.agent_args` with the row's taskset, and the local runtime for every seat that names none. A harness
+    """`rollout.agent.args` with the row's taskset, and the local runtime for every seat that names none. A harness
     id that YAML read as None (`{harness: {id: null}}` on the command line) is verifiers' `null` harness, the only
     one it can mean (verifiers itself would take None for its default, `bash`)."""
     raw = {**env_args, "taskset": taskset}
@@ -84,16 +84,16 @@ class VerifiersAgent:
         try:
             self.vf = import_verifiers()
         except ImportError as e:
-            raise UserError(f"rollout.agent=verifiers: {e}") from None
+            raise UserError(f"rollout.agent.program=verifiers: {e}") from None
         if not isinstance(env_args, dict) or "taskset" in env_args:
-            raise UserError(f"rollout.agent_args={env_args!r}: give the verifiers environment's config without its "
+            raise UserError(f"rollout.agent.args={env_args!r}: give the verifiers environment's config without its "
                             "taskset (e.g. {agent: {harness: {id: null}}}); the taskset comes from "
                             "data.train_files=[verifiers:TASKSET].")
         runtimes = [v.get("runtime") for v in env_args.values() if isinstance(v, dict)]
         if all(r in (None, LOCAL_RUNTIME) for r in runtimes) and shutil.which("uv") is None:
-            raise UserError("rollout.agent=verifiers runs verifiers' harness programs locally with uv, which is not "
-                            "on PATH: pip install 'grpoflow[verifiers]' installs it into the environment's bin "
-                            "folder; add that folder to PATH.")
+            raise UserError("rollout.agent.program=verifiers runs verifiers' harness programs locally with uv, "
+                            "which is not on PATH: pip install 'grpoflow[verifiers]' installs it into the "
+                            "environment's bin folder; add that folder to PATH.")
         self.env_args, self.model_name = dict(env_args), model_name
         self._stack: contextlib.AsyncExitStack | None = None  # the open step's serving environments
         self._envs: dict[str, Any] = {}
@@ -134,8 +134,8 @@ class VerifiersAgent:
     async def run(self, row: dict, client: Any) -> dict[str, float]:
         column = row.get("verifiers")
         if not isinstance(column, dict):
-            raise UserError("rollout.agent=verifiers plays rows of data.train_files=[verifiers:TASKSET]; this row "
-                            "has no `verifiers` column.")
+            raise UserError("rollout.agent.program=verifiers plays rows of data.train_files=[verifiers:TASKSET]; "
+                            "this row has no `verifiers` column.")
         vf = self.vf
         endpoint = vf.EvalClientConfig(base_url=str(client.base_url), api_key_var="GRPOFLOW_ENDPOINT_API_KEY",
                                        headers={EPISODE_HEADER: client.default_headers[EPISODE_HEADER]})
@@ -152,5 +152,5 @@ class VerifiersAgent:
 
 
 def build(agent_args: dict, model_name: str) -> Any:
-    """The agent of `rollout.agent=verifiers`: called as `agent(row, client)`, with a `step_scope`."""
+    """The agent of `rollout.agent.program=verifiers`: called as `agent(row, client)`, with a `step_scope`."""
     return VerifiersAgent(agent_args, model_name)

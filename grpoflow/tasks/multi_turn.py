@@ -1,7 +1,7 @@
 """Built-in multi-turn tasks for the tiny model, with demonstration conversations for the warm start.
 
 - guess_number: find a hidden number in 1..8 from "higher"/"lower" replies (environment
-  `guess_number`, reward 1 when found within rollout.max_turns). Demonstrations guess the middle of
+  `guess_number`, reward 1 when found within rollout.multi_turn.max_turns). Demonstrations guess the middle of
   the numbers still possible half of the time and any of them otherwise, so the warm-started model
   often needs more turns than binary search; GRPO is rewarded for finding it within the turn limit.
 - calculator: "347*29" -> "10063", with the `calculator` tool. A 4M model cannot multiply, but it can

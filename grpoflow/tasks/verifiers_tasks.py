@@ -10,7 +10,7 @@ first N tasks; required for an infinite taskset) and any field of the taskset's 
      "task": "<taskset>/<i>" (names the task in train_samples.jsonl and grpoflow view),
      "verifiers": {"taskset": {"id": ..., **options}, "limit": N, "index": i}}
 
-`rollout.agent=verifiers` (multiturn/verifiers_agent.py) rebuilds the task from the `verifiers` column and plays
+`rollout.agent.program=verifiers` (multiturn/verifiers_agent.py) rebuilds the task from the `verifiers` column and plays
 it; the prompt column is what grpoflow's length filter and an episode that never called the model see.
 """
 

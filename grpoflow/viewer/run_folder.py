@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from grpoflow.config_moved import translate_moved
 from grpoflow.errors import UserFileNotFoundError
 
 METRICS, VAL_SAMPLES = "metrics.jsonl", "samples.jsonl"
@@ -165,7 +166,10 @@ def read_config(path: Path) -> tuple[str, dict]:
         parsed = yaml.safe_load(text)
     except yaml.YAMLError:
         return text, {}
-    return text, parsed if isinstance(parsed, dict) else {}
+    if not isinstance(parsed, dict):
+        return text, {}
+    translate_moved(parsed)  # an older grpoflow's flat multi-turn keys, under their sections' names
+    return text, parsed
 
 
 def schedule_line(path: Path) -> str:
@@ -173,10 +177,13 @@ def schedule_line(path: Path) -> str:
     is not one this version of grpoflow reads)."""
     if not path.exists():
         return ""
-    from grpoflow.config import batch_schedule, load_config
+    from grpoflow.config import batch_schedule, saved_config
 
+    parsed = read_config(path)[1]
+    if not parsed:
+        return "(no schedule: config.yaml is not a YAML mapping)"
     try:
-        return batch_schedule(load_config(str(path))).describe()
+        return batch_schedule(saved_config(parsed)).describe()
     except Exception as e:  # noqa: BLE001 - an older or foreign config: the page says why instead
         return f"(no schedule: {type(e).__name__}: {e})"
 
@@ -190,8 +197,9 @@ def summary(config: dict) -> dict[str, Any]:
         return node
 
     keys = ["model.path", "algorithm.adv_estimator", "actor.policy_loss", "actor.lr", "data.prompts_per_step",
-            "rollout.n", "rollout.max_new_tokens", "rollout.engine", "rollout.env", "rollout.tools", "rollout.agent",
-            "backend", "placement", "trainer.mode", "trainer.seed", "trainer.total_steps"]
+            "rollout.n", "rollout.max_new_tokens", "rollout.engine", "rollout.multi_turn.env",
+            "rollout.multi_turn.tools", "rollout.agent.program", "backend", "placement", "trainer.mode",
+            "trainer.seed", "trainer.total_steps"]
     return {k: get(k) for k in keys if get(k) not in (None, [], "")}
 
 

@@ -1,5 +1,6 @@
 """The kind of rollout a run's config asks for (multiturn/rollout.py plays it): single-turn samples, conversations
-with `rollout.env` / `rollout.tools`, or `rollout.agent` episodes through the OpenAI-compatible endpoint."""
+with `rollout.multi_turn.env` / `.tools`, or `rollout.agent.program` episodes through the OpenAI-compatible
+endpoint."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from grpoflow.multiturn.turns import ToolUse
 
 def build_rollout(cfg: Config, tokenizer: Any) -> Kind:
     """The kind of rollout `cfg.rollout` asks for (close it with `.close()`)."""
-    if cfg.rollout.agent:
+    if cfg.rollout.agent.enabled:
         return build_agent_episodes(cfg, tokenizer)
-    if cfg.rollout.multi_turn:
+    if cfg.rollout.multi_turn.enabled:
         return build_env_loop(cfg, tokenizer)
     return SingleTurn(tokenizer)
 
@@ -38,32 +39,34 @@ def opening_of(cfg: Config) -> Callable[[dict], list[dict]]:
 
 
 def build_agent_episodes(cfg: Config, tokenizer: Any) -> Any:
-    """The agent of `rollout.agent` and a started endpoint (imports fastapi: the `agents` extra)."""
+    """The agent of `rollout.agent.program` and a started endpoint (imports fastapi: the `agents` extra)."""
     from grpoflow.multiturn.agents import AgentEpisodes, load_agent
     from grpoflow.multiturn.endpoint import Endpoint
 
-    r = cfg.rollout
-    assert r.agent
-    agent = load_agent(r.agent, dict(r.agent_args), r.agent_model)
+    a, m = cfg.rollout.agent, cfg.rollout.multi_turn
+    assert a.program
+    agent = load_agent(a.program, dict(a.args), a.model)
     # a conversation's prompt is its opening (<= data.max_prompt_length) plus at most a sample's budget; the factor 4
     # leaves room for an agent's own system prompt and tool schemas
-    endpoint = Endpoint(tokenizer, model_name=r.agent_model, tool_parser=r.tool_parser, max_calls=r.max_turns,
-                        max_prompt_tokens=max(4 * (cfg.data.max_prompt_length + r.max_new_tokens), 4096)).start()
-    return AgentEpisodes(agent, endpoint, timeout_s=r.agent_timeout_s, error_score=cfg.reward.error_score,
+    endpoint = Endpoint(tokenizer, model_name=a.model, tool_parser=m.tool_parser, max_calls=m.max_turns,
+                        max_prompt_tokens=max(4 * (cfg.data.max_prompt_length + cfg.rollout.max_new_tokens),
+                                              4096)).start()
+    return AgentEpisodes(agent, endpoint, timeout_s=a.timeout_s, error_score=cfg.reward.error_score,
                          opening=opening_of(cfg))
 
 
 def run_tools(cfg: Config) -> list[Any]:
-    """The tools of a multi-turn run: `rollout.tools` and those its environment declares (names unique)."""
-    r = cfg.rollout
-    if not r.multi_turn:
+    """The tools of a multi-turn run: `rollout.multi_turn.tools` and those its environment declares (names
+    unique)."""
+    r = cfg.rollout.multi_turn
+    if not r.enabled:
         return []
     env_cls = load_env(r.env) if r.env else None
     found = load_tools(list(r.tools)) + [tool_from_function(fn) for fn in getattr(env_cls, "tools", []) or []]
     names = [t.name for t in found]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise UserError(f"rollout.tools and the environment's tools name {duplicates} twice; rename one.")
+        raise UserError(f"rollout.multi_turn.tools and the environment's tools name {duplicates} twice; rename one.")
     return found
 
 
@@ -73,9 +76,10 @@ def tool_schemas(cfg: Config) -> list[dict] | None:
 
 
 def build_env_loop(cfg: Config, tokenizer: Any) -> EnvLoop:
-    """The loop for `cfg.rollout`: its environment class, its tools (the configured ones and those the environment
-    declares, run by a ToolRunner: `EnvLoop.close` stops it), and a renderer whose template was checked."""
-    r = cfg.rollout
+    """The loop for `cfg.rollout.multi_turn`: its environment class, its tools (the configured ones and those the
+    environment declares, run by a ToolRunner: `EnvLoop.close` stops it), and a renderer whose template was
+    checked."""
+    r = cfg.rollout.multi_turn
     env_cls = load_env(r.env) if r.env else None
     tools = None
     found = run_tools(cfg)

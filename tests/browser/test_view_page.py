@@ -30,7 +30,7 @@ SINGLE = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step
           "rollout.max_new_tokens=5", "trainer.total_steps=6", "trainer.save_every=3", "trainer.val_every=3",
           "data.val_max_prompts=8", "trainer.log_train_groups=3"]
 MULTI = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
-         "rollout.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.total_steps=2",
+         "rollout.multi_turn.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.total_steps=2",
          "sft.steps=60", "sft.batch_size=16"]
 
 

@@ -82,8 +82,8 @@ def test_a_bad_reward_scores_error_score_in_process_and_in_workers(files, name, 
 def test_a_bad_environment_scores_error_score_and_the_run_goes_on(files, env, tmp_path, caplog):
     cfg = load_config("guess_number", [
         f"trainer.output_dir={tmp_path / 'run'}", "model.path=builtin:tiny-0.5m", "sft.steps=2",
-        f"rollout.env={files / 'bad_envs.py'}:{env}", "data.prompts_per_step=2", "rollout.n=2",
-        "rollout.max_new_tokens=16", "rollout.max_turns=2", "trainer.total_steps=1", "trainer.save_every=0",
+        f"rollout.multi_turn.env={files / 'bad_envs.py'}:{env}", "data.prompts_per_step=2", "rollout.n=2",
+        "rollout.max_new_tokens=16", "rollout.multi_turn.max_turns=2", "trainer.total_steps=1", "trainer.save_every=0",
         "trainer.val_every=0", "reward.error_score=-1"])
     with caplog.at_level(logging.WARNING, logger="grpoflow.env"):
         train(cfg)

@@ -1,6 +1,7 @@
 """A guess-the-number environment with a long tail of turns, for the partial-rollout runs: one game in two (drawn
-from reset's seed, so the n games of a group agree) goes on until rollout.max_turns whatever the model says; the
-others end after the model's first answer. The model is rewarded when one of its answers names the row's secret."""
+from reset's seed, so the n games of a group agree) goes on until rollout.multi_turn.max_turns whatever the model
+says; the others end after the model's first answer. The model is rewarded when one of its answers names the row's
+secret."""
 
 import random
 import re

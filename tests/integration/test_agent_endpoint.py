@@ -25,7 +25,7 @@ from recording import Recording
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agents"
 BASE = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
-        "rollout.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
+        "rollout.multi_turn.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
         "trainer.resume=never"]
 MAX_TURNS, BUDGET = 3, 200
 
@@ -111,7 +111,7 @@ def test_the_calculator_agent_example_trains(tmp_path, warm_model):
     train(load_config(str(EXAMPLE / "calculator_agent.yaml"), [
         f"model.path={warm_model}", "sft.steps=0", f"trainer.output_dir={tmp_path}", "trainer.total_steps=1",
         "trainer.val_every=1", "data.val_max_prompts=4", "data.prompts_per_step=2", "rollout.n=2",
-        f"rollout.agent={EXAMPLE / 'calculator_agent.py'}:run", "trainer.log_samples=2"]))
+        f"rollout.agent.program={EXAMPLE / 'calculator_agent.py'}:run", "trainer.log_samples=2"]))
     (record,) = [r for r in read_metrics(tmp_path) if r["step"] == 1]
     for key in ("agent/calls/mean", "agent/samples/mean", "agent/errors", "agent/timeouts", "reward/agent/mean",
                 "critic/score/mean", "actor/pg_loss", "val/mean@1"):

@@ -33,7 +33,7 @@ from kills import kill_at_step
 from recording import Recording
 
 BASE = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
-        "rollout.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
+        "rollout.multi_turn.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
         "trainer.resume=never", "resources.cpus_per_rank=0.5"]
 
 
@@ -147,7 +147,7 @@ def calculator_model(tmp_path_factory) -> str:
 def test_tools_run_in_a_training_step(tmp_path, calculator_model):
     train(load_config("calculator_tool", BASE + [f"model.path={calculator_model}", "sft.steps=0", "data.val_files=[]",
                                                  "data.prompts_per_step=8", "rollout.max_new_tokens=160",
-                                                 "rollout.max_turns=2", "trainer.total_steps=1",
+                                                 "rollout.multi_turn.max_turns=2", "trainer.total_steps=1",
                                                  "trainer.log_train_groups=8", f"trainer.output_dir={tmp_path}"]))
     row = [r for r in read_metrics(tmp_path) if "timing_s/step" in r][0]
     assert row["tools/calls"] > row["tools/errors"], row   # at least one call parsed and ran

@@ -1,6 +1,6 @@
-"""OpenEnv environments as rollout.env=openenv, against a real OpenEnv server (openenv-core's create_app, served by
-uvicorn on 127.0.0.1 in its own process; tests/integration/openenv_server.py): the adapter's observations, rewards
-and seeds, then the tiny model trained end to end through grpoflow's environment loop."""
+"""OpenEnv environments as rollout.multi_turn.env=openenv, against a real OpenEnv server (openenv-core's create_app,
+served by uvicorn on 127.0.0.1 in its own process; tests/integration/openenv_server.py): the adapter's observations,
+rewards and seeds, then the tiny model trained end to end through grpoflow's environment loop."""
 
 import json
 import random
@@ -73,23 +73,25 @@ def test_the_adapter_plays_a_real_openenv_server(server_url):
 
 def test_a_missing_url_is_a_config_error_before_anything_starts():
     with pytest.raises(ConfigError, match="missing a required argument: 'url'"):
-        check_multi_turn(load_config(None, ["rollout.env=openenv"]))
-    with pytest.raises(ConfigError, match="rollout.env is not"):
-        check_multi_turn(load_config(None, ["rollout.env_args={url: http://127.0.0.1:1}"]))
-    check_multi_turn(load_config(None, ["rollout.env=openenv", "rollout.env_args={url: http://127.0.0.1:1}"]))
-    assert "rollout.env_args={url:" in GuardedEnvironment(load_env("openenv"), {"url": ""}).failure
+        check_multi_turn(load_config(None, ["rollout.multi_turn.env=openenv"]))
+    with pytest.raises(ConfigError, match="rollout.multi_turn.env is not"):
+        check_multi_turn(load_config(None, ["rollout.multi_turn.env_args={url: http://127.0.0.1:1}"]))
+    check_multi_turn(load_config(None, ["rollout.multi_turn.env=openenv",
+                                        "rollout.multi_turn.env_args={url: http://127.0.0.1:1}"]))
+    assert "rollout.multi_turn.env_args={url:" in GuardedEnvironment(load_env("openenv"), {"url": ""}).failure
 
 
 def test_grpoflow_trains_through_an_openenv_server(server_url, tmp_path):
     base = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
-            "rollout.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
+            "rollout.multi_turn.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
             "trainer.resume=never", "trainer.log_train_groups=4"]
     # a warm start on the built-in guess-the-number demonstrations, so that the model plays several turns
     warm = sft_stage(load_config("guess_number", base + ["sft.steps=60", "sft.batch_size=16",
                                                          f"trainer.output_dir={tmp_path / 'warm'}"]))
     out = tmp_path / "run"
     train(load_config("guess_number", base + [f"model.path={warm}", "sft.steps=0", f"trainer.output_dir={out}",
-                                              "rollout.env=openenv", f"rollout.env_args={{url: {server_url}}}",
+                                              "rollout.multi_turn.env=openenv",
+                                              f"rollout.multi_turn.env_args={{url: {server_url}}}",
                                               "reward.function=null", "trainer.total_steps=2"]))
     steps = [r for r in read_metrics(out) if "timing_s/step" in r]
     assert len(steps) == 2 and all(r.get("reward/env/errors", 0) == 0 for r in steps)

@@ -33,7 +33,7 @@ from grpoflow.workers.rollout_kinds import build_env_loop
 from kills import kill_at_step
 
 BASE = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
-        "rollout.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
+        "rollout.multi_turn.max_turns=3", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
         "trainer.resume=never"]
 SEED = 11
 
@@ -129,7 +129,7 @@ def test_guess_number_conversations_paused_and_continued_are_the_uninterrupted_o
 
 def test_calculator_conversations_paused_after_their_tool_calls_are_the_uninterrupted_ones(calculator_model):
     engine, tok = engine_of(calculator_model)
-    loop = build_env_loop(load_config("calculator_tool", BASE + ["rollout.max_turns=2",
+    loop = build_env_loop(load_config("calculator_tool", BASE + ["rollout.multi_turn.max_turns=2",
                                                                  "rollout.max_new_tokens=160"]), tok)
     params = SamplingParams(n=4, max_new_tokens=160, temperature=1.0)
     items = requests(calculator_splits()[0][:6], tok)
@@ -215,8 +215,8 @@ def test_an_environment_whose_replies_are_not_replayable_stops_with_the_reason(g
 # guess_number's warm start, then games of which one in two runs to max_turns (long_games.py): long conversations
 # are still going when a step's groups are complete, so every step carries paused ones
 RUN = ["model.path=builtin:tiny-0.5m", "sft.steps=60", "sft.batch_size=16", "data.prompts_per_step=4", "rollout.n=4",
-       f"rollout.env={Path(__file__).parent / 'long_games.py'}:LongGames", "rollout.max_new_tokens=160",
-       "rollout.max_turns=6", "trainer.total_steps=5", "trainer.save_every=1", "trainer.keep_last=0",
+       f"rollout.multi_turn.env={Path(__file__).parent / 'long_games.py'}:LongGames", "rollout.max_new_tokens=160",
+       "rollout.multi_turn.max_turns=6", "trainer.total_steps=5", "trainer.save_every=1", "trainer.keep_last=0",
        "trainer.val_every=0", "trainer.log_every=1", "rollout.partial=true", "rollout.partial_oversample=2",
        "rollout.partial_max_staleness=2"]
 

@@ -1,5 +1,6 @@
 """A reasoning-gym task trains end to end on the tiny model with the task's own verifier as the reward: single
-turn (`reward.function=reasoning_gym`) and with retries (`rollout.env=reasoning_gym`), against the real package."""
+turn (`reward.function=reasoning_gym`) and with retries (`rollout.multi_turn.env=reasoning_gym`), against the real
+package."""
 
 import json
 
@@ -36,9 +37,9 @@ def test_single_turn_run_is_scored_by_the_tasks_verifier(tmp_path):
 
 def test_the_retry_environment_trains_and_tells_the_model_it_was_wrong(tmp_path):
     out = tmp_path / "run"
-    train(load_config(None, BASE + [f"trainer.output_dir={out}", "rollout.env=reasoning_gym", "reward.function=null",
-                                    "rollout.max_turns=2", "rollout.max_new_tokens=96", "trainer.val_every=0",
-                                    "trainer.log_train_groups=4"]))
+    train(load_config(None, BASE + [f"trainer.output_dir={out}", "rollout.multi_turn.env=reasoning_gym",
+                                    "reward.function=null", "rollout.multi_turn.max_turns=2",
+                                    "rollout.max_new_tokens=96", "trainer.val_every=0", "trainer.log_train_groups=4"]))
     steps = [r for r in read_metrics(out) if "timing_s/step" in r]
     assert len(steps) == 2 and all("reward/env/mean" in r for r in steps)
     groups = [json.loads(line) for line in (out / "train_samples.jsonl").read_text().splitlines()]

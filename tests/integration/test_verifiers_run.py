@@ -1,5 +1,5 @@
-"""verifiers environments as rollout.agent=verifiers, against the real `verifiers` package: its environment runs its
-own rollout (verifiers' chat harness in a local subprocess, its interception server) against grpoflow's
+"""verifiers environments as rollout.agent.program=verifiers, against the real `verifiers` package: its environment
+runs its own rollout (verifiers' chat harness in a local subprocess, its interception server) against grpoflow's
 OpenAI-compatible endpoint, and its rubric gives the reward. The environments are written with verifiers' own API:
 vf_echo.py (single turn, two weighted rewards), vf_guess.py (a SingleAgentEnv answering every turn) and vf_calc.py
 (a Toolset served over MCP that the harness calls).
@@ -139,7 +139,7 @@ def test_grpoflow_trains_the_tiny_model_on_a_verifiers_taskset(tmp_path):
     out = tmp_path / "run"
     train(load_config(None, ["model.path=builtin:tiny-0.5m", "data.train_files=[verifiers:vf_echo]",
                              "data.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=12",
-                             "rollout.agent=verifiers", "rollout.agent_args={agent: {harness: {id: null}}}",
+                             "rollout.agent.program=verifiers", "rollout.agent.args={agent: {harness: {id: null}}}",
                              "reward.function=null", "sft.steps=0", "trainer.total_steps=2", "trainer.val_every=0",
                              "trainer.save_every=0", "trainer.log_every=1", "trainer.resume=never",
                              "trainer.log_train_groups=2", f"trainer.output_dir={out}"]))
@@ -157,15 +157,15 @@ def test_grpoflow_trains_the_tiny_model_on_a_verifiers_taskset(tmp_path):
 
 def test_grpoflow_trains_through_a_multi_turn_verifiers_environment(tmp_path):
     base = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=2", "rollout.n=4", "rollout.max_new_tokens=128",
-            "rollout.max_turns=4", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
+            "rollout.multi_turn.max_turns=4", "trainer.val_every=0", "trainer.save_every=0", "trainer.log_every=1",
             "trainer.resume=never", "trainer.log_train_groups=2"]
     # a warm start on the built-in guess-the-number demonstrations, so that the model plays several turns
     warm = sft_stage(load_config("guess_number", base + ["sft.steps=60", "sft.batch_size=16",
                                                          f"trainer.output_dir={tmp_path / 'warm'}"]))
     out = tmp_path / "run"
     train(load_config(None, base + [f"model.path={warm}", "sft.steps=0", f"trainer.output_dir={out}",
-                                    "data.train_files=[verifiers:vf_guess]", "rollout.agent=verifiers",
-                                    f"rollout.agent_args={json.dumps(NULL_HARNESS)}", "reward.function=null",
+                                    "data.train_files=[verifiers:vf_guess]", "rollout.agent.program=verifiers",
+                                    f"rollout.agent.args={json.dumps(NULL_HARNESS)}", "reward.function=null",
                                     "trainer.total_steps=2"]))
     steps = [r for r in read_metrics(out) if "timing_s/step" in r]
     # four turns fit the 128-token budget: every episode is one sample, the environment's turns inside it

@@ -1,6 +1,7 @@
 """A single-turn verifiers taskset written with verifiers' own API (taskset id `vf_echo`, this module): the model
 is asked to repeat a word; the rubric scores the share of the word's letters in the reply (weight 1) and a short
-reply (weight 0.5). tests/integration/test_verifiers_run.py trains grpoflow on it through rollout.agent=verifiers."""
+reply (weight 0.5). tests/integration/test_verifiers_run.py trains grpoflow on it through
+rollout.agent.program=verifiers."""
 
 import verifiers.v1 as vf
 

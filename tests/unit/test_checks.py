@@ -22,8 +22,10 @@ from grpoflow.controller.checks import check_config
     ("reward.function=exact_mach", "reward.function='exact_mach'.*did you mean 'exact_match'"),
     ("reward.functions=[gsm8k,fromat]", "reward.function='fromat'.*did you mean 'format'"),
     ("reward.routes={gsm8k: gsm9k}", "reward.function='gsm9k'"),
-    (["rollout.tools=[calculator]", "rollout.tool_parser=hermse"], "rollout.tool_parser='hermse'.*did you mean"),
-    (["rollout.env=guess_number", "rollout.max_turns=2000"], "rollout.max_turns=2000: at most 1008 turns"),
+    (["rollout.multi_turn.tools=[calculator]", "rollout.multi_turn.tool_parser=hermse"],
+     "rollout.multi_turn.tool_parser='hermse'.*did you mean"),
+    (["rollout.multi_turn.env=guess_number", "rollout.multi_turn.max_turns=2000"],
+     "rollout.multi_turn.max_turns=2000: at most 1008 turns"),
 ])
 def test_every_registry_backed_key_is_resolved_at_start(override, named):
     with pytest.raises(ConfigError, match=named):
@@ -56,16 +58,16 @@ def test_async_top_p_guard_applies_to_the_resolved_importance_sampling():
 def test_multi_turn_settings_are_checked_before_any_model_loads(tmp_path):
     from grpoflow.config import load_config
 
-    with pytest.raises(ConfigError, match="rollout.env='nowhere_env'"):
-        check_config(load_config(None, ["rollout.env=nowhere_env"]))
-    with pytest.raises(ConfigError, match="rollout.tools"):
-        check_config(load_config(None, ["rollout.tools=[no_such_tool]"]))
+    with pytest.raises(ConfigError, match="rollout.multi_turn.env='nowhere_env'"):
+        check_config(load_config(None, ["rollout.multi_turn.env=nowhere_env"]))
+    with pytest.raises(ConfigError, match="rollout.multi_turn.tools"):
+        check_config(load_config(None, ["rollout.multi_turn.tools=[no_such_tool]"]))
     untyped = tmp_path / "tools.py"
     untyped.write_text("def f(x):\n    return x\n")
     with pytest.raises(ConfigError, match="no docstring"):
-        check_config(load_config(None, [f"rollout.tools=[{untyped}:f]"]))
+        check_config(load_config(None, [f"rollout.multi_turn.tools=[{untyped}:f]"]))
     with pytest.raises(ConfigError, match="max_turns"):
-        check_config(load_config(None, ["rollout.max_turns=0", "rollout.env=guess_number"]))
+        check_config(load_config(None, ["rollout.multi_turn.max_turns=0", "rollout.multi_turn.env=guess_number"]))
 
 
 @pytest.mark.parametrize("source, overrides, named", [
@@ -74,16 +76,16 @@ def test_multi_turn_settings_are_checked_before_any_model_loads(tmp_path):
     ("async def run(row, client):\n    return 1.0\n", ["algorithm.filter_groups.enable=true"],
      "filter_groups needs groups of exactly rollout.n"),
     ("async def run(row, client):\n    return 1.0\n", ["algorithm.adv_estimator=remax"], "greedy baseline"),
-    ("async def run(row, client):\n    return 1.0\n", ["rollout.tools=[calculator]"],
-     "leave rollout.env and rollout.tools empty"),
+    ("async def run(row, client):\n    return 1.0\n", ["rollout.multi_turn.tools=[calculator]"],
+     "leave rollout.multi_turn.env and rollout.multi_turn.tools empty"),
 ])
 def test_rollout_agent_is_checked_at_start(tmp_path, source, overrides, named):
     (tmp_path / "agent.py").write_text(source)
     with pytest.raises(ConfigError, match=named):  # plain values fail at load, the rest at the start-up check
-        check_config(load_config(None, [f"rollout.agent={tmp_path}/agent.py:run", "reward.function=null",
+        check_config(load_config(None, [f"rollout.agent.program={tmp_path}/agent.py:run", "reward.function=null",
                                         *overrides]))
 
 
 def test_a_good_agent_passes(tmp_path):
     (tmp_path / "agent.py").write_text("async def run(row, client):\n    return 1.0\n")
-    check_config(load_config(None, [f"rollout.agent={tmp_path}/agent.py:run", "reward.function=null"]))
+    check_config(load_config(None, [f"rollout.agent.program={tmp_path}/agent.py:run", "reward.function=null"]))

@@ -216,9 +216,9 @@ def test_a_due_group_is_trained_before_one_that_completed_earlier(rollout_group)
 
 
 @pytest.mark.parametrize("override, says", [
-    ("rollout.agent=x.py:run", "an agent episode .* cannot be saved or replayed"),
+    ("rollout.agent.program=x.py:run", "an agent episode .* cannot be saved or replayed"),
     ("rollout.engine=sglang", "use rollout.engine=hf"),
-    ("rollout.engine=vllm rollout.tools=[calculator]", "vllm pauses single-turn samples only"),
+    ("rollout.engine=vllm rollout.multi_turn.tools=[calculator]", "vllm pauses single-turn samples only"),
     ("algorithm.filter_groups.enable=true", "use one of them"),
     ("rollout.partial_oversample=0.9", "rollout.partial_oversample must be >= 1"),
 ])
@@ -227,7 +227,7 @@ def test_the_config_refuses_what_partial_rollout_cannot_do(override, says):
         load_config(None, ["rollout.partial=true", *override.split()])
 
 
-@pytest.mark.parametrize("multi_turn", ["rollout.tools=[calculator]", "rollout.env=guess_number"])
+@pytest.mark.parametrize("multi_turn", ["rollout.multi_turn.tools=[calculator]", "rollout.multi_turn.env=guess_number"])
 def test_conversations_with_environments_and_tools_may_pause(multi_turn):
     assert load_config(None, ["rollout.partial=true", multi_turn]).rollout.partial
 

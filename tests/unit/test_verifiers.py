@@ -35,7 +35,7 @@ def test_without_the_package_the_error_names_the_extra(monkeypatch):
 def test_agent_args_belong_to_built_in_agents(tmp_path):
     agent = tmp_path / "agent.py"
     agent.write_text("async def run(row, client):\n    return 1.0\n")
-    with pytest.raises(ValueError, match="leave rollout.agent_args empty"):
+    with pytest.raises(ValueError, match="leave rollout.agent.args empty"):
         load_agent(f"{agent}:run", {"agent": {}})
 
 

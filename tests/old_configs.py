@@ -1,0 +1,16 @@
+"""What an older grpoflow wrote in a run folder's config.yaml: the multi-turn and agent settings as flat rollout.*
+keys, before they moved into the sections rollout.multi_turn and rollout.agent (grpoflow/config_moved.py).
+Written out by hand, not derived from config_moved.MOVED, so the tests that use it check the mapping."""
+
+import copy
+
+
+def old_flat(tree: dict) -> dict:
+    """`tree` (a resolved config as config.yaml holds it) with the flat keys an older grpoflow wrote."""
+    old = copy.deepcopy(tree)
+    rollout = old["rollout"]
+    rollout.update(rollout.pop("multi_turn"))  # env, env_args, tools, max_turns, tool_parser, tool_* ...
+    agent = rollout.pop("agent")
+    rollout.update(agent=agent["program"], agent_args=agent["args"], agent_timeout_s=agent["timeout_s"],
+                   agent_model=agent["model"])
+    return old

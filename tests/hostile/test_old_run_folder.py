@@ -4,6 +4,8 @@ checkpoints. Its saved settings are compared under their new names, with a warni
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 
@@ -26,12 +28,24 @@ def run(out: Path, *extra: str, steps: int) -> dict:
                                               *MULTI_TURN, *extra]))
 
 
+def write_as_older_grpoflow(path: Path) -> None:
+    """Rewrite a saved config.yaml with the flat keys; a checkpoint's is listed in its manifest.json with its size
+    and checksum, which the older grpoflow wrote for that file (else the checkpoint is damaged, not old)."""
+    path.write_text(yaml.safe_dump(old_flat(yaml.safe_load(path.read_text())), sort_keys=False))
+    manifest = path.parent / "manifest.json"
+    if manifest.exists():
+        data = json.loads(manifest.read_text())
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        data["files"][path.name] = {"size": path.stat().st_size, "sha256": digest}
+        manifest.write_text(json.dumps(data))
+
+
 def test_a_run_folder_of_an_older_grpoflow_resumes_comparing_its_flat_keys(tmp_path, caplog):
     out = tmp_path / "run"
     run(out, steps=2)
     saved = [out / "config.yaml", *sorted(out.glob("checkpoints/step_*/config.yaml"))]
-    for path in saved:  # as an older grpoflow wrote them
-        path.write_text(yaml.safe_dump(old_flat(yaml.safe_load(path.read_text())), sort_keys=False))
+    for path in saved:
+        write_as_older_grpoflow(path)
     assert "max_turns: 2" in saved[0].read_text() and "multi_turn:" not in saved[0].read_text()
     before = {p: p.read_bytes() for p in saved}
 
@@ -42,8 +56,10 @@ def test_a_run_folder_of_an_older_grpoflow_resumes_comparing_its_flat_keys(tmp_p
     with caplog.at_level(logging.WARNING, logger="grpoflow.run_folder"):
         run(out, steps=3)
     assert [r["step"] for r in metrics(out)] == [1, 2, 3], "the run did not continue from its step-2 checkpoint"
+    assert not (out / "previous").exists(), "the old run was moved aside: a fresh start, not a resume"
     warned = " ".join(r.getMessage() for r in caplog.records if "written by an older grpoflow" in r.getMessage())
     for moved in ("rollout.env -> rollout.multi_turn.env", "rollout.max_turns -> rollout.multi_turn.max_turns",
                   "rollout.agent -> rollout.agent.program", "rollout.agent_timeout_s -> rollout.agent.timeout_s"):
         assert moved in warned, warned
-    assert all(p.read_bytes() == before[p] for p in saved), "the old run's config.yaml was rewritten"
+    kept = [out / "config.yaml", out / "checkpoints" / "step_000002" / "config.yaml"]  # step 1: pruned (keep_last)
+    assert all(p.read_bytes() == before[p] for p in kept), "the old run's config.yaml was rewritten"

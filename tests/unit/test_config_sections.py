@@ -159,8 +159,7 @@ def test_a_verl_key_name_points_to_ours(override, ours):
     (["rollout.agent.timeout_s=0"], "rollout.agent.timeout_s must be > 0"),
     (["rollout.agent.program=a.py:run", "rollout.multi_turn.env=guess_number"],
      "leave rollout.multi_turn.env and rollout.multi_turn.tools empty"),
-    (["rollout.partial=true", "rollout.multi_turn.env=guess_number"],
-     "(rollout.multi_turn.env, rollout.multi_turn.tools, rollout.agent.program)"),
+    (["rollout.partial=true", "rollout.agent.program=a.py:run"], "an agent episode (rollout.agent.program) holds"),
 ])
 def test_validation_messages_name_the_section_keys(overrides, fragment):
     with pytest.raises(ConfigError) as err:

@@ -45,6 +45,14 @@ def medians(run: Path) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in steps) for k in KEYS if all(k in r for r in steps)}
 
 
+def keys_of(code: Path, overrides: list[str]) -> list[str]:
+    """`overrides` as the code at `code` names them: before rollout.multi_turn was a section (no
+    grpoflow/config_moved.py there), its keys were flat (rollout.multi_turn.env -> rollout.env)."""
+    if (code / "grpoflow" / "config_moved.py").exists():
+        return list(overrides)
+    return [o.replace("rollout.multi_turn.", "rollout.", 1) for o in overrides]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--before", default=BEFORE)
@@ -83,7 +91,7 @@ def main() -> None:
         for r in range(a.repeats):
             for name, code in (("before (lockstep)", old), ("after (continuous + KV reuse)", ROOT)):
                 out = tmp / f"{name.split()[0]}-{r}"
-                grpoflow(code, common + [f"trainer.output_dir={out}"], a.threads)
+                grpoflow(code, keys_of(code, common) + [f"trainer.output_dir={out}"], a.threads)
                 results[name].append(medians(out))
         table = {name: {k: statistics.median(m[k] for m in ms) for k in ms[0]} for name, ms in results.items()}
         after = table["after (continuous + KV reuse)"]

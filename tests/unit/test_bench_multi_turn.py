@@ -116,3 +116,15 @@ def test_the_response_template_parses_the_calls_grpoflow_parses(bench):
     answer = trl_templates.parse_response(tok, tok("10063<|im_end|>", add_special_tokens=False)["input_ids"],
                                           prefix=prefix)
     assert answer == {"role": "assistant", "content": "10063"}
+
+
+def test_the_lockstep_commit_gets_its_flat_keys(tmp_path):
+    sys.path.insert(0, str(BENCH))
+    try:
+        import multi_turn
+    finally:
+        sys.path.remove(str(BENCH))
+    given = ["rollout.multi_turn.env=x.py:Env", "rollout.multi_turn.max_turns=8", "rollout.n=4"]
+    assert multi_turn.keys_of(BENCH.parent, given) == given  # this code: the section
+    # the "before" checkout (6753cb0) predates the rollout.multi_turn section
+    assert multi_turn.keys_of(tmp_path, given) == ["rollout.env=x.py:Env", "rollout.max_turns=8", "rollout.n=4"]

@@ -6,7 +6,7 @@ CPU, threads, whether the machine was idle, date, commit) and the range a run mu
 - renders the figures as README.md and docs/ quote them (`quotes`): `tests/unit/test_headlines.py` checks that
   every rendered quote is in its file, so a doc cannot drift from the data;
 - runs a headline command as a user would (`grpoflow train <recipe>` in a subprocess, into a fresh output
-  folder), reads its `metrics.jsonl` and checks the result against the range: `tests/integration/test_headlines.py`
+  folder), reads its `metrics.jsonl` and checks the result against the range: `tests/integration/test_headline_runs.py`
   (slow stage, tiny-model recipes) and `tests/real_model/test_smollm2_headlines.py` (real-model stage).
 
     python bench/headlines.py calculator_tool    # run it; prints the `measured:` block to paste into headlines.yaml

@@ -1,5 +1,5 @@
 """The README's first command on two Ray FSDP2 ranks (slow). The command itself (`make train`, local) runs in
-tests/integration/test_headlines.py against the range bench/headlines.yaml quotes."""
+tests/integration/test_headline_runs.py against the range bench/headlines.yaml quotes."""
 
 import pytest
 

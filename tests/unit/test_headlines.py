@@ -1,5 +1,5 @@
 """The figures README.md and docs/ quote for the recipes' headline commands are the ones bench/headlines.yaml
-holds (no run here: tests/integration/test_headlines.py and tests/real_model/test_smollm2_headlines.py run the
+holds (no run here: tests/integration/test_headline_runs.py and tests/real_model/test_smollm2_headlines.py run the
 commands against the file's ranges)."""
 
 import re

@@ -115,7 +115,7 @@ class Controller:
                                       params=self.sampling, oversample=r.partial_oversample,
                                       max_staleness=r.partial_max_staleness, seed_of=self.step_seed,
                                       version=lambda: self.version, pad_token_id=self.pad_token_id,
-                                      decode=decoder(self.model_path) if r.multi_turn else None)
+                                      decode=decoder(self.model_path) if r.multi_turn.enabled else None)
         else:
             self.queue = RolloutQueue(self.rollouts, self.train_items, sampler, prompts_per_step=per_step,
                                       params=self.sampling, ahead=r.max_staleness if self.is_async else 0,

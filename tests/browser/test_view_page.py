@@ -150,10 +150,30 @@ def test_a_steps_groups_render_with_their_samples(page):
 
 
 def test_multi_turn_conversations_show_turn_by_turn_with_untrained_tokens_marked(page):
-    page.click('#tabs button[data-tab="rollouts"]')
-    page.select_option("#ro-kind", "train")
+    # The first run's step lists, asked for before the user picks the second run, answer late (held here, as a slow
+    # viewer would). They must not replace the second run's page: they did (CI, 2026-12-01), the stale step list
+    # then loading the second run's groups at step 6, which it does not have, and the page went empty.
+    held, finished = [], []
+    page.route("**/api/runs/0/steps", lambda route: held.append(route))
+    page.on("requestfinished", lambda r: finished.append(r.url) if r.url.endswith("/api/runs/0/steps") else None)
+    page.click('#tabs button[data-tab="rollouts"]')                     # run 0, kind val (the last test's): held
+    page.select_option("#ro-kind", "train")                             # run 0 again: held
     page.select_option("#ro-run", "1")
     page.wait_for_selector(".conversation .msg.assistant", timeout=15_000)
+    page.unroute("**/api/runs/0/steps")
+    assert held, "the tab's refresh did not ask for the first run's steps"
+    # the poll would mend an emptied page within a refresh: record every group count the page shows from here on
+    page.evaluate("""() => { window.groupCounts = [];
+        new MutationObserver(() => window.groupCounts.push(document.querySelectorAll('.group').length))
+            .observe(document.getElementById('groups'), {childList: true}); }""")
+    for route in held:
+        route.fallback()
+    for _ in range(100):                                                # the late answers arrive
+        if len(finished) >= len(held):
+            break
+        page.wait_for_timeout(100)
+    page.wait_for_timeout(500)                                          # and whatever they would load
+    assert 0 not in page.evaluate("window.groupCounts"), "a late answer for the other run emptied the page"
     assert page.locator(".group").count() == 4                          # data.prompts_per_step=4
     assert page.locator(".msg.user").first.inner_text().endswith("Guess 1-8")
     assert page.locator(".msg.assistant .role").first.inner_text().lower() == "model turn 1"

@@ -3,13 +3,18 @@
 // turn, with the tokens the update did not train marked.
 "use strict";
 
-const ro = {steps: {train: [], val: []}, groups: [], loaded: null};
+// `view` counts the user's choices of run, kind and step. A refresh or load that was asked for before the latest
+// choice drops its answer after the await: otherwise a slow one (the poll's, or the tab click's) renders the step
+// list of one run and then loads another run's groups at a step that run does not have (an empty page).
+const ro = {steps: {train: [], val: []}, groups: [], loaded: null, view: 0};
 const $ = (id) => document.getElementById(id);
 
 function initRollouts() {
   $("ro-run").replaceChildren(...state.runs.map((r) => el("option", {value: r.id, text: r.name})));
-  for (const id of ["ro-run", "ro-kind"]) $(id).addEventListener("change", () => { ro.loaded = null; refreshRollouts(true); });
-  $("ro-step").addEventListener("change", () => { $("ro-follow").checked = false; loadGroups(); });
+  for (const id of ["ro-run", "ro-kind"]) {
+    $(id).addEventListener("change", () => { ro.view++; ro.loaded = null; refreshRollouts(true); });
+  }
+  $("ro-step").addEventListener("change", () => { ro.view++; $("ro-follow").checked = false; loadGroups(); });
   $("ro-prev").addEventListener("click", () => moveStep(-1));
   $("ro-next").addEventListener("click", () => moveStep(1));
   for (const id of ["ro-sort", "ro-source", "ro-signal", "ro-min", "ro-max", "ro-search"]) {
@@ -22,6 +27,7 @@ function moveStep(delta) {
   const i = select.selectedIndex + delta;
   if (i < 0 || i >= select.options.length) return;
   select.selectedIndex = i;
+  ro.view++;
   $("ro-follow").checked = false;
   loadGroups();
 }
@@ -29,7 +35,10 @@ function moveStep(delta) {
 async function refreshRollouts(force = false) {
   const run = Number($("ro-run").value || 0);
   const kind = $("ro-kind").value;
-  ro.steps = await getJSON(`/api/runs/${run}/steps`);
+  const view = ro.view;
+  const allSteps = await getJSON(`/api/runs/${run}/steps`);
+  if (view !== ro.view) return;             // the user picked another run or kind meanwhile: that refresh renders
+  ro.steps = allSteps;
   const steps = ro.steps[kind];
   const select = $("ro-step");
   const before = select.value;
@@ -51,7 +60,9 @@ async function refreshRollouts(force = false) {
 async function loadGroups() {
   const run = Number($("ro-run").value || 0), kind = $("ro-kind").value, step = $("ro-step").value;
   if (step === "") return;
+  const view = ro.view;
   const data = await getJSON(`/api/runs/${run}/groups?kind=${kind}&step=${step}`);
+  if (view !== ro.view) return;             // asked for before the user's latest choice
   ro.groups = data.groups;
   ro.loaded = `${run}/${kind}/${step}`;
   const sources = [...new Set(ro.groups.map((g) => g.data_source))].sort();

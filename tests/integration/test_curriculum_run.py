@@ -2,17 +2,13 @@
 one (the sampler's pools, streaks and draw count are in the checkpoint)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager
-from grpoflow.controller.metrics import read_metrics
 from grpoflow.commands.run import train
-from kills import kill_at_step
+from kills import comparable, kill_at_step, train_process
 
 
 def args(out, data):
@@ -21,10 +17,6 @@ def args(out, data):
             "trainer.total_steps=6", "trainer.save_every=2", "trainer.keep_last=0", "trainer.val_every=0",
             "trainer.log_every=1", "data.curriculum.enable=true", "data.curriculum.shares=[0.34, 0.33, 0.33]",
             "data.curriculum.window=2", "data.curriculum.retire_after=2"]
-
-
-def comparable(run_dir):
-    return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(run_dir)]
 
 
 @pytest.mark.slow  # two runs and a subprocess (11 s); the sampler's resume is also checked in tests/unit
@@ -38,9 +30,7 @@ def test_curriculum_run_logs_pools_and_resumes_exactly(tmp_path):
     pools = [[r[f"curriculum/{p}"] for p in ("easy", "learnable", "hard", "retired")] for r in full]
     assert all(sum(p) == 16 for p in pools) and any(p[0] + p[2] + p[3] > 0 for p in pools), pools
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", *args(out, data)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = train_process(args(out, data))
     kill_at_step(proc, out, 3)
     assert CheckpointManager(out).latest() is not None
     train(load_config(None, args(out, data)))

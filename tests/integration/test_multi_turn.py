@@ -3,12 +3,9 @@
 (split placement, async) gives the local backend's first step, and SIGKILL + resume equals the uninterrupted run."""
 
 import json
-import os
 import random
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -29,7 +26,7 @@ from grpoflow.multiturn.tool_parser import parse_tool_calls
 from grpoflow.multiturn.turns import stream_seed
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
-from kills import kill_at_step
+from kills import comparable, kill_at_step, train_process
 from recording import Recording
 
 BASE = ["model.path=builtin:tiny-0.5m", "data.prompts_per_step=4", "rollout.n=4", "rollout.max_new_tokens=64",
@@ -178,10 +175,6 @@ def test_ray_split_async_gives_the_local_first_step(tmp_path, warm_model):
     assert [r["async/staleness/max"] for r in ray] == [0, 1]
 
 
-def comparable(out):
-    return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(out)]
-
-
 @pytest.mark.slow
 def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(tmp_path, warm_model):
     args = BASE + [f"model.path={warm_model}", "sft.steps=0", "trainer.total_steps=5", "trainer.save_every=1",
@@ -189,9 +182,8 @@ def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(tmp_path, warm
     full = tmp_path / "full"
     train(load_config("guess_number", args + [f"trainer.output_dir={full}"]))
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", "guess_number", *args,
-                             f"trainer.output_dir={out}"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())})  # same float sums
+    proc = train_process(["guess_number", *args, f"trainer.output_dir={out}"],
+                         threads=torch.get_num_threads())  # the same float sums as the in-process run
     kill_after = random.Random().randint(2, 3)
     kill_at_step(proc, out, kill_after)
     assert CheckpointManager(out).latest() is not None

@@ -1,18 +1,14 @@
 """rollout.partial on a tiny run: two runs with the same config and seed give identical metrics, and a run SIGKILLed
 anywhere and resumed from its last checkpoint (which holds the paused samples) equals the uninterrupted one."""
 
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 
 from grpoflow.commands.run import train
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, load_state
-from grpoflow.controller.metrics import read_metrics
-from kills import kill_at_step
+from kills import comparable, kill_at_step, train_process, train_to_end
 
 ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=8", "trainer.total_steps=6", "trainer.save_every=2", "trainer.keep_last=0",
@@ -20,22 +16,14 @@ ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4
         "rollout.partial=true", "rollout.partial_oversample=1.5", "rollout.partial_max_staleness=1"]
 
 
-def comparable(run_dir):
-    return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(run_dir)]
-
-
 def start(out):
     """The run as its own process with one thread, as every run of this file is: the token-level IS metrics
     (actor/mismatch/*, ~1e-7) differ in their last bits between thread counts, so runs compare in one setting."""
-    return subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", f"trainer.output_dir={out}", *ARGS],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return train_process([f"trainer.output_dir={out}", *ARGS])
 
 
 def run(out):
-    proc = start(out)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err.decode()[-2000:]
+    train_to_end([f"trainer.output_dir={out}", *ARGS], timeout_s=300)
     return comparable(out)
 
 

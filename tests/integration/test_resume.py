@@ -1,11 +1,8 @@
 """Kill a run anywhere (SIGKILL at a step, or in the middle of writing a checkpoint), resume, get the same run."""
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -13,7 +10,7 @@ from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, save_state
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.commands.run import train
-from kills import kill_at_step
+from kills import comparable, kill_at_step, train_process
 
 ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=5", "trainer.total_steps=6", "trainer.save_every=2", "trainer.keep_last=0",
@@ -34,10 +31,6 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def comparable(run_dir):
-    return [{k: v for k, v in r.items() if not k.startswith(("timing_s", "perf"))} for r in read_metrics(run_dir)]
-
-
 def train_groups(run_dir):
     """The training groups the run wrote (train_samples.jsonl), as parsed lines."""
     return [json.loads(line) for line in (run_dir / "train_samples.jsonl").read_text().splitlines()]
@@ -51,10 +44,7 @@ def uninterrupted(tmp_path_factory):
 
 
 def start(out, script=None):
-    cmd = [sys.executable, "-c", script] if script else [sys.executable, "-m", "grpoflow.cli"]
-    return subprocess.Popen([*cmd, "train", f"trainer.output_dir={out}", *ARGS],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return train_process([f"trainer.output_dir={out}", *ARGS], script=script)
 
 
 def test_sigkill_at_a_random_step_then_resume_equals_uninterrupted(tmp_path, uninterrupted):
@@ -125,9 +115,7 @@ def test_a_bf16_compute_copy_run_resumes_exactly(tmp_path):
     bf16 = [*ARGS, "model.compute_dtype=bfloat16"]
     full, killed = tmp_path / "full", tmp_path / "killed"
     train(load_config(None, [f"trainer.output_dir={full}", *bf16]))
-    proc = subprocess.Popen([sys.executable, "-m", "grpoflow.cli", "train", f"trainer.output_dir={killed}", *bf16],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = train_process([f"trainer.output_dir={killed}", *bf16])
     kill_at_step(proc, killed, 3)
     assert CheckpointManager(killed).latest() is not None, "no checkpoint was written before the kill"
     train(load_config(None, [f"trainer.output_dir={killed}", *bf16]))

@@ -10,6 +10,7 @@ loss are summed over ranks, so the gradient is the same for any world size or mi
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Iterator
 
@@ -25,10 +26,13 @@ from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.models.lora import add_lora, is_lora
 from grpoflow.models.topk import log_probs_at, response_log_softmax
+from grpoflow.training.bf16_units import slow_bf16_warning
 from grpoflow.training.budget import MIN_TOKENS
 from grpoflow.training.engine import TrainEngine, lr_multiplier
 from grpoflow.training.forward import Counts, UpdateSchedule, accumulate_gradients, batch_log_probs, train_on_batch
 from grpoflow.training.timing import StageTimer
+
+log = logging.getLogger("grpoflow.precision")
 
 
 class ActorWorker:
@@ -48,10 +52,14 @@ class ActorWorker:
         self.schedule = UpdateSchedule(cfg.minibatches, cfg.epochs, self.max_tokens)
         lr_schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
                               schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
-        self.compute_dtype = (model_cfg or ModelConfig()).compute_dtype  # a bf16 compute copy, or autocast
-        self.engine = TrainEngine(build_policy(model_path, model_cfg or ModelConfig()), lr=cfg.lr,
+        model_cfg = model_cfg or ModelConfig()
+        self.compute_dtype = model_cfg.compute_dtype  # a bf16 compute copy, or autocast
+        self.engine = TrainEngine(build_policy(model_path, model_cfg), lr=cfg.lr,
                                   weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, lr_schedule=lr_schedule,
                                   compute_dtype=self.compute_dtype)
+        device = next(self.engine.model.parameters()).device
+        if rank == 0 and (slow := slow_bf16_warning(model_cfg.dtype, model_cfg.compute_dtype, device)):
+            log.warning(slow)
         self._weights: Iterator[tuple[str, Tensor]] | None = None  # an open bucketed weight stream
         self.timer = StageTimer()  # the model math of the current update (update_policy starts a fresh one)
 

@@ -1,0 +1,44 @@
+"""Whether a CPU multiplies bf16 in hardware, and the warning a bf16 run gets on one that does not.
+
+torch runs bf16 matrix products on any x86 CPU with AVX-512, but only a CPU with AVX512-BF16 or AMX-BF16 (or an
+Arm CPU with the BF16 extension) has instructions for them. Elsewhere each product converts to float32 and back,
+and bf16 is slower than float32 instead of faster: a 2048² `torch.mm` took 4.7x as long in bf16 as in float32 on a
+2-core Xeon with AVX-512 but neither extension (2026-12-01, docs/performance.md). `model.compute_dtype=bfloat16`
+(the SmolLM2 agentic recipes set it) would make such a machine's run several times slower, so the actor says so at
+start and names the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+CPUINFO = Path("/proc/cpuinfo")
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")   # x86 flags; Arm's "Features" name the extension bf16
+
+
+def cpu_has_bf16_units(cpuinfo: Path = CPUINFO) -> bool | None:
+    """True if the CPU lists a bf16 extension in `cpuinfo` (Linux's /proc/cpuinfo: x86 "flags", Arm "Features"),
+    False if it lists its flags without one, None where there is no such file to read (macOS, Windows)."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            return any(flag in value.split() for flag in BF16_FLAGS)
+    return None
+
+
+def slow_bf16_warning(dtype: str, compute_dtype: str, device: torch.device, cpuinfo: Path = CPUINFO) -> str | None:
+    """The warning for a run that stores (`model.dtype`) or computes (`model.compute_dtype`) in bfloat16 on a CPU
+    without bf16 units; None on a GPU, a CPU with them, one that cannot tell, or in float32."""
+    if "bfloat16" not in (dtype, compute_dtype) or device.type != "cpu" or cpu_has_bf16_units(cpuinfo) is not False:
+        return None
+    keys = " and ".join(f"model.{k}=float32" for k, v in (("dtype", dtype), ("compute_dtype", compute_dtype))
+                        if v == "bfloat16")
+    return (f"bfloat16 on a CPU without bf16 units ({cpuinfo} lists none of avx512_bf16, amx_bf16): torch converts "
+            f"each bf16 matrix product to float32 and back, so this run is several times slower than in float32 "
+            f"(4.7x for a 2048² product on such a Xeon, docs/performance.md). Set {keys} for this machine.")

@@ -217,10 +217,13 @@ def test_an_environment_whose_replies_are_not_replayable_stops_with_the_reason(g
 
 # ---------------------------------------------------------------- whole runs
 
-# guess_number's warm start, then games of which one in two runs to max_turns (long_games.py): long conversations
-# are still going when a step's groups are complete, so every step carries paused ones
+# guess_number's warm start, then games of which one in two runs to max_turns (the bench's skewed environment, given
+# long_share 0.5): long conversations are still going when a step's groups are complete, so every step carries
+# paused ones
+SKEWED = Path(__file__).parents[2] / "bench" / "skewed_env.py"
 RUN = ["model.path=builtin:tiny-0.5m", "sft.steps=60", "sft.batch_size=16", "data.prompts_per_step=4", "rollout.n=4",
-       f"rollout.multi_turn.env={Path(__file__).parent / 'long_games.py'}:LongGames", "rollout.max_new_tokens=160",
+       f"rollout.multi_turn.env={SKEWED}:SkewedTurns", "rollout.multi_turn.env_args={long_share: 0.5}",
+       "rollout.max_new_tokens=160",
        "rollout.multi_turn.max_turns=6", "trainer.total_steps=5", "trainer.save_every=1", "trainer.keep_last=0",
        "trainer.val_every=0", "trainer.log_every=1", "rollout.partial=true", "rollout.partial_oversample=2",
        "rollout.partial_max_staleness=2"]

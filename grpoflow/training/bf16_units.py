@@ -4,8 +4,8 @@ torch runs bf16 matrix products on any x86 CPU with AVX-512, but only a CPU with
 Arm CPU with the BF16 extension) has instructions for them. Elsewhere each product converts to float32 and back,
 and bf16 is slower than float32 instead of faster: a 2048² `torch.mm` took 4.7x as long in bf16 as in float32 on a
 2-core Xeon with AVX-512 but neither extension (2026-12-01, docs/performance.md). `model.compute_dtype=bfloat16`
-(the SmolLM2 agentic recipes set it) would make such a machine's run several times slower, so the actor says so at
-start and names the fix.
+would make such a machine's run several times slower, so the actor says so at start and names the fix.
+`model.compute_dtype=auto` (the SmolLM2 agentic recipes set it) picks bfloat16 only where the hardware has the units.
 """
 
 from __future__ import annotations
@@ -42,3 +42,18 @@ def slow_bf16_warning(dtype: str, compute_dtype: str, device: torch.device, cpui
     return (f"bfloat16 on a CPU without bf16 units ({cpuinfo} lists none of avx512_bf16, amx_bf16): torch converts "
             f"each bf16 matrix product to float32 and back, so this run is several times slower than in float32 "
             f"(4.7x for a 2048² product on such a Xeon, docs/performance.md). Set {keys} for this machine.")
+
+
+def auto_compute_dtype(cuda_bf16: bool | None, cpu_units: bool | None) -> str:
+    """`model.compute_dtype=auto` resolved: on a CUDA device (`cuda_bf16` not None) bfloat16 if it supports bf16;
+    without one, bfloat16 if the CPU has bf16 units; float32 otherwise, also where that cannot be told."""
+    if cuda_bf16 is not None:
+        return "bfloat16" if cuda_bf16 else "float32"
+    return "bfloat16" if cpu_units else "float32"
+
+
+def this_machines_compute_dtype() -> str:
+    """`auto_compute_dtype` for this machine: its first CUDA device if it has one (the one a local run trains on),
+    else its CPU."""
+    cuda_bf16 = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else None
+    return auto_compute_dtype(cuda_bf16, cpu_has_bf16_units())

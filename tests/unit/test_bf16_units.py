@@ -1,12 +1,16 @@
-"""A bf16 run on a CPU without bf16 units is told so at start (training/bf16_units.py): cpuinfo read as Linux
-writes it, for x86 and Arm, and the actor's warning on this machine."""
+"""A bf16 run on a CPU without bf16 units is told so at start, and model.compute_dtype=auto picks bf16 only where the
+hardware has them (training/bf16_units.py): cpuinfo read as Linux writes it, for x86 and Arm; the actor's warning
+and the recipes' auto on this machine; auto refused with Ray."""
 
 import logging
 
 import pytest
 import torch
 
-from grpoflow.training.bf16_units import cpu_has_bf16_units, slow_bf16_warning
+from grpoflow.config import load_config
+from grpoflow.errors import UserError
+from grpoflow.training.bf16_units import (auto_compute_dtype, cpu_has_bf16_units, slow_bf16_warning,
+                                          this_machines_compute_dtype)
 
 ICE_LAKE = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bitalg\n"
 SAPPHIRE = "processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n"
@@ -54,3 +58,29 @@ def test_the_actor_warns_at_start_where_this_machine_lacks_them(tiny_model_path,
         ActorWorker(0, 1, model_path=tiny_model_path, cfg=ActorConfig(), temperature=1.0, horizon=4, seed=0)
     said = [r.getMessage() for r in caplog.records if r.name == "grpoflow.precision"]
     assert said == ([expected] if expected else [])
+
+
+def test_auto_is_bf16_only_on_hardware_with_bf16_units():
+    assert auto_compute_dtype(None, True) == "bfloat16"        # a CPU with AVX512-BF16 or AMX
+    assert auto_compute_dtype(None, False) == "float32"        # AVX-512 without them: emulated, slower
+    assert auto_compute_dtype(None, None) == "float32"         # cannot tell (no /proc/cpuinfo)
+    assert auto_compute_dtype(True, False) == "bfloat16"       # a GPU with bf16 trains, whatever the CPU
+    assert auto_compute_dtype(False, True) == "float32"        # a GPU without (V100, T4)
+
+
+def test_the_agentic_recipes_resolve_auto_at_load_for_this_machine():
+    here = this_machines_compute_dtype()
+    assert here == auto_compute_dtype(None, cpu_has_bf16_units())  # no CUDA in CI
+    for recipe in ("smollm2_calculator", "smollm2_guess_number"):
+        cfg = load_config(recipe)
+        assert cfg.model.compute_dtype == here                 # config.yaml holds what the run computes in
+        assert slow_bf16_warning(cfg.model.dtype, cfg.model.compute_dtype, torch.device("cpu")) is None
+    assert load_config(None, ["model.compute_dtype=auto"]).model.compute_dtype == here
+
+
+def test_auto_with_ray_asks_for_the_ranks_dtype():
+    with pytest.raises(UserError, match=r"model.compute_dtype=auto looks at this machine's hardware, and with "
+                                        r"backend=ray the ranks may compute on others: set "
+                                        r"model.compute_dtype=bfloat16 .* or float32"):
+        load_config("smollm2_calculator", ["backend=ray"])
+    assert load_config("smollm2_calculator", ["backend=ray", "model.compute_dtype=float32"])

@@ -79,7 +79,7 @@ class ModelConfig:
                              "at the same accuracy, and several times slower where it has none (docs/performance.md). "
                              "auto: bfloat16 where this machine has them (a CUDA GPU with bf16, a CPU whose "
                              "/proc/cpuinfo lists avx512_bf16, amx_bf16 or Arm's bf16), float32 elsewhere; resolved "
-                             "at load, so config.yaml holds the value the run used (backend=local only).")
+                             "when a run starts, so its config.yaml holds the value it used (backend=local only).")
     gradient_checkpointing: bool = opt(False, "Recompute activations in the backward pass to save memory.")
     lora: LoRAConfig = field(default_factory=LoRAConfig)
 
@@ -705,10 +705,6 @@ def resolve_defaults(cfg: Config) -> None:
     if cfg.actor.rollout_is is None:
         stale = (cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0) or cfg.rollout.partial
         cfg.actor.rollout_is = "token" if stale else "off"
-    if cfg.model.compute_dtype == "auto" and cfg.backend == "local":  # with Ray the ranks may be elsewhere
-        from grpoflow.training.bf16_units import this_machines_compute_dtype
-
-        cfg.model.compute_dtype = this_machines_compute_dtype()
 
 
 def validate(cfg: Config) -> None:
@@ -744,9 +740,6 @@ def validate(cfg: Config) -> None:
         (cfg.trainer.mode == "sync" or cfg.placement == "split",
          "trainer.mode=async overlaps generation with training, so the rollout engines need their own processes: "
          "set placement=split backend=ray."),
-        (cfg.model.compute_dtype != "auto",  # left unresolved for backend=ray only
-         "model.compute_dtype=auto looks at this machine's hardware, and with backend=ray the ranks may compute on "
-         "others: set model.compute_dtype=bfloat16 (GPUs since Ampere, CPUs with bf16 units) or float32."),
         (cfg.model.compute_dtype in ("float32", "bfloat16", "auto"),
          f"model.compute_dtype={cfg.model.compute_dtype!r}; use float32, bfloat16 or auto."),
         (cfg.model.dtype in ("float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}; use float32 or bfloat16."),

@@ -7,6 +7,7 @@ here, before any heavy stage starts, so a mistake costs seconds, not a training 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -33,6 +34,7 @@ from grpoflow.tasks.chat_addition import chat_addition_splits
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
 from grpoflow.tasks.reasoning_gym_tasks import default_val_spec, is_reasoning_gym, reasoning_gym_rows
 from grpoflow.tasks.verifiers_tasks import is_verifiers, verifiers_rows
+from grpoflow.training.bf16_units import this_machines_compute_dtype
 from grpoflow.workers.rollout_kinds import tool_schemas
 
 # built-in data name -> (the task's splits function, index of the split)
@@ -131,8 +133,22 @@ def setup_run_dir(cfg: Config) -> RunFolder:
     return folder
 
 
+def with_compute_dtype(cfg: Config) -> Config:
+    """`cfg` with `model.compute_dtype=auto` resolved for this machine (training/bf16_units.py); unchanged
+    otherwise. The commands that start a run call it, so config.yaml and every role see float32 or bfloat16. With
+    backend=ray it refuses auto: the ranks may compute on machines this process cannot see."""
+    if cfg.model.compute_dtype != "auto":
+        return cfg
+    if cfg.backend != "local":
+        raise ConfigError("model.compute_dtype=auto looks at this machine's hardware, and with backend=ray the ranks "
+                          "may compute on others: set model.compute_dtype=bfloat16 (GPUs since Ampere, CPUs with bf16 "
+                          "units) or float32.")
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, compute_dtype=this_machines_compute_dtype()))
+
+
 def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None = None) -> str:
     """`grpoflow sft`: warm-start the configured model on the training rows; returns the saved folder."""
+    cfg = with_compute_dtype(cfg)  # model.compute_dtype=auto: this machine's
     if run_dir is None:
         with setup_run_dir(cfg) as folder:
             write_config(folder, cfg)
@@ -153,6 +169,7 @@ def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None 
 def train(cfg: Config) -> dict:
     """`grpoflow train`: (warm start) -> GRPO with validation; returns before/after validation metrics."""
     start = time.perf_counter()
+    cfg = with_compute_dtype(cfg)  # model.compute_dtype=auto: this machine's, before config.yaml is written
     check_config(cfg)
     schedule = batch_schedule(cfg)
     check_trackers(cfg.trainer.loggers)

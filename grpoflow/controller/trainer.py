@@ -63,6 +63,9 @@ class Controller:
     def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list,
                  scorer: RewardScorer | None, run_dir: str | Path) -> None:
         check_config(cfg)
+        if cfg.model.compute_dtype == "auto":
+            raise ValueError("model.compute_dtype=auto reached the controller: resolve it with "
+                             "commands.run.with_compute_dtype first, as `grpoflow train` does.")
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.val_items = val_items
         self.advantage_fn = ADVANTAGE_ESTIMATORS.resolve(cfg.algorithm.adv_estimator)

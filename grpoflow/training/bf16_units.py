@@ -57,3 +57,4 @@ def this_machines_compute_dtype() -> str:
     else its CPU."""
     cuda_bf16 = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else None
     return auto_compute_dtype(cuda_bf16, cpu_has_bf16_units())
+

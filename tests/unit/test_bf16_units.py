@@ -1,14 +1,16 @@
 """A bf16 run on a CPU without bf16 units is told so at start, and model.compute_dtype=auto picks bf16 only where the
 hardware has them (training/bf16_units.py): cpuinfo read as Linux writes it, for x86 and Arm; the actor's warning
-and the recipes' auto on this machine; auto refused with Ray."""
+the recipes' auto resolved for this machine when a run starts, into config.yaml; auto refused with Ray."""
 
 import logging
 
 import pytest
 import torch
+import yaml
 
 from grpoflow.config import load_config
 from grpoflow.errors import UserError
+from grpoflow.commands.run import train, with_compute_dtype
 from grpoflow.training.bf16_units import (auto_compute_dtype, cpu_has_bf16_units, slow_bf16_warning,
                                           this_machines_compute_dtype)
 
@@ -68,19 +70,31 @@ def test_auto_is_bf16_only_on_hardware_with_bf16_units():
     assert auto_compute_dtype(False, True) == "float32"        # a GPU without (V100, T4)
 
 
-def test_the_agentic_recipes_resolve_auto_at_load_for_this_machine():
+def test_the_agentic_recipes_resolve_auto_for_this_machine_when_a_run_starts():
     here = this_machines_compute_dtype()
     assert here == auto_compute_dtype(None, cpu_has_bf16_units())  # no CUDA in CI
     for recipe in ("smollm2_calculator", "smollm2_guess_number"):
         cfg = load_config(recipe)
-        assert cfg.model.compute_dtype == here                 # config.yaml holds what the run computes in
-        assert slow_bf16_warning(cfg.model.dtype, cfg.model.compute_dtype, torch.device("cpu")) is None
-    assert load_config(None, ["model.compute_dtype=auto"]).model.compute_dtype == here
+        assert cfg.model.compute_dtype == "auto"                 # as asked: `grpoflow config` shows it
+        run = with_compute_dtype(cfg)
+        assert run.model.compute_dtype == here and cfg.model.compute_dtype == "auto"
+        assert slow_bf16_warning(run.model.dtype, run.model.compute_dtype, torch.device("cpu")) is None
+    fixed = load_config(None, ["model.compute_dtype=bfloat16"])
+    assert with_compute_dtype(fixed) is fixed
+
+
+def test_a_run_writes_the_resolved_dtype_into_config_yaml(tmp_path):
+    train(load_config(None, [f"trainer.output_dir={tmp_path}", "model.compute_dtype=auto", "sft.steps=2",
+                             "trainer.total_steps=1", "data.prompts_per_step=2", "rollout.n=2",
+                             "rollout.max_new_tokens=3", "trainer.val_every=0", "trainer.save_every=0"]))
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert saved["model"]["compute_dtype"] == this_machines_compute_dtype()
 
 
 def test_auto_with_ray_asks_for_the_ranks_dtype():
     with pytest.raises(UserError, match=r"model.compute_dtype=auto looks at this machine's hardware, and with "
                                         r"backend=ray the ranks may compute on others: set "
                                         r"model.compute_dtype=bfloat16 .* or float32"):
-        load_config("smollm2_calculator", ["backend=ray"])
-    assert load_config("smollm2_calculator", ["backend=ray", "model.compute_dtype=float32"])
+        with_compute_dtype(load_config("smollm2_calculator", ["backend=ray"]))
+    cfg = load_config("smollm2_calculator", ["backend=ray", "model.compute_dtype=float32"])
+    assert with_compute_dtype(cfg) is cfg

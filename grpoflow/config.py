@@ -70,16 +70,23 @@ class ModelConfig:
                                         "$XDG_CACHE_HOME/grpoflow/gguf (~/.cache/grpoflow/gguf).")
     seed: int = opt(0, "Initialisation seed for a `builtin:` model.")
     dtype: str = opt("float32", "Parameter dtype of the trained models: float32 or bfloat16.")
-    compute_dtype: str = opt("float32", "dtype of the forward and backward: bfloat16 computes in bf16 while the "
-                             "weights and optimizer stay in `model.dtype` (fp32 master weights): the actor on one rank "
-                             "trains a bf16 copy cast from the masters once per optimizer step (its gradients added "
-                             "into the fp32 masters), the reference is cast to bf16, FSDP ranks, LoRA and the critic "
-                             "use autocast; the rollout copy is kept in bf16. float32: none of it. bfloat16 is "
-                             "≈1.5-2x faster where the hardware has bf16 units (avx512_bf16/AMX CPUs, recent GPUs) "
-                             "at the same accuracy, and several times slower where it has none (docs/performance.md). "
-                             "auto: bfloat16 where this machine has them (a CUDA GPU with bf16, a CPU whose "
-                             "/proc/cpuinfo lists avx512_bf16, amx_bf16 or Arm's bf16), float32 elsewhere; resolved "
-                             "when a run starts, so its config.yaml holds the value it used (backend=local only).")
+    compute_dtype: Optional[str] = opt(None, "dtype of the forward and backward: bfloat16 computes in bf16 while "
+                                       "the weights and optimizer stay in `model.dtype` (fp32 master weights): the "
+                                       "actor on one rank trains a bf16 copy cast from the masters once per optimizer "
+                                       "step (its gradients added into the fp32 masters), the reference is cast to "
+                                       "bf16, FSDP ranks shard with a bf16 mixed-precision policy (fp32 reductions), "
+                                       "LoRA and the critic use autocast; the rollout copy and its KV cache are kept "
+                                       "in bf16. float32: none of it. bfloat16 is ≈1.5-2x faster where the hardware "
+                                       "has bf16 units (avx512_bf16/AMX CPUs, GPUs of compute capability 8.0+) at the "
+                                       "same accuracy, and several times slower where it has none "
+                                       "(docs/performance.md). None (the default): bfloat16 on a CUDA GPU with native "
+                                       "bf16 (compute capability 8.0 or newer: A100, H100, H200, RTX 30xx/40xx), "
+                                       "float32 on every CPU and on older GPUs (V100, T4, which only emulate bf16). "
+                                       "auto: as None, and also bfloat16 on a CPU whose /proc/cpuinfo lists "
+                                       "avx512_bf16, amx_bf16 or Arm's bf16. Both are resolved when a run starts, so "
+                                       "its config.yaml holds the value it used; with backend=ray None looks at the "
+                                       "starting machine's GPU (set bfloat16 for GPU ranks started from a CPU-only "
+                                       "machine) and auto is refused.")
     gradient_checkpointing: bool = opt(False, "Recompute activations in the backward pass to save memory.")
     lora: LoRAConfig = field(default_factory=LoRAConfig)
 
@@ -740,8 +747,8 @@ def validate(cfg: Config) -> None:
         (cfg.trainer.mode == "sync" or cfg.placement == "split",
          "trainer.mode=async overlaps generation with training, so the rollout engines need their own processes: "
          "set placement=split backend=ray."),
-        (cfg.model.compute_dtype in ("float32", "bfloat16", "auto"),
-         f"model.compute_dtype={cfg.model.compute_dtype!r}; use float32, bfloat16 or auto."),
+        (cfg.model.compute_dtype in (None, "float32", "bfloat16", "auto"),
+         f"model.compute_dtype={cfg.model.compute_dtype!r}; use float32, bfloat16, auto or null (the default)."),
         (cfg.model.dtype in ("float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}; use float32 or bfloat16."),
         (cfg.model.lora.rank >= 0, "model.lora.rank must be >= 0."),
         (cfg.data.overlong in ("drop", "error"), f"data.overlong={cfg.data.overlong!r}; use drop or error."),

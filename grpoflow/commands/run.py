@@ -134,21 +134,24 @@ def setup_run_dir(cfg: Config) -> RunFolder:
 
 
 def with_compute_dtype(cfg: Config) -> Config:
-    """`cfg` with `model.compute_dtype=auto` resolved for this machine (training/bf16_units.py); unchanged
-    otherwise. The commands that start a run call it, so config.yaml and every role see float32 or bfloat16. With
-    backend=ray it refuses auto: the ranks may compute on machines this process cannot see."""
-    if cfg.model.compute_dtype != "auto":
+    """`cfg` with `model.compute_dtype` None (the default: bfloat16 on a CUDA GPU with native bf16, else float32) or
+    auto resolved for this machine (training/bf16_units.py); unchanged otherwise. The commands that start a run call
+    it, so config.yaml and every role see float32 or bfloat16. With backend=ray it refuses auto (the ranks may
+    compute on machines this process cannot see) and resolves None by this machine's GPU."""
+    setting = cfg.model.compute_dtype
+    if setting not in (None, "auto"):
         return cfg
-    if cfg.backend != "local":
+    if setting == "auto" and cfg.backend != "local":
         raise ConfigError("model.compute_dtype=auto looks at this machine's hardware, and with backend=ray the ranks "
                           "may compute on others: set model.compute_dtype=bfloat16 (GPUs since Ampere, CPUs with bf16 "
                           "units) or float32.")
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, compute_dtype=this_machines_compute_dtype()))
+    resolved = this_machines_compute_dtype(setting)
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, compute_dtype=resolved))
 
 
 def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None = None) -> str:
     """`grpoflow sft`: warm-start the configured model on the training rows; returns the saved folder."""
-    cfg = with_compute_dtype(cfg)  # model.compute_dtype=auto: this machine's
+    cfg = with_compute_dtype(cfg)  # model.compute_dtype None/auto: this machine's
     if run_dir is None:
         with setup_run_dir(cfg) as folder:
             write_config(folder, cfg)
@@ -169,7 +172,7 @@ def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None 
 def train(cfg: Config) -> dict:
     """`grpoflow train`: (warm start) -> GRPO with validation; returns before/after validation metrics."""
     start = time.perf_counter()
-    cfg = with_compute_dtype(cfg)  # model.compute_dtype=auto: this machine's, before config.yaml is written
+    cfg = with_compute_dtype(cfg)  # model.compute_dtype None/auto: this machine's, before config.yaml
     check_config(cfg)
     schedule = batch_schedule(cfg)
     check_trackers(cfg.trainer.loggers)

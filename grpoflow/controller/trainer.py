@@ -45,6 +45,7 @@ from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.training.bf16_units import this_machines_compute_dtype
 from grpoflow.training.budget import microbatch_budget
 from grpoflow.training.forward import UpdateSchedule
 from grpoflow.training.timing import StageTimer
@@ -63,6 +64,9 @@ class Controller:
     def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list,
                  scorer: RewardScorer | None, run_dir: str | Path) -> None:
         check_config(cfg)
+        if cfg.model.compute_dtype is None:  # the default: bf16 on a GPU with native bf16, else float32
+            cfg = dataclasses.replace(cfg, model=dataclasses.replace(
+                cfg.model, compute_dtype=this_machines_compute_dtype(None)))
         if cfg.model.compute_dtype == "auto":
             raise ValueError("model.compute_dtype=auto reached the controller: resolve it with "
                              "commands.run.with_compute_dtype first, as `grpoflow train` does.")

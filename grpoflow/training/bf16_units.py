@@ -6,6 +6,11 @@ and bf16 is slower than float32 instead of faster: a 2048² `torch.mm` took 4.7x
 2-core Xeon with AVX-512 but neither extension (2026-12-01, docs/performance.md). `model.compute_dtype=bfloat16`
 would make such a machine's run several times slower, so the actor says so at start and names the fix.
 `model.compute_dtype=auto` (the SmolLM2 agentic recipes set it) picks bfloat16 only where the hardware has the units.
+
+GPUs likewise: torch calls bf16 "supported" on a V100 or T4 (compute capability 7.x), which emulate it; only 8.0
+and newer (Ampere, Hopper, Blackwell) have bf16 tensor cores. The default (`model.compute_dtype` None) is bfloat16
+with float32 masters on such a GPU, as verl and TRL default to bf16 there, and float32 on every CPU, so that no CPU
+run changes with it.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ def cpu_has_bf16_units(cpuinfo: Path = CPUINFO) -> bool | None:
     return None
 
 
-def slow_bf16_warning(dtype: str, compute_dtype: str, device: torch.device, cpuinfo: Path = CPUINFO) -> str | None:
+def slow_bf16_warning(dtype: str, compute_dtype: str | None, device: torch.device, cpuinfo: Path = CPUINFO) -> str | None:
     """The warning for a run that stores (`model.dtype`) or computes (`model.compute_dtype`) in bfloat16 on a CPU
     without bf16 units; None on a GPU, a CPU with them, one that cannot tell, or in float32."""
     if "bfloat16" not in (dtype, compute_dtype) or device.type != "cpu" or cpu_has_bf16_units(cpuinfo) is not False:
@@ -44,17 +49,42 @@ def slow_bf16_warning(dtype: str, compute_dtype: str, device: torch.device, cpui
             f"(4.7x for a 2048² product on such a Xeon, docs/performance.md). Set {keys} for this machine.")
 
 
-def auto_compute_dtype(cuda_bf16: bool | None, cpu_units: bool | None) -> str:
-    """`model.compute_dtype=auto` resolved: on a CUDA device (`cuda_bf16` not None) bfloat16 if it supports bf16;
-    without one, bfloat16 if the CPU has bf16 units; float32 otherwise, also where that cannot be told."""
-    if cuda_bf16 is not None:
-        return "bfloat16" if cuda_bf16 else "float32"
+NATIVE_BF16_CAPABILITY = (8, 0)  # Ampere (A100, RTX 30xx) and newer; V100 (7.0) and T4 (7.5) only emulate bf16
+
+
+def cuda_has_bf16_units(capability: tuple[int, int]) -> bool:
+    """Whether a CUDA device of this compute capability multiplies bf16 in its tensor cores. torch reports bf16 as
+    supported on older devices too (`torch.cuda.is_bf16_supported()` counts emulation), where it runs slower than
+    float32."""
+    return tuple(capability) >= NATIVE_BF16_CAPABILITY
+
+
+def default_compute_dtype(cuda_capability: tuple[int, int] | None) -> str:
+    """`model.compute_dtype` unset (None, the default) resolved: bfloat16 on a CUDA device with native bf16
+    (`cuda_capability` >= 8.0), float32 on every other device, every CPU included (so no CPU run changes)."""
+    return "bfloat16" if cuda_capability is not None and cuda_has_bf16_units(cuda_capability) else "float32"
+
+
+def auto_compute_dtype(cuda_capability: tuple[int, int] | None, cpu_units: bool | None) -> str:
+    """`model.compute_dtype=auto` resolved: on a CUDA device (`cuda_capability` not None) bfloat16 if it has native
+    bf16 (8.0 or newer); without one, bfloat16 if the CPU has bf16 units; float32 otherwise, also where that
+    cannot be told."""
+    if cuda_capability is not None:
+        return default_compute_dtype(cuda_capability)
     return "bfloat16" if cpu_units else "float32"
 
 
-def this_machines_compute_dtype() -> str:
-    """`auto_compute_dtype` for this machine: its first CUDA device if it has one (the one a local run trains on),
-    else its CPU."""
-    cuda_bf16 = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else None
-    return auto_compute_dtype(cuda_bf16, cpu_has_bf16_units())
+def this_machines_cuda_capability() -> tuple[int, int] | None:
+    """The compute capability of this process's CUDA device (the one a local run trains on), None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return int(major), int(minor)
 
+
+def this_machines_compute_dtype(setting: str | None = "auto") -> str:
+    """`setting` (model.compute_dtype: None, the default, or auto) resolved for this machine."""
+    capability = this_machines_cuda_capability()
+    if setting is None:
+        return default_compute_dtype(capability)
+    return auto_compute_dtype(capability, cpu_has_bf16_units())

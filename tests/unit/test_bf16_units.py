@@ -11,8 +11,9 @@ import yaml
 from grpoflow.config import load_config
 from grpoflow.errors import UserError
 from grpoflow.commands.run import train, with_compute_dtype
-from grpoflow.training.bf16_units import (auto_compute_dtype, cpu_has_bf16_units, slow_bf16_warning,
-                                          this_machines_compute_dtype)
+from grpoflow.training.bf16_units import (auto_compute_dtype, cpu_has_bf16_units, default_compute_dtype,
+                                          slow_bf16_warning, this_machines_compute_dtype,
+                                          this_machines_cuda_capability)
 
 ICE_LAKE = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bitalg\n"
 SAPPHIRE = "processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n"
@@ -62,17 +63,38 @@ def test_the_actor_warns_at_start_where_this_machine_lacks_them(tiny_model_path,
     assert said == ([expected] if expected else [])
 
 
+# compute capabilities of devices as torch.cuda.get_device_capability() reports them
+H200, A100, RTX_3090, T4, V100 = (9, 0), (8, 0), (8, 6), (7, 5), (7, 0)
+
+
 def test_auto_is_bf16_only_on_hardware_with_bf16_units():
     assert auto_compute_dtype(None, True) == "bfloat16"        # a CPU with AVX512-BF16 or AMX
     assert auto_compute_dtype(None, False) == "float32"        # AVX-512 without them: emulated, slower
     assert auto_compute_dtype(None, None) == "float32"         # cannot tell (no /proc/cpuinfo)
-    assert auto_compute_dtype(True, False) == "bfloat16"       # a GPU with bf16 trains, whatever the CPU
-    assert auto_compute_dtype(False, True) == "float32"        # a GPU without (V100, T4)
+    for gpu in (H200, A100, RTX_3090):
+        assert auto_compute_dtype(gpu, False) == "bfloat16"    # a GPU with bf16 tensor cores, whatever the CPU
+    for gpu in (T4, V100):                                     # torch calls bf16 "supported" there: emulated
+        assert auto_compute_dtype(gpu, True) == "float32"
+
+
+def test_the_default_is_bf16_on_a_gpu_with_native_bf16_and_float32_on_every_cpu():
+    for gpu in (H200, A100, RTX_3090):
+        assert default_compute_dtype(gpu) == "bfloat16"
+    for gpu in (T4, V100):
+        assert default_compute_dtype(gpu) == "float32"
+    assert default_compute_dtype(None) == "float32"            # a CPU, with or without bf16 units: as before
+    cfg = load_config(None)
+    assert cfg.model.compute_dtype is None                     # the default, shown as asked
+    assert with_compute_dtype(cfg).model.compute_dtype == default_compute_dtype(this_machines_cuda_capability())
+    if not torch.cuda.is_available():                          # CI: a CPU run computes in float32, as it did
+        assert with_compute_dtype(cfg).model.compute_dtype == "float32"
+        assert with_compute_dtype(load_config(None, ["backend=ray"])).model.compute_dtype == "float32"
 
 
 def test_the_agentic_recipes_resolve_auto_for_this_machine_when_a_run_starts():
     here = this_machines_compute_dtype()
-    assert here == auto_compute_dtype(None, cpu_has_bf16_units())  # no CUDA in CI
+    if not torch.cuda.is_available():
+        assert here == auto_compute_dtype(None, cpu_has_bf16_units())
     for recipe in ("smollm2_calculator", "smollm2_guess_number"):
         cfg = load_config(recipe)
         assert cfg.model.compute_dtype == "auto"                 # as asked: `grpoflow config` shows it

@@ -225,6 +225,12 @@ class RolloutConfig:
                               "pause; samples may then differ between runs in rare draws).")
     kv_reuse_mb: int = opt(1024, "hf engine: memory for the KV caches a trajectory keeps between its turns (its next "
                            "turn prefills only the new tokens); beyond it the oldest are dropped and recomputed.")
+    kv_cache_mb: int = opt(0, "hf engine: memory the KV cache of the running requests may take (kept in the engine's "
+                           "dtype, bf16 when computing in bf16). Requests wait, in their fixed order, until theirs "
+                           "fits; the samples are those of one big batch. 0: half the device's memory (a GPU's, or "
+                           "on a CPU the machine's) less 24 bytes per parameter of training state "
+                           "(rollout/kv_budget.py). A request that could never fit is an error at start. Colocated, "
+                           "the cache is freed while the actor trains.")
     partial: bool = opt(False, "Partial rollout (APRIL): a step's rollout plays rollout.partial_oversample x "
                         "data.prompts_per_step groups and stops as soon as data.prompts_per_step are complete; the "
                         "unfinished samples pause and continue in the next step's rollout with the new weights (each "
@@ -756,6 +762,7 @@ def validate(cfg: Config) -> None:
         (cfg.rollout.val_n >= 1, f"rollout.val_n={cfg.rollout.val_n} must be >= 1."),
         (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1."),
         (cfg.rollout.kv_reuse_mb >= 0, "rollout.kv_reuse_mb must be >= 0 (0: no KV reuse across turns)."),
+        (cfg.rollout.kv_cache_mb >= 0, "rollout.kv_cache_mb must be >= 0 (0: from the device's memory)."),
         (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for training rollouts "
                                       "(use rollout.val_temperature=0 for greedy validation)."),
         (0 < cfg.rollout.top_p <= 1, f"rollout.top_p={cfg.rollout.top_p} must be in (0, 1]."),

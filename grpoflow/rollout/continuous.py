@@ -15,6 +15,12 @@ compacted away once they are a quarter of the slots (copying the cache), as the 
 finished rows. Draws use each request's own counter-based stream at its own position
 (`random_streams`), so a request's tokens do not depend on when it was admitted or what it shares a
 batch with (up to the last bits of the batched arithmetic, which the batcher's admission order fixes).
+
+With a KV budget (`kv_budget_columns`, rollout/kv_budget.py) the slot cache holds at most that many token
+columns (slots x capacity). `admit` queues the requests and takes them in their order while the cache they
+would need fits; the rest wait and join as rows finish (at the end of a step). Whether a request fits depends
+only on token counts (prompt lengths, max_new_tokens, tokens sampled so far), never on the clock, so a run
+under a small budget samples exactly what it would in one batch, a few rows at a time.
 """
 
 from __future__ import annotations
@@ -102,8 +108,9 @@ class ContinuousSampler:
     """Slots of a `SlotCache` over `model`; `admit` and `step` as the module docstring says."""
 
     def __init__(self, model: torch.nn.Module, *, pad_token_id: int, kv_reuse_bytes: int = 1 << 30,
-                 compact_fraction: int = COMPACT_FRACTION) -> None:
-        """`compact_fraction`: free slots are compacted away once they are 1 / compact_fraction of the slots."""
+                 compact_fraction: int = COMPACT_FRACTION, kv_budget_columns: int | None = None) -> None:
+        """`compact_fraction`: free slots are compacted away once they are 1 / compact_fraction of the slots.
+        `kv_budget_columns`: the most token columns (slots x capacity) the slot cache may hold; None: no limit."""
         if not supports(model.config):
             raise UserError(f"the HF rollout engine's continuous batching serves full-attention models only; "
                             f"{type(model).__name__} has sliding-window or other attention layers. Use "
@@ -116,18 +123,59 @@ class ContinuousSampler:
         self.cache = SlotCache(self.config.num_hidden_layers, 0, 64)
         self.rows: list[Row | None] = []
         self.logits: Tensor | None = None  # [slots, V] each live row's next-token logits
+        self.budget = kv_budget_columns
+        self.queue: list[tuple[int, Request]] = []  # admitted requests waiting for room in the cache, in order
+        self.peak_columns = 0              # the most token columns the cache held (slots x capacity)
         self.parked = ParkedKV(kv_reuse_bytes)
         self.prefilled_tokens = 0          # prompt tokens computed (not reused, not shared)
         self.reused_tokens = 0             # prompt tokens whose KV came from a trajectory's earlier turn
 
     @property
     def busy(self) -> bool:
-        return any(r is not None for r in self.rows)
+        return bool(self.queue) or any(r is not None for r in self.rows)
 
     # ------------------------------------------------------------ admit
 
-    @torch.no_grad()
     def admit(self, requests: list[tuple[int, Request]]) -> None:
+        """Queue each (request id, request) and take in the ones the KV budget has room for (all without one)."""
+        if self.budget is not None:
+            for _, q in requests:
+                if len(q.prompt_ids) + q.max_new_tokens + 2 > self.budget:
+                    raise UserError(f"a request of {len(q.prompt_ids)} prompt + {q.max_new_tokens} new tokens needs "
+                                    f"{len(q.prompt_ids) + q.max_new_tokens + 2} KV columns and the HF engine's KV "
+                                    f"budget holds {self.budget}: raise rollout.kv_cache_mb or shorten it.")
+        self.queue += requests
+        self._admit_queued()
+
+    def _admit_queued(self) -> None:
+        """Admit queued requests in order while they fit the budget (module docstring)."""
+        if not self.queue:
+            return
+        take = self.queue if self.budget is None else self._fitting()
+        if not take and any(r is None for r in self.rows):  # free slots hold room: drop them, then try again
+            self._compact([s for s, r in enumerate(self.rows) if r is not None])
+            take = self._fitting()
+        self.queue = self.queue[len(take):]
+        self._admit_now(take)
+
+    def _fitting(self) -> list[tuple[int, Request]]:
+        """The longest head of the queue that fits the budget next to the live rows."""
+        assert self.budget is not None
+        live = [r for r in self.rows if r is not None]
+        if not live and self.rows:  # an empty cache starts over at the size the next requests need
+            self.release()
+        longest = max([0] + [len(r.fed) + r.request.max_new_tokens - len(r.ids) for r in live])
+        take: list[tuple[int, Request]] = []
+        for rid, q in self.queue:
+            longest = max(longest, len(q.prompt_ids) + q.max_new_tokens)
+            slots = max(len(self.rows), len(live) + len(take) + 1)
+            if slots * max(self.cache.capacity, longest + 2) > self.budget:
+                break
+            take.append((rid, q))
+        return take
+
+    @torch.no_grad()
+    def _admit_now(self, requests: list[tuple[int, Request]]) -> None:
         """Put each (request id, request) in a free slot and compute its first logits."""
         if not requests:
             return
@@ -186,6 +234,7 @@ class ContinuousSampler:
         """Every live request draws a token; returns the (request id, completion) of those that finished."""
         live = [s for s, r in enumerate(self.rows) if r is not None]
         if not live:
+            self._admit_queued()
             return []
         assert self.logits is not None
         tokens, log_probs = self._draw(live)
@@ -208,13 +257,15 @@ class ContinuousSampler:
                 going.append(slot)
         if going:
             self._decode(going)
+        self._admit_queued()  # after the decode, which rewrites every slot's logits
         return finished
 
     def pause(self) -> list[tuple[int, Completion]]:
         """Stop every request in a slot at the token boundary it is at: (request id, what it sampled so far, finish
         "paused"); the slots are freed and nothing is parked (a paused request goes on later with new weights,
         re-prefilling its prompt and these tokens)."""
-        paused: list[tuple[int, Completion]] = []
+        paused = [(rid, Completion([], [], [], "paused", 0)) for rid, _ in self.queue]
+        self.queue = []
         for slot, row in enumerate(self.rows):
             if row is not None:
                 paused.append((row.rid, Completion(row.ids, row.log_probs, row.versions, "paused", row.prefilled)))
@@ -285,8 +336,10 @@ class ContinuousSampler:
     def _grow(self, slots: int, capacity: int) -> None:
         """Room for `slots` requests of up to `capacity - 1` columns (plus the dump)."""
         if capacity > self.cache.capacity:
-            capacity = max(capacity, 2 * self.cache.capacity)
+            doubled = 2 * self.cache.capacity
+            capacity = max(capacity, doubled if self.budget is None else min(doubled, self.budget // max(slots, 1)))
         self.cache.grow(slots, capacity)
+        self.peak_columns = max(self.peak_columns, self.cache.slots * self.cache.capacity)
         if len(self.rows) < slots:
             self.rows += [None] * (slots - len(self.rows))
         vocab = self.config.vocab_size
@@ -306,3 +359,10 @@ class ContinuousSampler:
     def clear(self) -> None:
         """Forget the parked KV (a rollout is over, or the weights changed)."""
         self.parked.clear()
+
+    def release(self) -> None:
+        """Free the slot cache and the logits (rebuilt at the next admit): between rollouts, or when empty."""
+        if any(r is not None for r in self.rows):
+            raise RuntimeError("the HF engine's KV cache was released while requests were running")
+        self.cache = SlotCache(self.config.num_hidden_layers, 0, 64)
+        self.rows, self.logits = [], None

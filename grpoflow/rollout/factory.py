@@ -31,32 +31,45 @@ def register_rollout_engine(name: str, *, override: bool = False) -> Callable[[C
 
 @register_rollout_engine("hf")
 def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
-              kv_reuse_mb: int = 1024, lora: dict | None = None, **gpu_options: Any) -> RolloutEngine:
+              kv_reuse_mb: int = 1024, lora: dict | None = None, kv_cache_mb: int = 0, longest_request: int = 0,
+              **gpu_options: Any) -> RolloutEngine:
     """The transformers engine on the loaded model, on this process's CUDA device when there is one (Ray gives
     each rank one); the vllm/sglang options do not apply. `lora` (rollout.lora_sync=adapter): the model gets
-    the policy's adapter layout and receives adapter tensors only (rollout/hf_adapter.py)."""
+    the policy's adapter layout and receives adapter tensors only (rollout/hf_adapter.py). Its KV cache holds at
+    most `kv_cache_mb` (0: from the device's memory, rollout/kv_budget.py); a request of `longest_request` tokens
+    (prompt + new; 0: not checked) that could never fit is an error here, before anything runs."""
     from grpoflow.rollout.hf import HFRolloutEngine
+    from grpoflow.rollout.kv_budget import bytes_per_column, check_fits, device_memory_bytes, kv_budget_columns
 
     # sdpa: grouped attention does not pay when decoding
     model = load_causal_lm(model_path, dtype=getattr(torch, dtype))
     if torch.cuda.is_available():
         model = model.to(torch.device("cuda", torch.cuda.current_device()))
+    config, device, kv_dtype = model.config, next(model.parameters()).device, getattr(torch, dtype)
+    params = sum(p.numel() for p in model.parameters())
+    budget = kv_budget_columns(config, kv_dtype, kv_cache_mb=kv_cache_mb, memory_bytes=device_memory_bytes(device),
+                               params=params)
+    if longest_request:
+        check_fits(budget, longest_request, per_column=bytes_per_column(config, kv_dtype))
     if lora is not None:
         from grpoflow.rollout.hf_adapter import HFAdapterEngine
         return HFAdapterEngine(model, lora=lora, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
-                               kv_reuse_mb=kv_reuse_mb)
-    return HFRolloutEngine(model, pad_token_id=pad_token_id, eos_token_id=eos_token_id, kv_reuse_mb=kv_reuse_mb)
+                               kv_reuse_mb=kv_reuse_mb, kv_budget_columns=budget)
+    return HFRolloutEngine(model, pad_token_id=pad_token_id, eos_token_id=eos_token_id, kv_reuse_mb=kv_reuse_mb,
+                           kv_budget_columns=budget)
 
 
 @register_rollout_engine("vllm")
-def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, **options: Any) -> RolloutEngine:
+def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0, longest_request: int = 0,
+                **options: Any) -> RolloutEngine:
     from grpoflow.rollout.vllm import VLLMRolloutEngine  # imports vllm: only when chosen
 
     return VLLMRolloutEngine(model_path, **options)
 
 
 @register_rollout_engine("sglang")
-def sglang_engine(model_path: str, lora: dict | None = None, *, kv_reuse_mb: int = 0, **options: Any) -> RolloutEngine:
+def sglang_engine(model_path: str, lora: dict | None = None, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0,
+                  longest_request: int = 0, **options: Any) -> RolloutEngine:
     from grpoflow.rollout.sglang import SGLangRolloutEngine  # imports sglang: only when chosen
 
     if lora is not None:
@@ -82,7 +95,8 @@ def end_ids(model_path: str, tokenizer: Any) -> int | list[int]:
 def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "float32", seed: int = 0,
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, enforce_eager: bool = True,
                  free_cache_engine: bool = True, sync_timeout_s: float = 120.0, kv_reuse_mb: int = 1024,
-                 lora: dict | None = None, lora_versions: int = 2) -> RolloutEngine:
+                 lora: dict | None = None, lora_versions: int = 2, kv_cache_mb: int = 0,
+                 longest_request: int = 0) -> RolloutEngine:
     """The rollout engine `name` (hf | vllm | sglang | a registered or `file.py:fn` builder) for the model
     saved in `model_path`.
 
@@ -90,7 +104,8 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
     sampling log-probs match the trainer's (vLLM's own `auto` would pick bf16 for an fp32 checkpoint).
     The remaining options are `rollout.*` config fields (see RolloutConfig); hf ignores them. `lora` (rank, alpha,
     target_modules; rollout.lora_sync=adapter): the engine serves the base model with unmerged adapters and
-    receives adapter tensors only; vllm keeps the last `lora_versions` of them loaded.
+    receives adapter tensors only; vllm keeps the last `lora_versions` of them loaded. `kv_cache_mb` (hf): the KV
+    budget (0: from memory); `longest_request` (hf): prompt + new tokens of the longest request, checked against it.
     """
     try:
         builder = ROLLOUT_ENGINES.resolve(name)
@@ -103,4 +118,4 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
                    dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
                    tensor_parallel_size=tensor_parallel_size, enforce_eager=enforce_eager,
                    free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s, kv_reuse_mb=kv_reuse_mb,
-                   **adapters)
+                   kv_cache_mb=kv_cache_mb, longest_request=longest_request, **adapters)

@@ -22,14 +22,22 @@ from grpoflow.rollout.random_streams import row_seeds
 class HFRolloutEngine:
     """KV-cached sampling with a transformers causal LM (CPU or one GPU), see `rollout.sampling`.
 
-    The engine computes in the dtype of the model it is given: a rollout copy loaded in bfloat16
-    decodes in bfloat16 and receives the trainer's float32 weights cast on copy.
+    The engine computes in the dtype of the model it is given, and keeps its KV cache in it: a rollout copy
+    loaded in bfloat16 decodes in bfloat16 and receives the trainer's float32 weights cast on copy.
+
+    Colocated with the actor it sleeps while the actor trains (`can_sleep`): `sleep` frees the KV cache, which
+    the next rollout rebuilds. The weights stay where they are: a bf16 copy is 2 bytes per parameter next to the
+    actor's 16 or more, and moving it off the device and back each step would cost more than it frees.
     """
 
+    can_sleep = True
+
     def __init__(self, model: torch.nn.Module, *, pad_token_id: int, eos_token_id: int | list[int],
-                 kv_reuse_mb: int = 1024, compact_fraction: int = COMPACT_FRACTION) -> None:
+                 kv_reuse_mb: int = 1024, compact_fraction: int = COMPACT_FRACTION,
+                 kv_budget_columns: int | None = None) -> None:
         """`compact_fraction`: finished rows' slots are compacted away once they are 1 / compact_fraction of
-        the decode batch (rollout/continuous.py)."""
+        the decode batch (rollout/continuous.py). `kv_budget_columns`: the most token columns the KV cache of the
+        running requests may hold (rollout/kv_budget.py); more requests wait for room. None: no limit."""
         self.model = model.eval()
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
@@ -38,7 +46,7 @@ class HFRolloutEngine:
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.sampler = ContinuousSampler(self.model, pad_token_id=pad_token_id, kv_reuse_bytes=kv_reuse_mb << 20,
-                                         compact_fraction=compact_fraction)
+                                         compact_fraction=compact_fraction, kv_budget_columns=kv_budget_columns)
 
     # ------------------------------------------------------------ the batcher's StepEngine
 
@@ -105,11 +113,16 @@ class HFRolloutEngine:
             raise KeyError(f"weight sync: {len(missing)} rollout parameters were not sent, e.g. {sorted(missing)[:3]}.")
         self.version = version
 
+    def kv_cache_bytes(self) -> int:
+        """Bytes the KV caches hold now: the running requests' slots and the caches parked for next turns."""
+        return self.sampler.cache.bytes() + self.sampler.parked.used
+
     def sleep(self) -> None:
-        """Free accelerator memory during training (no-op on CPU)."""
-        if self._device.type != "cpu":
-            self.model.to("cpu")
+        """Free the KV cache (and the parked ones) while the actor trains; the next rollout rebuilds it."""
+        self.sampler.clear()
+        self.sampler.release()
+        if self._device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def wake(self) -> None:
-        if self._device.type != "cpu":
-            self.model.to(self._device)
+        """Nothing to load: the cache is allocated as the next requests arrive."""

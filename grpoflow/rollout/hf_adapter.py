@@ -21,11 +21,13 @@ from grpoflow.rollout.protocol import Completion, Generation, Request, SamplingP
 class HFAdapterEngine:
     """HF sampling on base model + LoRA adapters; `update_weights` receives adapter tensors only."""
 
+    can_sleep = True  # the plain engine's: its KV cache is freed while the actor trains
+
     def __init__(self, model: torch.nn.Module, *, lora: dict, pad_token_id: int, eos_token_id: int | list[int],
-                 kv_reuse_mb: int = 1024) -> None:
+                 kv_reuse_mb: int = 1024, kv_budget_columns: int | None = None) -> None:
         adapted = add_lora(model, rank=lora["rank"], alpha=lora["alpha"], target_modules=lora["target_modules"])
         self.inner = HFRolloutEngine(adapted, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
-                                     kv_reuse_mb=kv_reuse_mb)
+                                     kv_reuse_mb=kv_reuse_mb, kv_budget_columns=kv_budget_columns)
         self.adapters = {n: p for n, p in adapted.named_parameters() if is_adapter_weight(n)}
         self.last_sync_bytes = 0
 

@@ -37,7 +37,8 @@ def cpu_has_bf16_units(cpuinfo: Path = CPUINFO) -> bool | None:
     return None
 
 
-def slow_bf16_warning(dtype: str, compute_dtype: str | None, device: torch.device, cpuinfo: Path = CPUINFO) -> str | None:
+def slow_bf16_warning(dtype: str, compute_dtype: str | None, device: torch.device,
+                      cpuinfo: Path = CPUINFO) -> str | None:
     """The warning for a run that stores (`model.dtype`) or computes (`model.compute_dtype`) in bfloat16 on a CPU
     without bf16 units; None on a GPU, a CPU with them, one that cannot tell, or in float32."""
     if "bfloat16" not in (dtype, compute_dtype) or device.type != "cpu" or cpu_has_bf16_units(cpuinfo) is not False:

@@ -189,3 +189,32 @@ def test_a_sample_ends_at_every_eos_id_of_the_models_generation_config(tmp_path,
         assert extra not in kept[:-1] and tok.eos_token_id not in kept[:-1]  # nothing is sampled past an end id
         assert bool(cut) == (kept[-1] not in (extra, tok.eos_token_id))
     assert any(ids[int(m.sum()) - 1] == extra for ids, m in zip(gen.response_ids, gen.response_mask))
+
+
+def test_a_colocated_run_frees_the_hf_engines_kv_cache_while_the_actor_trains(tmp_path, tiny_model_path):
+    from grpoflow.commands.run import build_scorer
+    from grpoflow.config import load_config
+    from grpoflow.controller.trainer import Controller
+    from grpoflow.data.dataset import PromptItem
+
+    cfg = load_config(None, [f"model.path={tiny_model_path}", f"trainer.output_dir={tmp_path}", "rollout.n=2",
+                             "data.prompts_per_step=2", "rollout.max_new_tokens=4", "reward.function=exact_match",
+                             "trainer.val_every=0"])
+    items = [PromptItem(list(load_tokenizer(tiny_model_path).encode(p, add_special_tokens=False)), p, {"answer": a},
+                        "addition", index=i) for i, (p, a) in enumerate([("1+2=", "3"), ("3+4=", "7")])]
+    controller = Controller(cfg, model_path=tiny_model_path, train_items=items, val_items=[],
+                            scorer=build_scorer(cfg), run_dir=tmp_path)
+    try:
+        engine = controller.rollout.pool.hosts[0].roles["rollout"].engine
+        actor, held = controller.actor.pool.hosts[0].roles["actor"], []
+        update = actor.update_policy
+
+        def update_policy(batch):  # what the engine holds when the actor starts its update
+            held.append(engine.kv_cache_bytes())
+            return update(batch)
+        actor.update_policy = update_policy
+        controller.step(1)
+        assert controller.sleep_engines and engine.sampler.peak_columns > 0  # it held a cache while generating
+        assert held == [0] and engine.kv_cache_bytes() == 0                  # and none while the actor trained
+    finally:
+        controller.close()

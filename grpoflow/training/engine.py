@@ -13,7 +13,11 @@ root) and every verb is a collective that all ranks call together:
 - the metrics `forward_backward` returns are summed over ranks the same way;
 - the grad norm is the global norm, so clipping and the NaN check agree on every rank;
 - checkpoints hold full (unsharded) weights and optimizer state, so a checkpoint does not
-  depend on the world size it was written with.
+  depend on the world size it was written with;
+- computing in bf16 (`compute_dtype` bfloat16 over float32 parameters), the shards carry FSDP2's
+  `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`: each layer is all-gathered in
+  bf16 and computes in bf16, its gradients are reduce-scattered in float32 into the float32 shards
+  the optimizer steps (the one-rank engine's compute copy does the same on one device).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from grpoflow.training.mixed_precision import ComputeCopy, wants_compute_copy
 from grpoflow.models.loading import load_saved_weights, saved_state
 from grpoflow.models.lora import is_adapter_weight, is_lora, merged_named_weights
 
-__all__ = ["NonFiniteLossError", "TrainEngine", "global_sum", "lr_multiplier", "place_model"]
+__all__ = ["NonFiniteLossError", "TrainEngine", "global_sum", "lr_multiplier", "place_model", "shard_model"]
 
 OPTIMIZER_FILE = "optimizer.pt"
 
@@ -75,27 +79,45 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))  # type: ignore[attr-defined]
 
 
-def place_model(model: nn.Module) -> nn.Module:
-    """Put `model` on this rank's device; with more than one rank, shard it with FSDP2 first.
+def place_model(model: nn.Module, compute_dtype: str | torch.dtype | None = None) -> nn.Module:
+    """Put `model` on this rank's device; with more than one rank, shard it with FSDP2 first (`shard_model`)."""
+    if world_size() == 1:
+        return model.to(current_device())
+    return shard_model(model, compute_dtype=compute_dtype)
+
+
+def shard_model(model: nn.Module, *, compute_dtype: str | torch.dtype | None = None) -> nn.Module:
+    """`fully_shard` every decoder layer, then the root, over the ranks of the default process group (any world
+    size, one included: bench/gpu_check.py runs it over NCCL at world size 1), with `mixed_precision_policy`.
 
     Sharded gradients are summed over ranks (gradient divide factor 1, sum-only collectives),
     because each rank's loss is already normalised by global counts.
     """
-    device = current_device()
-    if world_size() == 1:
-        return model.to(device)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
-    mesh = init_device_mesh(device.type, (world_size(),))
+    mesh = init_device_mesh(current_device().type, (world_size(),))
+    policy = mixed_precision_policy(model, compute_dtype)
     for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)  # the rest (embeddings, final norm, head) as one group; moves shards to device
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)  # the rest (embeddings, final norm, head); moves shards to device
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
     return model
+
+
+def mixed_precision_policy(model: nn.Module, compute_dtype: str | torch.dtype | None) -> Any:
+    """FSDP2's policy for `model`'s shards: bf16 parameters for compute with float32 reductions when computing in
+    a dtype below the parameters' (bfloat16 over float32), else none (every collective in the parameters' dtype)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
+    params = next(model.parameters(), None)
+    if dtype is None or params is None or dtype.itemsize >= params.dtype.itemsize:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
 def _full(t: Tensor) -> Tensor:
@@ -112,7 +134,7 @@ class TrainEngine:
                  betas: tuple[float, float] = (0.9, 0.999), lr_schedule: Callable[[int], float] | None = None,
                  compute_dtype: str | None = None) -> None:
         self.sharded = world_size() > 1
-        self.model = place_model(model)
+        self.model = place_model(model, compute_dtype)
         copy_dtype = wants_compute_copy(self.model, compute_dtype, sharded=self.sharded)
         self.compute_copy = ComputeCopy(self.model, copy_dtype) if copy_dtype is not None else None
         self.device = current_device()

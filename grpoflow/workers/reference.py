@@ -18,14 +18,14 @@ from grpoflow.training.forward import batch_log_probs
 
 class ReferenceWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, temperature: float, max_tokens: int,
-                 chunk_size: int, compute_dtype: str = "float32") -> None:
+                 chunk_size: int, compute_dtype: str | None = "float32") -> None:
         model = attention.use_for_bf16_on_cpu(load_causal_lm(model_path), compute_dtype).eval()
         for p in model.parameters():
             p.requires_grad_(False)
         copy_dtype = wants_compute_copy(model, compute_dtype, sharded=world_size > 1)
         if copy_dtype is not None:  # the actor computes on a bf16 copy: so does the reference (frozen: cast once)
             model = model.to(copy_dtype)
-        self.model = place_model(model)
+        self.model = place_model(model, compute_dtype)  # sharded: the actor's mixed-precision policy
         self.temperature, self.max_tokens, self.chunk_size = temperature, max_tokens, chunk_size
         self.compute_dtype = compute_dtype  # the actor's bf16 copy or autocast, so that KL is 0 while both are equal
 

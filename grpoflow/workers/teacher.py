@@ -24,11 +24,11 @@ from grpoflow.training.microbatch import split_by_tokens
 
 class TeacherWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, temperature: float, max_tokens: int,
-                 chunk_size: int, compute_dtype: str = "float32", topk: int = 0) -> None:
+                 chunk_size: int, compute_dtype: str | None = "float32", topk: int = 0) -> None:
         model = attention.use_for_bf16_on_cpu(load_causal_lm(model_path), compute_dtype).eval()
         for p in model.parameters():
             p.requires_grad_(False)
-        self.model = place_model(model)
+        self.model = place_model(model, compute_dtype)  # sharded: the actor's mixed-precision policy
         self.temperature, self.max_tokens, self.chunk_size = temperature, max_tokens, chunk_size
         self.compute_dtype, self.topk = compute_dtype, topk
 

@@ -129,7 +129,7 @@ class Controller:
                                       last_step=cfg.trainer.total_steps, seed_of=self.step_seed)
         self.rewards = RewardAssembly(scorer, self.reward_model, cfg.reward, max_new_tokens=r.max_new_tokens,
                                       judging=Judging(cfg.reward, self.judge) if judged(cfg.reward) else None)
-        self.weight_sync = WeightSync(self.actor, self.rollout, queued=self.is_async)
+        self.weight_sync = WeightSync(self.actor, self.rollout, queued=self.is_async, dtype=rollout_dtype(self.cfg))
         self.version = 0  # of the weights the engines hold (or, async, have queued)
 
     def rebuild(self) -> None:
@@ -188,11 +188,9 @@ class Controller:
         self.judge = WorkerGroup("judge", partial(
             JudgeWorker, model_path=resolve_judge_path(j.path, self.run_dir), max_new_tokens=j.max_tokens,
             engine=cfg.rollout.engine), pool=train_pool) if j.path else None
-        # bf16 compute: the rollout copy is stored in bf16 (it never trains, so needs no fp32 master).
-        bf16 = "bfloat16" in (cfg.model.dtype, cfg.model.compute_dtype)
         sync_timeout = cfg.rollout.sync_timeout_s
         self.rollout = WorkerGroup("rollout", partial(
-            RolloutWorker, model_path=model_path, cfg=cfg, seed=seed, dtype="bfloat16" if bf16 else None,
+            RolloutWorker, model_path=model_path, cfg=cfg, seed=seed, dtype=rollout_dtype(cfg),
             lora=adapter_layout(cfg)), pool=self.placement.rollout, pad_token_id=self.pad_token_id,
             timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
 
@@ -242,6 +240,8 @@ class Controller:
                 with timer("sync"):
                     self.version += 1
                     self.weight_sync.push(self.version)
+                if self.weight_sync.last_bytes is not None:  # bucketed (split placement): what each engine received
+                    metrics["perf/weight_sync_bytes"] = float(self.weight_sync.last_bytes)
         # The dispatch layer's own cost: time in worker calls beyond the ranks' time on them.
         dispatch = sum(g.take_dispatch_seconds() for g in self.groups())
         metrics.update({"timing_s/dispatch": dispatch, "perf/dispatch_share": dispatch / timer.seconds["step"]})
@@ -410,6 +410,12 @@ class Controller:
             tqdm.write(schedule_change_warning(saved_total, self.cfg))
         self.last_saved = folder
         return state["step"]
+
+
+def rollout_dtype(cfg: Config) -> str:
+    """The rollout engines' dtype, in which their weights are synced too: bfloat16 when the run computes or stores in
+    bf16 (the rollout copy never trains, so needs no fp32 master), else float32."""
+    return "bfloat16" if "bfloat16" in (cfg.model.dtype, cfg.model.compute_dtype) else "float32"
 
 
 def pad_token_id(model_path: str) -> int:

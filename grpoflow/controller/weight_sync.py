@@ -4,8 +4,10 @@
   `named_weights` stream into the engine's `update_weights`, one tensor at a time; under FSDP each
   tensor is gathered just before the engine loads it, so no rank holds a second full copy.
 - Split (engines in their own processes): the actor streams buckets of about `bucket_bytes`
-  (`open_weight_stream` / `next_weight_bucket`, rank 0's kept), and the controller pushes each
-  to every engine (`begin_weight_update` / `push_weights` / `end_weight_update`).
+  (`open_weight_stream` / `next_weight_bucket`, rank 0's kept) in the engines' `dtype` (bfloat16
+  when computing in bf16: half the bytes of the fp32 masters), and the controller pushes each
+  to every engine (`begin_weight_update` / `push_weights` / `end_weight_update`). `last_bytes`
+  is what the last sync sent to each engine (the step logs it as `perf/weight_sync_bytes`).
 - Queued (async mode): the engine-side calls are submitted without waiting, so they run behind
   the generations already in flight; `check` raises a sync that failed, `wait` waits for all.
 """
@@ -19,9 +21,11 @@ from grpoflow.workers.rollout import RolloutWorker
 
 class WeightSync:
     def __init__(self, actor: WorkerGroup[ActorWorker], rollout: WorkerGroup[RolloutWorker], *, queued: bool,
-                 bucket_bytes: int = 256 << 20) -> None:
+                 bucket_bytes: int = 256 << 20, dtype: str = "float32") -> None:
         self.actor, self.rollout, self.queued, self.bucket_bytes = actor, rollout, queued, bucket_bytes
+        self.dtype = dtype            # what the buckets carry: the rollout engines' dtype
         self.pending: list[GroupCall[None]] = []
+        self.last_bytes: int | None = None  # sent per engine by the last bucketed sync (None: colocated stream)
 
     def push(self, version: int) -> None:
         """Send the actor's current weights to every engine as `version`."""
@@ -33,8 +37,11 @@ class WeightSync:
         # the next bucket is gathered while the engines load this one.
         calls = [self.rollout.submit_overlapped(RolloutWorker.begin_weight_update, version)]
         self.actor.call(ActorWorker.open_weight_stream)
-        while bucket := self.actor.call(ActorWorker.next_weight_bucket, self.bucket_bytes):
+        sent = 0
+        while bucket := self.actor.call(ActorWorker.next_weight_bucket, self.bucket_bytes, self.dtype):
+            sent += sum(t.numel() * t.element_size() for _, t in bucket)
             calls.append(self.rollout.submit_overlapped(RolloutWorker.push_weights, broadcast(bucket)))
+        self.last_bytes = sent
         calls.append(self.rollout.submit_overlapped(RolloutWorker.end_weight_update))
         self.pending += calls
         if not self.queued:

@@ -137,15 +137,20 @@ class ActorWorker:
         """Start a bucketed weight stream (split placement: the weights travel through the controller)."""
         self._weights = self.named_weights()
 
-    def next_weight_bucket(self, bucket_bytes: int) -> list[tuple[str, Tensor]]:
-        """The next (name, tensor) pairs of the open stream: tensors are added until the bucket holds at least
-        `bucket_bytes` (or the stream ends); [] once it is exhausted. Every rank calls it (a collective when
-        sharded); the controller keeps rank 0's bucket. Tensors are on the CPU."""
+    def next_weight_bucket(self, bucket_bytes: int, dtype: str = "float32") -> list[tuple[str, Tensor]]:
+        """The next (name, tensor) pairs of the open stream, floating tensors cast to `dtype` (the rollout
+        engine's: bfloat16 when computing in bf16, so half the bytes of the fp32 masters cross to the controller
+        and the engines): tensors are added until the bucket holds at least `bucket_bytes` in that dtype (or the
+        stream ends); [] once it is exhausted. Every rank calls it (a collective when sharded); the controller
+        keeps rank 0's bucket. Tensors are cast on the actor's device, then moved to the CPU."""
         if self._weights is None:
             raise RuntimeError("next_weight_bucket before open_weight_stream.")
+        wire = getattr(torch, dtype)
         bucket: list[tuple[str, Tensor]] = []
         size = 0  # counted on every rank alike, so all ranks end each bucket at the same tensor
         for name, tensor in self._weights:
+            if tensor.is_floating_point():
+                tensor = tensor.to(wire)
             if self.rank == 0:  # the only rank whose bucket the controller keeps
                 bucket.append((name, tensor.cpu()))
             size += tensor.numel() * tensor.element_size()

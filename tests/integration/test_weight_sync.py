@@ -157,3 +157,23 @@ def test_a_bad_tensor_name_fails_the_split_sync_naming_the_rollout_worker(tiny_m
     worker.engine.named_weights = real  # the failed update is over: the next one starts and lands
     WeightSync(actor, rollout, queued=False).push(2)
     assert engine_of(rollout).version == 2
+
+
+def test_split_sync_sends_buckets_in_the_engines_bf16_and_counts_their_bytes(tiny_model_path):
+    train, engines = LocalPool(1), LocalPool(1, name="rollout")
+    actor = WorkerGroup("actor", partial(ActorWorker, model_path=tiny_model_path, cfg=ActorConfig(lr=0.05),
+                                         temperature=1.0, horizon=4, seed=0), pool=train)
+    rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=tiny_model_path, cfg=Config(),
+                                             dtype="bfloat16"), pool=engines)
+    sync = WeightSync(actor, rollout, queued=False, bucket_bytes=64 << 10, dtype="bfloat16")
+    expected = perturb(actor)
+    sent: list[torch.dtype] = []
+    worker = engines.hosts[0].roles["rollout"]
+    push = worker.push_weights
+    worker.push_weights = lambda bucket: (sent.extend(t.dtype for _, t in bucket), push(bucket))[1]
+    sync.push(1)
+    params = sum(t.numel() for t in expected.values())
+    assert set(sent) == {torch.bfloat16} and sync.last_bytes == 2 * params  # half the fp32 masters' bytes
+    got = engine_of(rollout).model.state_dict()
+    for name, tensor in expected.items():
+        assert torch.equal(got[name], tensor.to(torch.bfloat16))

@@ -66,14 +66,17 @@ def load_tokenizer(path: str | os.PathLike):
     return tokenizer
 
 
-def load_causal_lm(path: str | os.PathLike, dtype: torch.dtype = torch.float32):
-    """Load the causal language model saved in the local folder ``path`` with weights in ``dtype``."""
-    return _load_checked(AutoModelForCausalLM, path, dtype=dtype)
+def load_causal_lm(path: str | os.PathLike, dtype: torch.dtype = torch.float32, *, meta: bool = False):
+    """Load the causal language model saved in the local folder ``path`` with weights in ``dtype``. `meta`: its
+    architecture only, on the meta device, no weight read (an FSDP rank other than 0, which receives its shards
+    from rank 0: training/engine.py)."""
+    return _load_checked(AutoModelForCausalLM, path, dtype=dtype, meta=meta)
 
 
-def _load_checked(auto_class, path: str | os.PathLike, config_overrides: dict | None = None, **kwargs):
+def _load_checked(auto_class, path: str | os.PathLike, config_overrides: dict | None = None, *, meta: bool = False,
+                  **kwargs):
     """`auto_class.from_pretrained(path)` after checking that `path` holds a causal LM; `config_overrides`
-    are set on its config first."""
+    are set on its config first. `meta`: `auto_class.from_config` on the meta device instead (no weights)."""
     path = _check_folder(path, "model")
     if not os.path.exists(os.path.join(path, "config.json")):
         raise UserFileNotFoundError(
@@ -94,6 +97,9 @@ def _load_checked(auto_class, path: str | os.PathLike, config_overrides: dict | 
         )
     for key, value in (config_overrides or {}).items():
         setattr(config, key, value)
+    if meta:
+        with torch.device("meta"):
+            return auto_class.from_config(config, **kwargs)
     try:
         return auto_class.from_pretrained(path, config=config, local_files_only=True, **kwargs)
     except OSError as e:  # typically: config.json present but no weights file

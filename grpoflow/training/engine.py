@@ -79,11 +79,35 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))  # type: ignore[attr-defined]
 
 
-def place_model(model: nn.Module, compute_dtype: str | torch.dtype | None = None) -> nn.Module:
-    """Put `model` on this rank's device; with more than one rank, shard it with FSDP2 first (`shard_model`)."""
+def place_model(model: nn.Module, compute_dtype: str | torch.dtype | None = None, *,
+                from_rank0: bool = False) -> nn.Module:
+    """Put `model` on this rank's device; with more than one rank, shard it with FSDP2 first (`shard_model`).
+    `from_rank0` (sharded): rank 0's weights are the model's; the other ranks may hold it on the meta device
+    (`load_causal_lm(meta=True)`) and receive their shards from rank 0 (`materialise_from_rank0`)."""
     if world_size() == 1:
         return model.to(current_device())
-    return shard_model(model, compute_dtype=compute_dtype)
+    full = model.state_dict() if from_rank0 and rank() == 0 else {}
+    model = shard_model(model, compute_dtype=compute_dtype)
+    if from_rank0:
+        materialise_from_rank0(model, full)
+    return model
+
+
+def materialise_from_rank0(model: nn.Module, full: dict[str, Tensor]) -> None:
+    """Every rank's shards of `full`, rank 0's unsharded state dict (the others pass {}): a rank whose model is on
+    the meta device gets storage first; parameters arrive through `set_model_state_dict(broadcast_from_rank0)`, the
+    buffers no state dict holds (rotary frequencies) by a broadcast. A collective: every rank calls it."""
+    device = current_device()
+    if any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+        model.to_empty(device=device)
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for buffer in model.buffers():
+        if dist.get_backend() == "nccl" or buffer.device.type == "cpu":
+            dist.broadcast(buffer.data, src=0)
+        else:  # gloo needs CPU tensors
+            cpu = buffer.data.cpu()
+            dist.broadcast(cpu, src=0)
+            buffer.data.copy_(cpu)
 
 
 def shard_model(model: nn.Module, *, compute_dtype: str | torch.dtype | None = None) -> nn.Module:
@@ -132,9 +156,12 @@ class TrainEngine:
 
     def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
                  betas: tuple[float, float] = (0.9, 0.999), lr_schedule: Callable[[int], float] | None = None,
-                 compute_dtype: str | None = None) -> None:
+                 compute_dtype: str | None = None, from_rank0: bool = False) -> None:
+        """`from_rank0` (sharded): the other ranks' `model` may be on the meta device; rank 0's weights are sent."""
         self.sharded = world_size() > 1
-        self.model = place_model(model, compute_dtype)
+        # built on the meta device: its weights (shards) come from rank 0, never read from disk here
+        self.received_weights = self.sharded and from_rank0 and any(p.is_meta for p in model.parameters())
+        self.model = place_model(model, compute_dtype, from_rank0=from_rank0)
         copy_dtype = wants_compute_copy(self.model, compute_dtype, sharded=self.sharded)
         self.compute_copy = ComputeCopy(self.model, copy_dtype) if copy_dtype is not None else None
         self.device = current_device()

@@ -54,9 +54,11 @@ class ActorWorker:
                               schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
         model_cfg = model_cfg or ModelConfig()
         self.compute_dtype = model_cfg.compute_dtype  # a bf16 compute copy, or autocast
-        self.engine = TrainEngine(build_policy(model_path, model_cfg), lr=cfg.lr,
+        # Sharded, only rank 0 reads the weights; the others build the model on the meta device and receive their
+        # shards from it (one copy of the model in host memory, not one per rank).
+        self.engine = TrainEngine(build_policy(model_path, model_cfg, meta=world_size > 1 and rank > 0), lr=cfg.lr,
                                   weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, lr_schedule=lr_schedule,
-                                  compute_dtype=self.compute_dtype)
+                                  compute_dtype=self.compute_dtype, from_rank0=world_size > 1)
         device = next(self.engine.model.parameters()).device
         if rank == 0 and (slow := slow_bf16_warning(model_cfg.dtype, model_cfg.compute_dtype, device)):
             log.warning(slow)
@@ -221,10 +223,11 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
     return loss, metrics
 
 
-def build_policy(model_path: str, cfg: ModelConfig) -> torch.nn.Module:
+def build_policy(model_path: str, cfg: ModelConfig, *, meta: bool = False) -> torch.nn.Module:
     """The trainable policy: the model in `model_path`, in `cfg.dtype`, with LoRA and/or gradient
-    checkpointing when configured (and grouped attention when it computes in bf16 on a CPU)."""
-    model = attention.use_for_bf16_on_cpu(load_causal_lm(model_path, dtype=getattr(torch, cfg.dtype)),
+    checkpointing when configured (and grouped attention when it computes in bf16 on a CPU). `meta`: on the meta
+    device, its weights to come from rank 0 (FSDP ranks other than 0)."""
+    model = attention.use_for_bf16_on_cpu(load_causal_lm(model_path, dtype=getattr(torch, cfg.dtype), meta=meta),
                                           cfg.compute_dtype)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

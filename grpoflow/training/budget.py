@@ -61,7 +61,7 @@ def machine_memory_bytes() -> int:
     return int(total)
 
 
-def auto_token_budget(model_config, *, params: int, seq: int, compute_dtype: str,
+def auto_token_budget(model_config, *, params: int, seq: int, compute_dtype: str | None,
                       memory_bytes: int | None = None) -> int:
     """The budget for a model with this HF config (`num_hidden_layers`, `hidden_size`, `intermediate_size`,
     `num_attention_heads`; missing fields count as for a 4x-wide MLP), sequences of up to `seq` tokens, activations
@@ -90,7 +90,7 @@ def estimated_params(model_config) -> int:
     return int(getattr(model_config, "num_hidden_layers", 1) or 1) * layer + vocab * h * (1 if tied else 2)
 
 
-def microbatch_budget(budget: int, *, model_path: str, seq: int, compute_dtype: str,
+def microbatch_budget(budget: int, *, model_path: str, seq: int, compute_dtype: str | None,
                       memory_bytes: int | None = None, ranks_here: bool = True) -> int:
     """`budget` as configured, or for 0 the budget from memory for the model in `model_path` (its config.json;
     `MIN_TOKENS` when there is none to read), never less than one sequence of `seq` tokens. `ranks_here=False`

@@ -93,7 +93,7 @@ def place_model(model: nn.Module, compute_dtype: str | torch.dtype | None = None
     return model
 
 
-def materialise_from_rank0(model: nn.Module, full: dict[str, Tensor]) -> None:
+def materialise_from_rank0(model: nn.Module, full: dict[str, Any]) -> None:
     """Every rank's shards of `full`, rank 0's unsharded state dict (the others pass {}): a rank whose model is on
     the meta device gets storage first; parameters arrive through `set_model_state_dict(broadcast_from_rank0)`, the
     buffers no state dict holds (rotary frequencies) by a broadcast. A collective: every rank calls it."""

@@ -32,7 +32,7 @@ def response_values(model: torch.nn.Module, mb: Batch, compute_dtype: str | None
 
 class CriticWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: CriticConfig, schedule: UpdateSchedule,
-                 seed: int, compute_dtype: str = "float32") -> None:
+                 seed: int, compute_dtype: str | None = "float32") -> None:
         """`schedule`: the actor's mini-batches, epochs and micro-batch budget (the critic trains on the same
         batches as the actor)."""
         torch.manual_seed(seed)

@@ -163,6 +163,12 @@ class ScriptedRollout:
     def close(self):
         pass
 
+    def wake(self):  # the hf engine sleeps (frees its KV cache) while a colocated actor trains
+        pass
+
+    def sleep(self):
+        pass
+
 
 def scripted(controller: Controller, script) -> ScriptedRollout:
     worker = ScriptedRollout(script)

@@ -405,7 +405,10 @@ def run_stage(name: str, work: Path, sizes: Sizes, timeout: float) -> Result:
             [*sizes.integration, "-m", "not slow", *(["-k", sizes.integration_k] if sizes.integration_k else [])]
         result.status, result.figures = pytest_stage(args, log, timeout)
     else:
-        ctx = mp.get_context("fork")
+        # fork: the child reuses this process's imports; spawn only if they initialised CUDA, which a forked
+        # child could not use (the parent checks CUDA through NVML, which initialises nothing: main())
+        import torch
+        ctx = mp.get_context("spawn" if torch.cuda.is_initialized() else "fork")
         receive, send = ctx.Pipe(duplex=False)
         child = ctx.Process(target=_child, args=(STAGE_FUNCTIONS[name], work, sizes, log, send))
         child.start()
@@ -508,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # is_available() in an import: no CUDA context here
     started = time.perf_counter()
     # Imported once here, before any stage forks (no CUDA call in this process: a forked child initialises it).
     import torch  # noqa: F401

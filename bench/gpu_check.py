@@ -28,7 +28,8 @@ crashes or hangs takes nothing else with it and its device memory is freed when 
 (tests/integration/test_gpu_check.py), so a Python or version error costs no GPU minutes.
 
 MFU counts 6 x (matmul parameters, the head included) + 6 x layers x seq x (heads x head_dim) FLOPs per token (the
-causal attention's fwd+bwd), prime-rl's count, against 989 TFLOP/s (H100/H200 bf16 dense); none on a CPU.
+causal attention's fwd+bwd), against 989 TFLOP/s (H100/H200 bf16 dense); none on a CPU. For Qwen3-0.6B at 16k that
+is 9.21 GFLOP per token, and prime-rl's 11.9k tokens/s at MFU 11 % imply 9.14: the same count.
 """
 
 from __future__ import annotations

@@ -274,10 +274,20 @@ class JudgeConfig:
 
 @dataclass
 class RewardConfig:
-    function: Optional[str] = opt("exact_match", "Reward function: a built-in (exact_match, gsm8k, gsm8k_flexible, "
-                        "math, countdown, format, length, length_penalty, reasoning_gym: the task's own verifier on "
-                        "reasoning_gym:TASK rows) or `path/to/file.py:function`. Called as "
-                        "fn(prompt, completion, **row_columns) -> float | dict | None.")
+    function: Optional[str] = opt("auto", "Reward function: auto (each row scored by its data_source as verl "
+                        "does: openai/gsm8k -> gsm8k, MATH sources -> math, countdown, reasoning_gym/*; rows without "
+                        "one -> exact_match; a source with no scorer is refused at start), a built-in (exact_match, "
+                        "gsm8k, gsm8k_flexible, math, countdown, format, length, length_penalty, reasoning_gym: the "
+                        "task's own verifier on reasoning_gym:TASK rows) or `path/to/file.py:function` in grpoflow's "
+                        "shape fn(prompt, completion, **row_columns) -> float | dict | None, TRL's "
+                        "fn(prompts, completions, **columns) -> list or verl's compute_score(data_source, "
+                        "solution_str, ground_truth, extra_info) (reward.style).")
+    style: str = opt("auto", "The shape of user reward functions: auto (read off each one's parameter names: "
+                     "completions/prompts -> trl, solution_str or data_source+ground_truth -> verl, else grpoflow), "
+                     "grpoflow, trl or verl (docs/data-and-rewards.md).")
+    max_error_share: float = opt(0.5, "Stop the run when the reward function fails (raises, returns None or a "
+                                 "non-number, times out) on more than this share of the samples of the last 5 steps; "
+                                 "a step on which every call failed always stops it. 1: only that.")
     functions: list = opt([], "Several reward functions whose weighted sum is the score, each logged as "
                           "reward/<name>/mean (replaces reward.function when given).")
     weights: Optional[list] = opt(None, "Weights of reward.functions (None: all 1).")
@@ -408,6 +418,9 @@ class SFTConfig:
 @dataclass
 class TrainerConfig:
     total_steps: int = opt(150, "RL steps to run.")
+    total_epochs: Optional[int] = opt(None, "Passes over the training prompts (verl's trainer.total_epochs, TRL's "
+                                      "num_train_epochs): when set, trainer.total_steps becomes total_epochs x "
+                                      "ceil(training prompts kept / data.prompts_per_step), resolved at start.")
     val_every: int = opt(50, "Validate every this many steps (also before the first and after the last; "
                          "0 disables validation).")
     seed: int = opt(0, "Seed for sampling prompts, rollouts and everything else.")
@@ -768,9 +781,15 @@ def validate(cfg: Config) -> None:
          "reward.functions; give one weight per function."),
         (cfg.reward.timeout_s is None or cfg.reward.timeout_s > 0, "reward.timeout_s must be > 0 (or null)."),
         (cfg.reward.workers >= 0, "reward.workers must be >= 0."),
+        (cfg.reward.style in ("auto", "grpoflow", "trl", "verl"),
+         f"reward.style={cfg.reward.style!r}; use auto, grpoflow, trl or verl."),
+        (0 < cfg.reward.max_error_share <= 1,
+         f"reward.max_error_share={cfg.reward.max_error_share} must be in (0, 1]."),
         (0 <= cfg.reward.overlong_buffer_len < cfg.rollout.max_new_tokens,
          f"reward.overlong_buffer_len={cfg.reward.overlong_buffer_len} must be in [0, rollout.max_new_tokens)."),
         (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
+        (cfg.trainer.total_epochs is None or cfg.trainer.total_epochs >= 1,
+         f"trainer.total_epochs={cfg.trainer.total_epochs} must be >= 1 (or null: trainer.total_steps counts)."),
         *distill_checks(cfg.distill),
         *judge_checks(cfg.reward.judge),
         *curriculum_checks(cfg.data.curriculum),

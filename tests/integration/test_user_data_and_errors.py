@@ -81,6 +81,20 @@ def test_a_reward_that_fails_on_every_sample_stops_the_run(tmp_path, tiny_model_
     assert read_metrics(tmp_path / "run") == []  # nothing was trained or logged as if it had been
 
 
+@register_advantage("test_nan_advantage", override=True)
+def nan_advantage(scores, response_mask):
+    return response_mask * float("nan")
+
+
+def test_nan_loss_stops_with_clear_message(tmp_path, tiny_model_path, user_files):
+    data, reward = user_files
+    cfg = load_config("builtin", [f"model.path={tiny_model_path}", f"data.train_files={data}",
+                             f"reward.function={reward}", "algorithm.adv_estimator=test_nan_advantage",
+                             f"trainer.output_dir={tmp_path}", *ARGS])
+    with pytest.raises(TrainingError, match=r"Stopped at step 1: the loss became nan.*Lower actor.lr"):
+        train(cfg)
+
+
 TRL_REWARDS = """
 def accuracy_reward(completions, solution, **kwargs):
     return [float(c.strip() == s) + 0.1 * len(c) for c, s in zip(completions, solution)]

@@ -113,7 +113,8 @@ def test_a_verl_script_translates_with_its_units_converted(tmp_path, monkeypatch
 def test_verl_keys_are_taken_on_the_command_line_as_they_are():
     notes: list[str] = []
     cfg = load_config(None, ["actor_rollout_ref.rollout.n=4", "data.train_batch_size=16",
-                             "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.use_kl_loss=False",
+                             "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+                             "actor_rollout_ref.actor.use_kl_loss=False",
                              "actor_rollout_ref.actor.kl_loss_coef=0.5", "rollout.temperature=0.7"], notes)
     assert (cfg.rollout.n, cfg.data.prompts_per_step, cfg.actor.minibatches, cfg.actor.kl_coef) == (4, 16, 2, 0.0)
     assert cfg.rollout.temperature == 0.7 and "actor_rollout_ref.rollout.n -> rollout.n=4" in notes[0]

@@ -127,7 +127,7 @@ def scores_of(scores, failed=0, first="Traceback: boom"):
 
 def test_a_step_on_which_every_reward_call_failed_stops_the_run():
     h, _ = health()
-    with pytest.raises(RewardFailure, match=r"(?s)reward.function=r.py:f failed on all 4 samples of step 1.* HINT.*boom"):
+    with pytest.raises(RewardFailure, match=r"(?s)r.py:f failed on all 4 samples of step 1.* HINT.*boom"):
         h.check(1, scores_of([0.0] * 4, failed=4), torch.zeros(4), torch.tensor([0, 0, 1, 1]))
 
 

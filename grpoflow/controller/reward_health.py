@@ -44,8 +44,9 @@ class RewardHealth:
     """
 
     def __init__(self, name: str, hint: Callable[[str | None], str], max_error_share: float,
-                 warn: Callable[[str], None]) -> None:
+                 warn: Callable[[str], None], total_steps: int = SIGNAL_STEPS) -> None:
         self.name, self.hint, self.max_error_share, self.warn = name, hint, max_error_share, warn
+        self.signal_steps = max(1, min(SIGNAL_STEPS, total_steps))  # a shorter run is judged on all its steps
         self.window: deque[tuple[int, int]] = deque(maxlen=WINDOW)  # (failed, samples) per step
         self.flat_steps = 0  # steps so far on which every group scored all alike
         self.steps = 0
@@ -65,10 +66,10 @@ class RewardHealth:
                       f"reward.max_error_share={self.max_error_share:g}", scored))
         self.steps += 1
         self.flat_steps += int(all_groups_flat(scores, group_ids))
-        if self.steps == SIGNAL_STEPS and self.flat_steps == SIGNAL_STEPS:
+        if self.steps == self.signal_steps and self.flat_steps == self.signal_steps:
             per_group = len(scores) // max(1, n_groups(group_ids))
-            self.warn(f"in each of the first {SIGNAL_STEPS} steps every group's {per_group} samples scored alike "
-                      f"(mean score {float(scores.mean()):.3g}), so every advantage was 0 and "
+            self.warn(f"in each of the first {self.signal_steps} step(s) every group's {per_group} samples scored "
+                      f"alike (mean score {float(scores.mean()):.3g}), so every advantage was 0 and "
                       f"nothing was learned. Check that {self.name} can score this model's answers: read "
                       f"train_samples.jsonl (or `grpoflow view`), the ground-truth column, rollout.max_new_tokens "
                       f"(answers cut off?) and, with reward.function=auto, which scorer the rows' data_source "
@@ -94,7 +95,8 @@ def all_groups_flat(scores: Tensor, group_ids: Tensor) -> bool:
     return True
 
 
-def reward_health(cfg: RewardConfig, scorer: RewardScorer | None, warn: Callable[[str], None]) -> RewardHealth:
+def reward_health(cfg: RewardConfig, scorer: RewardScorer | None, warn: Callable[[str], None],
+                  total_steps: int) -> RewardHealth:
     """The run's watcher, naming the reward as the config does."""
     spec = cfg.functions or cfg.function
     name = f"reward.functions={list(spec)}" if isinstance(spec, list) else f"reward.function={spec}" if spec else \
@@ -103,4 +105,4 @@ def reward_health(cfg: RewardConfig, scorer: RewardScorer | None, warn: Callable
     def hint(first_error: str | None) -> str:
         return convention_hint(scorer.fn, first_error) if scorer is not None else ""
 
-    return RewardHealth(name, hint, cfg.max_error_share, warn)
+    return RewardHealth(name, hint, cfg.max_error_share, warn, total_steps)

@@ -100,7 +100,8 @@ class Controller:
         self.rollouts = Rollouts(self.rollout, multi_turn=r.multi_turn.enabled, agent=r.agent.enabled)
         self.model_path, self.train_items, self.needs = model_path, train_items, needs
         self._start_state(scorer)
-        self.reward_health = reward_health(cfg.reward, scorer, warn=lambda text: tqdm.write(f"WARNING: {text}"))
+        self.reward_health = reward_health(cfg.reward, scorer, warn=lambda text: tqdm.write(f"WARNING: {text}"),
+                                           total_steps=cfg.trainer.total_steps)
         self.last_saved: Path | None = None  # the newest checkpoint this run wrote or loaded: where a restart resumes
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
         self.train_samples = TrainSamples(self.run_dir, every=cfg.trainer.log_train_every,

@@ -152,6 +152,10 @@ def test_groups_without_signal_in_the_first_steps_warn_once():
     for step, s in enumerate([flat, torch.tensor([0.0, 1.0, 1.0, 1.0]), flat], 1):
         h.check(step, scores_of(s.tolist()), s, groups)
     assert warnings == [] and not all_groups_flat(torch.tensor([0.0, 1.0]), torch.tensor([0, 0]))
+    short = RewardHealth("reward.function=auto", lambda e: "", 0.5, warnings.append, total_steps=2)
+    for step in (1, 2):  # a run shorter than 3 steps is judged on all of them
+        short.check(step, scores_of(flat.tolist()), flat, groups)
+    assert len(warnings) == 1 and "first 2 step(s)" in warnings[0]
 
 
 def test_style_must_match_when_given(reward_files):

@@ -29,6 +29,7 @@ from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.rewards import RewardScorer, build_reward, unscored_message, unscored_sources
+from grpoflow.rewards.by_source import scorer_name
 from grpoflow.tasks.addition import addition_splits
 from grpoflow.tasks.chat_addition import chat_addition_splits
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
@@ -222,7 +223,7 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
     if result["stopped"]:
         tqdm.write(stopped_message(result["stopped"], cfg))
     elif before is not None and after is not None:
-        if zero_one_reward(cfg):
+        if zero_one_reward(cfg, val_rows):
             tqdm.write(f"held-out accuracy ({mean_at_k}): {before:.1%} before GRPO -> {after:.1%} after "
                        f"{cfg.trainer.total_steps} steps ({after - before:+.1%})")
         else:
@@ -236,13 +237,15 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
 
 
 # Built-in rewards that score 0 or 1, so that a mean over samples is an accuracy.
-ZERO_ONE_REWARDS = ("auto", "exact_match", "gsm8k", "gsm8k_flexible", "math")
+ZERO_ONE_REWARDS = ("exact_match", "gsm8k", "gsm8k_flexible", "math")
 
 
-def zero_one_reward(cfg: Config) -> bool:
-    """Whether every sample's score is 0 or 1 by construction: one such built-in, nothing added to it."""
+def zero_one_reward(cfg: Config, rows: list[dict]) -> bool:
+    """Whether every sample's score is 0 or 1 by construction: one such built-in (auto: for every row's
+    data_source), nothing added to it."""
     r = cfg.reward
-    return (not r.functions and r.function in ZERO_ONE_REWARDS and not r.routes and not r.model.path
+    names = {scorer_name(row.get("data_source")) for row in rows} if r.function == "auto" else {r.function}
+    return (not r.functions and names <= set(ZERO_ONE_REWARDS) and not r.routes and not r.model.path
             and not cfg.rollout.multi_turn.env and not r.overlong_buffer_len and not cfg.rollout.agent.enabled)
 
 

@@ -171,3 +171,14 @@ def test_a_trl_reward_that_returns_a_scalar_names_the_convention(tmp_path):
     '''))
     scored = RewardScorer(build_reward(f"{tmp_path}/r.py:f")).score(["q"], ["4"], [{}])
     assert scored.errors == 1 and "must return a list with one score per completion" in scored.first_error
+
+
+def test_the_last_line_says_accuracy_only_for_rewards_that_score_0_or_1():
+    from grpoflow.commands.run import zero_one_reward
+    from grpoflow.config import load_config
+
+    gsm8k, countdown = [{"data_source": "openai/gsm8k"}], [{"data_source": "countdown"}]
+    assert zero_one_reward(load_config(None, ["model.path=/m"]), gsm8k)
+    assert not zero_one_reward(load_config(None, ["model.path=/m"]), countdown)  # 0.1 for the format
+    assert not zero_one_reward(load_config(None, ["model.path=/m", "reward.function=length"]), gsm8k)
+    assert not zero_one_reward(load_config(None, ["model.path=/m", "reward.functions=[gsm8k,format]"]), gsm8k)

@@ -58,7 +58,7 @@ class SampleContext:
 def takes_context(fn: Callable) -> bool:
     """Whether the scorer passes `fn` the sample's context (as keyword CONTEXT): declared by the adapters here
     and by the combinations (grpoflow.rewards.combine), whose parts may be adapters."""
-    return bool(getattr(type(fn), "takes_context", False))
+    return bool(getattr(fn, "takes_context", False))  # declared: a class attribute, or the combination's own
 
 
 def _names(fn: Callable) -> list[str]:

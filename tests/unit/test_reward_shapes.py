@@ -76,6 +76,16 @@ def test_async_and_none_returning_trl_rewards(reward_files):
     assert scored.nones == 1 and scored.scores == [0.0, 1.0]
 
 
+def test_trl_rewards_get_their_context_inside_combinations_and_routes(reward_files):
+    ctx = [SampleContext(row_prompt=[{"role": "user", "content": "hi"}], completion_ids=[5, 6, 7],
+                         trainer_state=TrainerState(global_step=4, max_steps=9))]
+    seen = f"{reward_files}/trl_rewards.py:seen"
+    combined = build_reward([seen, "length"], [1.0, 0.0])
+    routed = build_reward("length", routes={"mine": seen})
+    assert RewardScorer(combined).score(["hi"], ["x"], [{}], ctx).scores == [314.0]
+    assert RewardScorer(routed).score(["hi"], ["x"], [{"data_source": "mine"}], ctx).scores == [314.0]
+
+
 def test_trl_rewards_combine_and_run_in_worker_processes(reward_files):
     fn = build_reward([f"{reward_files}/trl_rewards.py:accuracy_reward", "length"], [1.0, 0.0])
     with RewardScorer(fn, workers=1, timeout_s=30) as scorer:

@@ -94,6 +94,9 @@ def add_env_rewards(scored: Scores, env: list[float], error_score: float) -> Non
     scored.scores = [error_score if b else s + e for s, e, b in zip(scored.scores, env, bad)]
     scored.extras["env"] = [e for e, b in zip(env, bad) if not b]
     scored.errors += sum(bad)
+    if any(bad) and scored.first_error is None:
+        scored.first_error = ("the environment's reward was not finite: one of its calls failed (a warning from "
+                              "grpoflow.env above names the environment and the error)")
     scored.counts["reward/env/errors"] = scored.counts.get("reward/env/errors", 0.0) + sum(bad)
 
 

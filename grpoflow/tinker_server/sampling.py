@@ -4,18 +4,21 @@ Weights for the sampler are a snapshot of a training model's (LoRA merged) weigh
 `save_weights_for_sampler` runs: named ones are written to `<root>/sampler_weights/...` (safetensors), the
 unnamed ones of `save_weights_and_get_sampling_client` stay in memory (the last `tinker.sampler_snapshots`).
 One rollout engine per base model holds one set of weights at a time and is handed a session's snapshot
-(`update_weights`, an exact copy) before it samples for it, so a sample uses the saved weights bit for bit.
+(`update_weights`, an exact copy) before it samples for it, so a sample uses the saved weights bit for bit; the
+base model's own weights are the training models' shared copy (models.BaseModels.shared), not another one.
 Sampling goes through the engine's public `generate`; queued requests with the same weights and parameters
 run as one batch (futures.Runner).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from tinker import types
@@ -39,11 +42,19 @@ class Session:
     model_path: str | None   # the tinker:// path, when there is one
 
 
-class Samplers:
-    """Rollout engines (one per base model), weight snapshots and sampling sessions."""
+def owner_of(some_id: str) -> str:
+    """The session a model, sampling session or snapshot id belongs to: its first `:` field."""
+    return some_id.removeprefix("mem:").split(":", 1)[0]
 
-    def __init__(self, keep_in_memory: int, seed: int = 0) -> None:
+
+class Samplers:
+    """Rollout engines (one per base model), weight snapshots and sampling sessions. `base_weights(base)` gives
+    a base model's weights by name (the shared copy); None: the engine's own, cloned when it is built."""
+
+    def __init__(self, keep_in_memory: int, seed: int = 0,
+                 base_weights: Callable[[BaseModel], dict[str, torch.Tensor]] | None = None) -> None:
         self.keep_in_memory = keep_in_memory
+        self._base_weights_of = base_weights
         self._engines: dict[str, tuple[HFRolloutEngine, object, str]] = {}  # folder -> engine, tokenizer, loaded key
         self._base_weights: dict[str, dict[str, torch.Tensor]] = {}
         self._memory: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
@@ -77,7 +88,8 @@ class Samplers:
             model = load_causal_lm(folder)
             tokenizer = load_tokenizer(folder)
             engine = HFRolloutEngine(model, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-            self._base_weights[folder] = {n: p.detach().clone() for n, p in model.named_parameters()}
+            self._base_weights[folder] = ({n: p.detach().clone() for n, p in model.named_parameters()}
+                                          if self._base_weights_of is None else self._base_weights_of(session.base))
             self._engines[folder] = (engine, tokenizer, f"base:{folder}")
         engine, tokenizer, loaded = self._engines[folder]
         if loaded != session.snapshot:
@@ -101,6 +113,14 @@ class Samplers:
 
         return load_file(str(Path(key) / WEIGHTS_FILE))
 
+    def drop_owner(self, owner: str) -> None:
+        """Forget the sampling sessions and in-memory snapshots of session `owner` (it ended)."""
+        with self._lock:
+            for session_id in [s for s in self.sessions if owner_of(s) == owner]:
+                del self.sessions[session_id]
+            for key in [k for k in self._memory if owner_of(k) == owner]:
+                del self._memory[key]
+
     def next_seed(self) -> int:
         with self._lock:
             return self._rng.randrange(2**31)
@@ -108,8 +128,12 @@ class Samplers:
 
 def engine_params(request: types.SampleRequest, default_max_tokens: int) -> tuple[SamplingParams, list[str]]:
     """grpoflow sampling parameters for a request, and its stop strings (matched on the decoded text);
-    UserError for what the HF engine cannot do."""
+    UserError for values out of range and for what the HF engine cannot do."""
     p = request.sampling_params
+    if not (math.isfinite(p.temperature) and p.temperature >= 0):
+        raise UserError(f"temperature={p.temperature}: give a finite temperature >= 0 (0: greedy).")
+    if not (0 < p.top_p <= 1):
+        raise UserError(f"top_p={p.top_p}: give a value in (0, 1] (1: off).")
     unsupported = [name for name, on in (("top_k", p.top_k not in (-1, 0)),
                                          ("topk_prompt_logprobs", request.topk_prompt_logprobs > 0),
                                          ("topk_sample_logprobs", request.topk_sample_logprobs > 0),
@@ -126,8 +150,22 @@ def engine_params(request: types.SampleRequest, default_max_tokens: int) -> tupl
     max_tokens = default_max_tokens if p.max_tokens is None else p.max_tokens
     if max_tokens < 1:
         raise UserError(f"max_tokens={p.max_tokens}: ask for at least one token.")
+    if p.seed is not None and not 0 <= p.seed < 2**63:
+        raise UserError(f"seed={p.seed}: give a seed in [0, 2**63).")
     return SamplingParams(n=request.num_samples, max_new_tokens=max_tokens, temperature=p.temperature,
                           top_p=p.top_p, stop_token_ids=stop_ids), stop_strings
+
+
+def check_size(prompt_tokens: int, params: SamplingParams, context: int | None, max_sample_tokens: int) -> None:
+    """UserError for a sample request longer than the model's context or larger than the server takes."""
+    if context is not None and prompt_tokens + params.max_new_tokens > context:
+        raise UserError(f"the prompt ({prompt_tokens} tokens) plus max_tokens ({params.max_new_tokens}) exceeds the "
+                        f"model's context of {context} tokens; shorten the prompt or ask for fewer tokens.")
+    total = params.n * (prompt_tokens + params.max_new_tokens)
+    if total > max_sample_tokens:
+        raise UserError(f"num_samples x (prompt + max_tokens) = {params.n} x {prompt_tokens + params.max_new_tokens}"
+                        f" = {total} tokens exceeds this server's {max_sample_tokens} per request "
+                        "(tinker.max_sample_tokens); send several smaller requests.")
 
 
 def cut_at_stop(tokens: list[int], stop_strings: list[str], decode) -> int | None:

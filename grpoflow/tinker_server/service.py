@@ -12,6 +12,7 @@ leaves the old or the new one; `recover_folders` at start finishes or undoes an 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import itertools
 import json
@@ -38,6 +39,17 @@ from grpoflow.tinker_server.wire import PROTOBUF, ForwardBackwardCall, encode_fo
 
 
 log = logging.getLogger("grpoflow.tinker")
+
+
+def release_memory() -> None:
+    """Collect what a freed model left (peft modules hold reference cycles) and, on glibc, hand the freed heap
+    back to the system: tensors under malloc's mmap threshold (adapters, optimizer moments) otherwise stay in
+    the process's resident memory after they are freed."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def json_outcome(model) -> Outcome:
@@ -101,7 +113,7 @@ class TinkerService:
         dropped = self.runner.drop(session_id)
         self.futures.drop_owner(session_id)
         log.info("session %s %s: %d models freed, %d queued requests dropped", session_id, why, len(gone), dropped)
-        gc.collect()
+        release_memory()
 
     def free_model(self, model_id: str, why: str) -> None:
         with self._lock:
@@ -109,7 +121,7 @@ class TinkerService:
             self.gates.pop(model_id, None)
             self.ended[model_id] = why
         log.info("model %s freed: %s", model_id, why)
-        gc.collect()
+        release_memory()
 
     def reap(self, now: float | None = None) -> None:
         """End sessions not heard of for session_timeout_s, free models idle for model_idle_s, drop old results."""

@@ -103,7 +103,7 @@ def _service_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
 
     @app.get(f"{API}/get_server_capabilities")
     async def capabilities():
-        return _json(service().capabilities())
+        return _json(await asyncio.to_thread(service().capabilities))  # may build or convert a base model once
 
     @app.post(f"{API}/create_session")
     async def create_session(request: Request):
@@ -131,7 +131,10 @@ def _service_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
     async def retrieve_future(request: Request):
         req = await _parse(request, types.FutureRetrieveRequest)
         futures = service().futures
-        if not futures.known(req.request_id):
+        owner = futures.owner(req.request_id)
+        if owner:
+            service().touch(owner)  # a client polling for its result is alive, heartbeat or not
+        if owner is None:
             return _error(404, f"unknown request id {req.request_id}: this server did not issue it, was restarted "
                                "since, or dropped it (its session ended, or its result waited unread longer than "
                                "tinker.future_ttl_s); send the request again.")

@@ -70,6 +70,11 @@ class Futures:
         with self._lock:
             return request_id in self._futures
 
+    def owner(self, request_id: str) -> str | None:
+        with self._lock:
+            future = self._futures.get(request_id)
+            return None if future is None else future.owner
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._futures)

@@ -382,7 +382,7 @@ class TinkerService:
             session = self.samplers.session(req.sampling_session_id)
             self.touch(owner_of(session.session_id))
         else:
-            session = self.sampling_session(f"oneoff:{uuid.uuid4().hex}", req.model_path, req.base_model)
+            session = self.sampling_session(f"oneoff-{uuid.uuid4().hex}:sample:0", req.model_path, req.base_model)
         prompt = req.prompt.to_ints()
         if not prompt:
             raise UserError("the prompt is empty; give at least one token.")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 from tinker import types
 
@@ -28,7 +29,7 @@ from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.errors import UserError
 from grpoflow.tinker_server.models import BaseModel
-from grpoflow.tinker_server.wire import Sequence
+from grpoflow.tinker_server.wire import EMPTY_LOGPROB, PromptScores, Sequence
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -135,13 +136,14 @@ def engine_params(request: types.SampleRequest, default_max_tokens: int) -> tupl
     if not (0 < p.top_p <= 1):
         raise UserError(f"top_p={p.top_p}: give a value in (0, 1] (1: off).")
     unsupported = [name for name, on in (("top_k", p.top_k not in (-1, 0)),
-                                         ("topk_prompt_logprobs", request.topk_prompt_logprobs > 0),
                                          ("topk_sample_logprobs", request.topk_sample_logprobs > 0),
                                          ("target_prompt_logprobs", request.target_prompt_logprobs is not None),
                                          ("prompt_alt_tokens_k", request.prompt_alt_tokens_k > 0)) if on]
     if unsupported:
         raise UserError(f"sampling with {unsupported} is not supported by grpoflow serve tinker (its sampler has "
-                        "temperature, top_p, stop sequences, seeds and prompt log-probs).")
+                        "temperature, top_p, stop sequences, seeds, prompt log-probs and top-k prompt log-probs).")
+    if not 0 <= request.topk_prompt_logprobs <= MAX_TOPK:
+        raise UserError(f"topk_prompt_logprobs={request.topk_prompt_logprobs}: ask for 0 to {MAX_TOPK} tokens.")
     if request.num_samples < 1:
         raise UserError(f"num_samples={request.num_samples}: ask for at least one sample.")
     stops = [] if p.stop is None else [p.stop] if isinstance(p.stop, str) else list(p.stop)
@@ -194,13 +196,29 @@ def sequences(generation, rows: range, stop_strings: list[str], decode) -> list[
     return out
 
 
+MAX_TOPK = 256  # the widest topk_prompt_logprobs a request may ask for
+
+
 @torch.no_grad()
-def prompt_logprobs(model: torch.nn.Module, prompt: list[int], last_n: int | None) -> list[float]:
-    """log p(prompt[i] | prompt[:i]); NaN at position 0 (and before the last `last_n` when given)."""
+def prompt_scores(model: torch.nn.Module, prompt: list[int], last_n: int | None, want_logprobs: bool,
+                  topk: int) -> PromptScores:
+    """One forward over the prompt (temperature 1), read as log-probs and/or top-k (see PromptScores)."""
     device = next(model.parameters()).device
     logits = model(input_ids=torch.tensor([prompt], device=device)).logits[0].float()
-    picked = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(prompt[1:], device=device)[:, None])[:, 0]
-    values = [float("nan")] + picked.cpu().tolist()
-    if last_n is not None:
-        values[:len(prompt) - last_n] = [float("nan")] * (len(prompt) - last_n)
-    return values
+    log_probs = torch.log_softmax(logits[:-1], -1)          # row i predicts prompt[i + 1]
+    skipped = 1 if last_n is None else max(1, len(prompt) - last_n)  # positions left unscored
+    values = None
+    if want_logprobs:
+        picked = log_probs.gather(-1, torch.tensor(prompt[1:], device=device)[:, None])[:, 0]
+        values = [float("nan")] + picked.cpu().tolist()
+        values[:skipped] = [float("nan")] * skipped
+    if topk <= 0:
+        return PromptScores(values)
+    k = min(topk, log_probs.shape[-1])
+    top = log_probs.topk(k, dim=-1)
+    ids = np.zeros((len(prompt), topk), dtype=np.int32)
+    lps = np.full((len(prompt), topk), EMPTY_LOGPROB, dtype=np.float32)
+    ids[1:, :k] = top.indices.cpu().numpy()
+    lps[1:, :k] = top.values.cpu().numpy()
+    ids[:skipped], lps[:skipped] = 0, EMPTY_LOGPROB
+    return PromptScores(values, ids, lps)

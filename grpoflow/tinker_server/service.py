@@ -389,7 +389,8 @@ class TinkerService:
         params = sampling.engine_params(req, self.cfg.max_tokens)  # checked before queueing
         sampling.check_size(len(prompt), params[0], self.bases.context_length(session.base),
                             self.cfg.max_sample_tokens)
-        key = (session.snapshot, repr(params), bool(req.prompt_logprobs), req.prompt_logprobs_last_n)
+        key = (session.snapshot, repr(params), bool(req.prompt_logprobs), req.prompt_logprobs_last_n,
+               req.topk_prompt_logprobs)
         prefix = uuid.uuid4().hex[:12]
         ids = [f"{prefix}-{j}" for j in range(req.num_samples)]
         return self._queue(self._sample_batch, (session, req), client=session.session_id, batch_key=key,
@@ -414,9 +415,11 @@ class TinkerService:
             return tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
         for i, (_, req) in enumerate(payloads):
             seqs = sampling.sequences(generation, range(i * params.n, (i + 1) * params.n), stop_strings, decode)
-            lps = (sampling.prompt_logprobs(engine.model, prompts[i], req.prompt_logprobs_last_n)
-                   if req.prompt_logprobs else None)
-            outcomes.append(Outcome(body=encode_sample(seqs, lps), media_type=PROTOBUF))
+            scores = None
+            if req.prompt_logprobs or req.topk_prompt_logprobs > 0:
+                scores = sampling.prompt_scores(engine.model, prompts[i], req.prompt_logprobs_last_n,
+                                                bool(req.prompt_logprobs), req.topk_prompt_logprobs)
+            outcomes.append(Outcome(body=encode_sample(seqs, scores), media_type=PROTOBUF))
         return outcomes
 
 

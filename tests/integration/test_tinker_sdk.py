@@ -329,3 +329,30 @@ def test_only_local_programs_are_answered(server):
     plain = httpx.post(f"{url}/create_session", headers={**key, "Content-Type": "text/plain"}, content=body)
     assert plain.status_code == 415 and "text/plain" in plain.json()["error"]
     assert API_KEY not in server.log.read_text()   # the key is never printed
+
+
+def test_topk_prompt_logprobs_are_the_training_forwards_best_tokens(service):
+    """topk_prompt_logprobs (sdft, off-policy distillation): one row per prompt token, none at position 0, the k
+    likeliest next tokens best first, whose log-probs the training forward gives too (2-D target_tokens)."""
+    tc = training_client(service, seed=4)
+    tokenizer = tc.get_tokenizer()
+    tc.forward_backward([sft_datum(tokenizer, "2+2=", "4")], "cross_entropy").result(TIMEOUT)
+    tc.optim_step(types.AdamParams(learning_rate=5e-2)).result(TIMEOUT)
+    sampler = tc.save_weights_and_get_sampling_client().result(TIMEOUT)
+    prompt = tokenizer.encode("12+30=42")
+    k = 5
+    result = sampler.sample(types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=1),
+                            include_prompt_logprobs=True, topk_prompt_logprobs=k).result(TIMEOUT)
+    rows = result.topk_prompt_logprobs
+    assert len(rows) == len(prompt) and rows[0] is None and all(len(r) == k for r in rows[1:])
+    ids = np.array([[t for t, _ in r] for r in rows[1:]])
+    lps = np.array([[lp for _, lp in r] for r in rows[1:]])
+    assert (np.diff(lps, axis=1) <= 0).all()                     # best first
+    datum = types.Datum(model_input=types.ModelInput.from_ints(prompt[:-1]),
+                        loss_fn_inputs={"target_tokens": types.TensorData.from_numpy(ids.astype(np.int64))})
+    teacher = tc.forward([datum], "cross_entropy").result(TIMEOUT).loss_fn_outputs[0]["logprobs"].to_numpy()
+    np.testing.assert_allclose(teacher.reshape(lps.shape), lps, atol=2e-4)
+    for i, (tokens, logprob) in enumerate(zip(ids, result.prompt_logprobs[1:])):
+        assert logprob <= lps[i, 0] + 1e-5                       # no prompt token beats the best one
+        if prompt[i + 1] in tokens:
+            assert abs(lps[i, list(tokens).index(prompt[i + 1])] - logprob) < 2e-4

@@ -2,7 +2,9 @@
 
 Weights for the sampler are a snapshot of a training model's (LoRA merged) weights, taken when
 `save_weights_for_sampler` runs: named ones are written to `<root>/sampler_weights/...` (safetensors), the
-unnamed ones of `save_weights_and_get_sampling_client` stay in memory (the last `tinker.sampler_snapshots`).
+unnamed ones of `save_weights_and_get_sampling_client` stay in memory (the newest `tinker.sampler_snapshots` of
+each training model): a LoRA model's as its adapters only (`AdapterSnapshot`, merged into the base weights when
+the engine loads them, bit for bit what the full merged snapshot would hold), a full model's as all weights.
 One rollout engine per base model holds one set of weights at a time and is handed a session's snapshot
 (`update_weights`, an exact copy) before it samples for it, so a sample uses the saved weights bit for bit; the
 base model's own weights are the training models' shared copy (models.BaseModels.shared), not another one.
@@ -18,7 +20,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator, Union
 
 import numpy as np
 import torch
@@ -43,6 +45,49 @@ class Session:
     model_path: str | None   # the tinker:// path, when there is one
 
 
+@dataclass(frozen=True)
+class AdapterSnapshot:
+    """A LoRA model's unnamed sampler weights: per adapted base weight (its base-model name) the adapter's
+    lora_A, lora_B and scaling. Loaded as W + (B @ A) * scaling, peft's own delta for a Linear layer, added as
+    lora.merged_named_weights adds it: the same merged weights, a rank-r fraction of their memory."""
+    deltas: dict[str, tuple[torch.Tensor, torch.Tensor, float]]
+
+
+Snapshot = Union[dict[str, torch.Tensor], AdapterSnapshot]
+
+
+def adapter_snapshot(model: torch.nn.Module) -> AdapterSnapshot | None:
+    """The adapters of a peft LoRA model as an AdapterSnapshot; None where the merge would not be peft's simple
+    Linear delta (other layer kinds, fan_in_fan_out, several adapters, merged layers, 16-bit adapters on a CPU)."""
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora import LoraLayer
+
+    deltas = {}
+    for name, module in model.get_base_model().named_modules():  # type: ignore[operator]  # a PeftModel method
+        if not isinstance(module, LoraLayer):
+            continue
+        if not isinstance(module, LoraLinear) or module.merged or module.fan_in_fan_out \
+                or list(module.active_adapters) != ["default"]:
+            return None
+        a: torch.Tensor = module.lora_A["default"].weight  # type: ignore[assignment]  # a Linear's weight
+        b: torch.Tensor = module.lora_B["default"].weight  # type: ignore[assignment]
+        if a.dtype != torch.float32 and a.device.type == "cpu":
+            return None
+        scaling = float(module.scaling["default"])  # type: ignore[index]  # peft keeps a dict of floats
+        deltas[f"{name}.weight"] = (a.detach().clone(), b.detach().clone(), scaling)
+    return AdapterSnapshot(deltas)
+
+
+def merged(base: dict[str, torch.Tensor], snapshot: AdapterSnapshot) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, weight) of the base weights with the snapshot's adapters merged in, one at a time."""
+    for name, weight in base.items():
+        if name in snapshot.deltas:
+            a, b, scaling = snapshot.deltas[name]
+            yield name, weight + (b @ a) * scaling
+        else:
+            yield name, weight
+
+
 def owner_of(some_id: str) -> str:
     """The session a model, sampling session or snapshot id belongs to: its first `:` field."""
     return some_id.removeprefix("mem:").split(":", 1)[0]
@@ -58,7 +103,7 @@ class Samplers:
         self._base_weights_of = base_weights
         self._engines: dict[str, tuple[HFRolloutEngine, object, str]] = {}  # folder -> engine, tokenizer, loaded key
         self._base_weights: dict[str, dict[str, torch.Tensor]] = {}
-        self._memory: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
+        self._memory: OrderedDict[str, Snapshot] = OrderedDict()
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._rng = random.Random(seed)
@@ -75,12 +120,15 @@ class Samplers:
                                 "sampler weights; create the sampling client again from a saved model_path).")
             return self.sessions[session_id]
 
-    def remember(self, key: str, tensors: dict[str, torch.Tensor]) -> None:
-        """Keep an unnamed snapshot in memory, dropping the oldest beyond `keep_in_memory`."""
+    def remember(self, key: str, snapshot: Snapshot) -> None:
+        """Keep an unnamed snapshot (key `mem:<model_id>:sampler:<n>`) in memory, dropping that model's oldest
+        beyond `keep_in_memory`: one client's snapshots never push out another's."""
+        model = key.rsplit(":sampler:", 1)[0]
         with self._lock:
-            self._memory[key] = tensors
-            while len(self._memory) > self.keep_in_memory:
-                self._memory.popitem(last=False)
+            self._memory[key] = snapshot
+            same = [k for k in self._memory if k.rsplit(":sampler:", 1)[0] == model]
+            for old in same[:max(0, len(same) - self.keep_in_memory)]:
+                del self._memory[old]
 
     def engine_for(self, session: Session) -> tuple[HFRolloutEngine, object]:
         """The base model's engine holding the session's weights (loaded into it if it held others)."""
@@ -95,24 +143,27 @@ class Samplers:
         engine, tokenizer, loaded = self._engines[folder]
         if loaded != session.snapshot:
             self._version += 1
-            engine.update_weights(self._weights(session).items(), version=self._version)
+            engine.update_weights(self._weights(session), version=self._version)
             self._engines[folder] = (engine, tokenizer, session.snapshot)
         return engine, tokenizer
 
-    def _weights(self, session: Session) -> dict[str, torch.Tensor]:
+    def _weights(self, session: Session) -> Iterator[tuple[str, torch.Tensor]]:
+        """The session's weights by name, one at a time (adapter snapshots merged as they go)."""
         key = session.snapshot
+        base = self._base_weights[session.base.folder]
         if key.startswith("base:"):
-            return self._base_weights[session.base.folder]
+            return iter(base.items())
         if key.startswith("mem:"):
             with self._lock:
                 if key not in self._memory:
                     raise UserError(f"the weights of sampling session {session.session_id} are no longer kept (only "
-                                    "the newest tinker.sampler_snapshots unnamed snapshots are); save with "
-                                    "save_weights_for_sampler(name) to keep them.")
-                return self._memory[key]
+                                    "the newest tinker.sampler_snapshots unnamed snapshots of each training model "
+                                    "are); save with save_weights_for_sampler(name) to keep them.")
+                snapshot = self._memory[key]
+            return merged(base, snapshot) if isinstance(snapshot, AdapterSnapshot) else iter(snapshot.items())
         from safetensors.torch import load_file
 
-        return load_file(str(Path(key) / WEIGHTS_FILE))
+        return iter(load_file(str(Path(key) / WEIGHTS_FILE)).items())
 
     def drop_owner(self, owner: str) -> None:
         """Forget the sampling sessions and in-memory snapshots of session `owner` (it ended)."""

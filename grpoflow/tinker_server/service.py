@@ -334,14 +334,16 @@ class TinkerService:
         def run(_):
             if req.path is None and req.sampling_session_seq_id is None:
                 raise UserError("save_weights_for_sampler needs a name (path) or a sampling_session_seq_id.")
-            weights = {name: t.detach().clone().cpu() for name, t in tm.engine.named_weights()}
             if req.path is not None:
+                weights = {name: t.detach().clone().cpu() for name, t in tm.engine.named_weights()}
                 folder, path = self._folder(tm.model_id, "sampler_weights", req.path)
                 save_sampler_folder(folder, weights, tm.spec)
                 return [json_outcome(types.SaveWeightsForSamplerResponseInternal(path=path))]
             session_id = f"{tm.model_id}:sampler:{req.sampling_session_seq_id}"
             key = f"mem:{session_id}"
-            self.samplers.remember(key, weights)
+            snapshot = sampling.adapter_snapshot(tm.engine.model) if tm.spec.lora_rank is not None else None
+            self.samplers.remember(key, snapshot if snapshot is not None else {
+                name: t.detach().clone() for name, t in tm.engine.named_weights()})
             self.samplers.add_session(sampling.Session(session_id, tm.base, key, None))
             return [json_outcome(types.SaveWeightsForSamplerResponseInternal(sampling_session_id=session_id))]
         return self._queue(run, model_id=tm.model_id, seq_id=req.seq_id)

@@ -4,9 +4,10 @@ Before: the API key; a body of at most `max_bytes` as sent and, when zstd-compre
 `Content-Encoding: zstd`), at most `max_bytes` decompressed (a small compressed bomb is refused while it
 decompresses, not after), handed to the route decompressed.
 After: a request that did not succeed (an unknown route such as `save_weights_external`, a body that does not
-parse, a refused parameter, a bug) but names a training model and a `seq_id` passes that number through the
-model's sequence gate (futures.SeqGate.skip), so the client's later requests run. A route that raises answers 500
-in the SDK's error shape (`{"error", "category": "server"}`) instead of a plain-text page.
+parse or is too large, a refused parameter, a bug) but names a training model and a `seq_id` passes that number
+through the model's sequence gate (futures.SeqGate.skip), so the client's later requests run. A protobuf
+`forward_backward` too large to read still names them: its first two fields are model_id and seq_id. A route that
+raises answers 500 in the SDK's error shape (`{"error", "category": "server"}`) instead of a plain-text page.
 """
 
 from __future__ import annotations
@@ -25,8 +26,15 @@ Send = Callable[[dict], Awaitable[None]]
 PROTOBUF = "application/x-protobuf"
 
 
+PREFIX_BYTES = 4096  # what is kept of a refused oversize body: enough for its model_id and seq_id
+
+
 class TooLarge(Exception):
-    """A request body over the limit."""
+    """A request body over the limit; `prefix` is its first bytes (decompressed where it was compressed)."""
+
+    def __init__(self, message: str, prefix: bytes = b"") -> None:
+        super().__init__(message)
+        self.prefix = prefix
 
 
 def decompress_zstd(body: bytes, limit: int) -> bytes:
@@ -41,22 +49,58 @@ def decompress_zstd(body: bytes, limit: int) -> bytes:
         if not chunk:
             return b"".join(out)
         size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"the request body decompresses to more than {limit} bytes")
         out.append(chunk)
+        if size > limit:
+            raise TooLarge(f"the request body decompresses to more than {limit} bytes",
+                           b"".join(out)[:PREFIX_BYTES])
+
+
+def zstd_prefix(data: bytes) -> bytes:
+    """The first bytes that a prefix of a zstd stream decompresses to (b"" if it does not)."""
+    import zstandard
+
+    try:  # read at most PREFIX_BYTES out: the prefix may belong to a bomb
+        return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read(PREFIX_BYTES)
+    except zstandard.ZstdError:
+        return b""
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """A protobuf varint at `at`: (value, the position after it); IndexError past the end."""
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+
+
+def leading_ids(body: bytes) -> tuple[str, int] | None:
+    """model_id (field 1) and seq_id (field 2) from the start of a serialized ForwardBackwardRequest, which
+    protobuf writes first, so a prefix of the body is enough."""
+    model_id, seq_id, at = None, None, 0
+    try:
+        while at < len(body) and (model_id is None or seq_id is None):
+            tag, at = _varint(body, at)
+            if tag == (1 << 3) | 2:                  # field 1, length-delimited
+                size, at = _varint(body, at)
+                model_id = body[at:at + size].decode()
+                at += size
+            elif tag == (2 << 3) | 0:                # field 2, varint
+                seq_id, at = _varint(body, at)
+            else:
+                break
+    except (IndexError, UnicodeDecodeError):
+        return None
+    return (model_id, seq_id) if model_id and seq_id else None
 
 
 def sequence_number(body: bytes, media: str) -> tuple[str, int] | None:
     """(model_id, seq_id) of a training request's body, read leniently (it may be the reason it was refused)."""
     if media == PROTOBUF:
-        from tinker.proto import tinker_public_pb2 as pb
-
-        msg = pb.ForwardBackwardRequest()
-        try:
-            msg.ParseFromString(body)
-        except Exception:  # not a ForwardBackwardRequest at all: nothing to read
-            return None
-        return (msg.model_id, msg.seq_id) if msg.model_id and msg.seq_id else None
+        return leading_ids(body)
     try:
         data = json.loads(body)
     except ValueError:
@@ -90,36 +134,43 @@ class Guard:
             await _answer(send, *json_error(401, "wrong or missing API key: set TINKER_API_KEY to the key this "
                                                  "server was started with (tinker.api_key)."))
             return
+        media = headers.get("content-type", "").split(";")[0].strip().lower()
         try:
             body = await self._body(receive, headers)
         except TooLarge as e:
             await _answer(send, *json_error(413, f"{e}; this server takes at most {self.max_bytes} bytes per "
                                                  "request (tinker.max_request_mb): send fewer or shorter datums."))
+            found = sequence_number(e.prefix, media) if media == PROTOBUF else None
+            if found is not None:
+                self.skip(*found)
             return
         if headers.get("content-encoding", "").lower() == "zstd":
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"content-encoding"]}
         status = await self._run(scope, body, receive, send)
         if status >= 400 and body:
-            found = sequence_number(body, headers.get("content-type", "").split(";")[0].strip().lower())
+            found = sequence_number(body, media)
             if found is not None:
                 self.skip(*found)
 
     async def _body(self, receive: Receive, headers: dict[str, str]) -> bytes:
+        zstd = headers.get("content-encoding", "").lower() == "zstd"
         declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            raise TooLarge(f"the request body has {declared} bytes")
-        parts, size, more = [], 0, True
+        declared_n = int(declared) if declared.isdigit() else 0
+        parts: list[bytes] = []
+        size, more = 0, True
         while more:
             message = await receive()
             if message["type"] != "http.request":
                 break
             parts.append(message.get("body", b""))
             size += len(parts[-1])
-            if size > self.max_bytes:
-                raise TooLarge(f"the request body has more than {self.max_bytes} bytes")
+            if size > self.max_bytes or declared_n > self.max_bytes:
+                prefix = b"".join(parts)[:PREFIX_BYTES]
+                raise TooLarge(f"the request body has {max(size, declared_n)} bytes",
+                               zstd_prefix(prefix) if zstd else prefix)
             more = message.get("more_body", False)
         body = b"".join(parts)
-        if headers.get("content-encoding", "").lower() == "zstd":
+        if zstd:
             try:
                 body = decompress_zstd(body, self.max_bytes)
             except TooLarge:

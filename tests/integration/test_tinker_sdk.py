@@ -356,3 +356,33 @@ def test_topk_prompt_logprobs_are_the_training_forwards_best_tokens(service):
         assert logprob <= lps[i, 0] + 1e-5                       # no prompt token beats the best one
         if prompt[i + 1] in tokens:
             assert abs(lps[i, list(tokens).index(prompt[i + 1])] - logprob) < 2e-4
+
+
+def test_an_oversize_forward_backward_still_passes_its_seq_id(server):
+    """Numbered the way the SDK numbers a training client's requests (seq_id 1, 2, ...): a forward_backward too
+    large to read (413, raw and zstd-compressed) still names its model and seq_id, so seq_id 3 runs."""
+    import httpx
+    import zstandard
+    from tinker.proto import tinker_public_pb2 as pb
+
+    url, key = f"{server.url}/api/v1", {"X-API-Key": API_KEY}
+
+    def result(future: dict) -> dict:
+        return httpx.post(f"{url}/retrieve_future", headers=key, timeout=60,
+                          json={"request_id": future["request_id"]}).json()
+
+    create = types.CreateModelRequest(session_id="raw-oversize", model_seq_id=0, base_model=MODEL,
+                                      lora_config=types.LoraConfig(rank=2))
+    model_id = result(httpx.post(f"{url}/create_model", headers=key,
+                                 json=create.model_dump(mode="json", exclude_none=True)).json())["model_id"]
+    huge = pb.ForwardBackwardRequest(model_id=model_id, seq_id=1, loss_fn="cross_entropy",
+                                     data=[pb.Datum()] * 1).SerializeToString() + bytes(3 * 2**20)
+    proto = {**key, "Content-Type": "application/x-protobuf"}
+    assert httpx.post(f"{url}/forward_backward", content=huge, headers=proto).status_code == 413
+    bomb = zstandard.ZstdCompressor().compress(pb.ForwardBackwardRequest(model_id=model_id, seq_id=2)
+                                               .SerializeToString() + bytes(20 * 2**20))
+    answer = httpx.post(f"{url}/forward_backward", content=bomb, headers={**proto, "Content-Encoding": "zstd"})
+    assert answer.status_code == 413
+    step = types.OptimStepRequest(adam_params=types.AdamParams(learning_rate=1e-3), model_id=model_id, seq_id=3)
+    future = httpx.post(f"{url}/optim_step", headers=key, json=step.model_dump(mode="json", exclude_none=True))
+    assert "grad_norm:mean" in result(future.json())["metrics"]

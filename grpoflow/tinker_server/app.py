@@ -17,8 +17,10 @@ import contextlib
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from tinker import types
 from tinker.types.try_again_response import TryAgainResponse
 
@@ -73,6 +75,14 @@ def build_app(cfg: TinkerConfig, model_path: str, seed: int = 0) -> FastAPI:
     @app.exception_handler(UserError)
     async def user_error(_: Request, e: UserError):
         return _error(400, str(e))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException):  # 405 and the like, in the SDK's error shape
+        return _error(e.status_code, str(e.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError):
+        return _error(400, f"{request.url.path}: the request is not valid ({e.errors()}).")
 
     @app.exception_handler(404)
     async def not_found(request: Request, _: Exception):

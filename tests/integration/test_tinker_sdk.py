@@ -314,6 +314,8 @@ def test_bodies_are_bounded_and_malformed_ones_get_the_error_shape(server):
         path = "optim_step" if b"json" in body else "forward_backward"
         answer = httpx.post(f"{url}/{path}", content=body, headers=headers)
         assert answer.status_code == 400 and answer.json()["category"] == "user", answer.text
+    wrong_method = httpx.get(f"{url}/optim_step", headers=key)
+    assert wrong_method.status_code == 405 and wrong_method.json()["category"] == "user"
 
 
 def test_only_local_programs_are_answered(server):

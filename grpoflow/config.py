@@ -495,7 +495,18 @@ class TinkerConfig:
     max_sample_batch: int = opt(64, "Queued sample requests with the same weights and parameters run as one batch "
                                 "of at most this many prompts.")
     sampler_snapshots: int = opt(4, "Unnamed sampler weights (save_weights_and_get_sampling_client) kept in "
-                                 "memory; older sampling clients of that kind then fail with a clear error.")
+                                 "memory per training model (a LoRA model's as adapters only); its older sampling "
+                                 "clients of that kind then fail with a clear error.")
+    max_request_mb: float = opt(64.0, "Largest request body, as sent and (zstd) decompressed, in MiB; a larger one "
+                                "is refused (413). The SDK sends forward_backward in chunks of about 5 MB.")
+    max_sample_tokens: int = opt(65536, "Largest sample request: num_samples x (prompt + max_tokens) tokens (the KV "
+                                 "cache it needs); a larger one is refused. Ask for fewer samples or tokens per "
+                                 "request and send several.")
+    session_timeout_s: float = opt(120.0, "A session without a heartbeat or request for this long is dead (the SDK "
+                                   "beats every 10 s): its queued work is dropped, its models and futures freed.")
+    model_idle_s: float = opt(3600.0, "A training model no request used for this long is freed (its adapters and "
+                              "optimizer state; save_state keeps what you need). 0: never.")
+    future_ttl_s: float = opt(600.0, "A finished request's result is kept this long for the client to fetch.")
 
 
 @dataclass

@@ -30,7 +30,8 @@ UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "
                  "tinker_server", "cli", "plotting", "viewer"}
 EVERY_PART = {"errors", "plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards",
               "data", "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
-              "commands", "tinker_server", "config", "config_rules", "config_moved", "foreign", "cli", "viewer"}
+              "commands", "tinker_server", "config", "config_rules", "config_moved", "foreign", "cli", "viewer",
+              "local_http"}
 FORBIDDEN_PARTS = {
     "errors": None,  # None: nothing from any other grpoflow part (the user-error types; stdlib only)
     "plugins": EVERY_PART - {"errors", "plugins"},  # registries, user-file loading; stdlib only
@@ -40,7 +41,8 @@ FORBIDDEN_PARTS = {
     # reads metrics.jsonl via controller.metrics
     "plotting": {"training", "rollout", "workers", "distributed", "commands", "tinker_server", "cli"},
     # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
-    "viewer": EVERY_PART - {"errors", "plugins", "config", "config_moved", "viewer"},
+    "viewer": EVERY_PART - {"errors", "plugins", "config", "config_moved", "viewer", "local_http"},
+    "local_http": EVERY_PART - {"local_http"},  # stdlib only: the local servers' Host and body-type checks
     "algorithms": EVERY_PART - {"errors", "plugins", "algorithms"},
     "rewards": EVERY_PART - {"errors", "plugins", "user_code", "rewards"},
     "data": UPPER_OF_DATA,

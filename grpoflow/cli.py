@@ -21,7 +21,9 @@ commands:
   data    NAME --source PATH... --out DIR [--test-source PATH | --test-size N]: verl-style parquet
           (gsm8k, math, countdown) from a local copy of the source dataset
   eval    validation metrics (mean@k, pass@k, maj@k) of model.path (a model or run folder) on data.val_files
-  config  print the resolved config as YAML
+  config  print the resolved config as YAML (verl's keys and a TRL GRPOConfig recipe are read too)
+  translate  verl RUN.sh | trl CONFIG.yaml: print the grpoflow command for a verl run script or a TRL
+          GRPOConfig, with what was converted and what does not apply (docs/migrating.md)
   plot    RUN_DIR... [--out DIR] [--metrics NAME...]: curves (PNG) and report.md of one or more runs
   export  RUN_DIR [--step N] --out DIR: a checkpoint's policy as a plain HF folder (LoRA merged)
   view    RUN_DIR... [--port P]: a local web page of the runs' curves, rollouts and facts, live while they train
@@ -55,9 +57,24 @@ def main(argv: list[str] | None = None) -> int:
         return _plot(rest)
     if command == "view":
         return _view(rest)
-    from grpoflow.config import Config, describe_layers, help_text, load_config, to_yaml
+    if command == "translate":
+        return _translate(rest)
+    from grpoflow.config import Config, ConfigError, describe_layers, help_text, load_config, to_yaml
     if "-h" in rest or "--help" in rest:
         print(USAGE + "\nconfig keys:\n" + help_text())
+        return 0
+    recipe = rest[0] if rest and "=" not in rest[0] else None
+    overrides = rest[1:] if recipe else rest
+    notes: list[str] = []
+    try:  # every key checked before torch is imported: a typo costs a fraction of a second
+        cfg = load_config(recipe, overrides, notes)
+    except ConfigError as e:
+        print(f"grpoflow {command}: error: {e}", file=sys.stderr)
+        return 2
+    for note in filter(None, notes):
+        print(note, file=sys.stderr)
+    if command == "config":
+        print(describe_layers(recipe, overrides) + to_yaml(cfg))
         return 0
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -65,8 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     transformers.utils.logging.disable_progress_bar()  # per-file load/save bars drown the run's own output
-    recipe = rest[0] if rest and "=" not in rest[0] else None
-    overrides = rest[1:] if recipe else rest
     from grpoflow.controller.checkpoint import CheckpointWriteError
     from grpoflow.commands.evaluate import evaluate
     from grpoflow.commands.run import sft_stage, train
@@ -76,13 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     from grpoflow.errors import UserError
     from grpoflow.commands.serve import serve_tinker
     commands: dict[str, Callable[[Config], Any]] = {
-        "train": train, "sft": sft_stage, "eval": evaluate, "serve": serve_tinker,
-        "config": lambda cfg: print(describe_layers(recipe, overrides) + to_yaml(cfg))}
+        "train": train, "sft": sft_stage, "eval": evaluate, "serve": serve_tinker}
     if command not in commands:
         print(f"grpoflow: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
     try:
-        cfg = load_config(recipe, overrides)
         result = commands[command](cfg)
     except (UserError, TrainingError, WorkerError, ClusterError, CheckpointWriteError) as e:
         if os.environ.get("GRPOFLOW_DEBUG"):
@@ -102,6 +115,30 @@ def resume_command(command: str, args: list[str], resume: str) -> str:
     if resume != "auto":
         args = [a for a in args if not a.startswith("trainer.resume=")] + ["trainer.resume=auto"]
     return shlex.join(["grpoflow", command, *args])
+
+
+def _translate(args: list[str]) -> int:
+    """`grpoflow translate verl run.sh | trl config.yaml`: the grpoflow command for another framework's run."""
+    import argparse
+
+    from grpoflow.config import ConfigError
+    from grpoflow.commands.translate import translate_file
+
+    parser = argparse.ArgumentParser(prog="grpoflow translate", description="The grpoflow command for a verl run "
+                                     "script or a TRL GRPOConfig (docs/migrating.md).")
+    parser.add_argument("framework", choices=["verl", "trl"])
+    parser.add_argument("file", help="verl: a run script (python3 -m verl.trainer.main_ppo key=value ...); "
+                                     "trl: a YAML file of GRPOConfig fields")
+    ns = parser.parse_args(args)
+    try:
+        command, notes = translate_file(ns.framework, ns.file)
+    except (ConfigError, OSError) as e:
+        print(f"grpoflow translate: error: {e}", file=sys.stderr)
+        return 2
+    for note in filter(None, notes):
+        print(f"# {note}")
+    print(command)
+    return 0
 
 
 def _data(args: list[str]) -> int:

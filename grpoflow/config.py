@@ -35,7 +35,9 @@ from typing import Any, Optional
 import yaml
 
 from grpoflow.config_moved import foreign_hint, moved_key_message, translate_moved
-from grpoflow.config_rules import curriculum_checks, distill_checks, judge_checks, multi_turn_checks, partial_checks
+from grpoflow.config_rules import (curriculum_checks, distill_checks, foreign_value_checks, judge_checks,
+                                   multi_turn_checks, partial_checks)
+from grpoflow.foreign import Translation, is_verl_key, looks_like_trl, translate_trl, translate_verl
 from grpoflow.errors import UserError
 
 
@@ -287,10 +289,20 @@ class JudgeConfig:
 
 @dataclass
 class RewardConfig:
-    function: Optional[str] = opt("exact_match", "Reward function: a built-in (exact_match, gsm8k, gsm8k_flexible, "
-                        "math, countdown, format, length, length_penalty, reasoning_gym: the task's own verifier on "
-                        "reasoning_gym:TASK rows) or `path/to/file.py:function`. Called as "
-                        "fn(prompt, completion, **row_columns) -> float | dict | None.")
+    function: Optional[str] = opt("auto", "Reward function: auto (each row scored by its data_source as verl "
+                        "does: openai/gsm8k -> gsm8k, MATH sources -> math, countdown, reasoning_gym/*; rows without "
+                        "one -> exact_match; a source with no scorer is refused at start), a built-in (exact_match, "
+                        "gsm8k, gsm8k_flexible, math, countdown, format, length, length_penalty, reasoning_gym: the "
+                        "task's own verifier on reasoning_gym:TASK rows) or `path/to/file.py:function` in grpoflow's "
+                        "shape fn(prompt, completion, **row_columns) -> float | dict | None, TRL's "
+                        "fn(prompts, completions, **columns) -> list or verl's compute_score(data_source, "
+                        "solution_str, ground_truth, extra_info) (reward.style).")
+    style: str = opt("auto", "The shape of user reward functions: auto (read off each one's parameter names: "
+                     "completions/prompts -> trl, solution_str or data_source+ground_truth -> verl, else grpoflow), "
+                     "grpoflow, trl or verl (docs/data-and-rewards.md).")
+    max_error_share: float = opt(0.5, "Stop the run when the reward function fails (raises, returns None or a "
+                                 "non-number, times out) on more than this share of the samples of the last 5 steps; "
+                                 "a step on which every call failed always stops it. 1: only that.")
     functions: list = opt([], "Several reward functions whose weighted sum is the score, each logged as "
                           "reward/<name>/mean (replaces reward.function when given).")
     weights: Optional[list] = opt(None, "Weights of reward.functions (None: all 1).")
@@ -329,7 +341,8 @@ class AlgorithmConfig:
     adv_estimator: str = opt("grpo", "Advantage estimator: a registered name (grpo, rloo, reinforce_plus_plus, "
                              "reinforce_plus_plus_baseline, remax, gae, grpo_passk) or `file.py:function`.")
     norm_adv_by_std: bool = opt(True, "GRPO: divide by the group's std (False = Dr.GRPO).")
-    epsilon: float = opt(1e-6, "Added to the group std before dividing.")
+    epsilon: float = opt(1e-6, "Added to the group std before dividing (< 0.01; TRL's clip `epsilon` is "
+                         "actor.clip_ratio_low/high here).")
     gamma: float = opt(1.0, "Discount factor (gae, reinforce_plus_plus).")
     lam: float = opt(1.0, "GAE lambda.")
     use_kl_in_reward: bool = opt(False, "Subtract kl_ctrl.kl_coef x KL(policy || reference) from each token's reward.")
@@ -366,9 +379,10 @@ class DistillConfig:
 class ActorConfig:
     lr: float = opt(1e-6, "AdamW learning rate of the policy (verl/TRL default for a pretrained model; a model "
                     "trained from scratch, like builtin:, takes far more, see recipes/builtin.yaml).")
-    lr_schedule: str = opt("constant", "Learning-rate schedule after warm-up: constant or cosine.")
+    lr_schedule: str = opt("constant", "Learning-rate schedule after warm-up: constant (verl's default), cosine or "
+                           "linear (TRL's default; decays to actor.min_lr_ratio, 0 in TRL).")
     lr_warmup_steps: int = opt(0, "Optimizer steps of linear learning-rate warm-up.")
-    min_lr_ratio: float = opt(0.1, "Cosine schedule: final learning rate as a fraction of actor.lr.")
+    min_lr_ratio: float = opt(0.1, "Cosine and linear schedules: final learning rate as a fraction of actor.lr.")
     weight_decay: float = opt(0.0, "AdamW weight decay.")
     grad_clip: float = opt(1.0, "Clip the global gradient norm to this (0 disables).")
     policy_loss: str = opt("ppo", "Policy loss: a registered name (ppo, gspo, cispo, reinforce) or `file.py:function`.")
@@ -421,6 +435,9 @@ class SFTConfig:
 @dataclass
 class TrainerConfig:
     total_steps: int = opt(150, "RL steps to run.")
+    total_epochs: Optional[int] = opt(None, "Passes over the training prompts (verl's trainer.total_epochs, TRL's "
+                                      "num_train_epochs): when set, trainer.total_steps becomes total_epochs x "
+                                      "ceil(training prompts kept / data.prompts_per_step), resolved at start.")
     val_every: int = opt(50, "Validate every this many steps (also before the first and after the last; "
                          "0 disables validation).")
     seed: int = opt(0, "Seed for sampling prompts, rollouts and everything else.")
@@ -491,7 +508,18 @@ class TinkerConfig:
     max_sample_batch: int = opt(64, "Queued sample requests with the same weights and parameters run as one batch "
                                 "of at most this many prompts.")
     sampler_snapshots: int = opt(4, "Unnamed sampler weights (save_weights_and_get_sampling_client) kept in "
-                                 "memory; older sampling clients of that kind then fail with a clear error.")
+                                 "memory per training model (a LoRA model's as adapters only); its older sampling "
+                                 "clients of that kind then fail with a clear error.")
+    max_request_mb: float = opt(64.0, "Largest request body, as sent and (zstd) decompressed, in MiB; a larger one "
+                                "is refused (413). The SDK sends forward_backward in chunks of about 5 MB.")
+    max_sample_tokens: int = opt(65536, "Largest sample request: num_samples x (prompt + max_tokens) tokens (the KV "
+                                 "cache it needs); a larger one is refused. Ask for fewer samples or tokens per "
+                                 "request and send several.")
+    session_timeout_s: float = opt(120.0, "A session without a heartbeat or request for this long is dead (the SDK "
+                                   "beats every 10 s): its queued work is dropped, its models and futures freed.")
+    model_idle_s: float = opt(3600.0, "A training model no request used for this long is freed (its adapters and "
+                              "optimizer state; save_state keeps what you need). 0: never.")
+    future_ttl_s: float = opt(600.0, "A finished request's result is kept this long for the client to fetch.")
 
 
 @dataclass
@@ -532,10 +560,27 @@ def _all_keys(cls: Any, prefix: str = "") -> list[str]:
     return keys
 
 
+VERL_SECTIONS = {"actor_rollout_ref.actor.": "actor.", "actor_rollout_ref.rollout.": "rollout.",
+                 "actor_rollout_ref.model.": "model.", "actor_rollout_ref.ref.": "actor."}
+
+
+def _closest(key: str) -> str | None:
+    """A valid key close to `key` in the same section (verl's prefixes read as ours), or None: a hint must never
+    point at an unrelated key."""
+    for verl, ours in VERL_SECTIONS.items():
+        if key.startswith(verl):
+            key = ours + key[len(verl):]
+    section, _, leaf = key.rpartition(".")
+    same = {k.rpartition(".")[2]: k for k in _all_keys(Config) if k.rpartition(".")[0] == section}
+    close = difflib.get_close_matches(leaf, list(same), n=1, cutoff=0.75)
+    return same[close[0]] if close else None
+
+
 def _unknown_key(key: str) -> ConfigError:
-    close = difflib.get_close_matches(key, _all_keys(Config), n=1, cutoff=0.5)
-    hint = foreign_hint(key) or (f" Did you mean `{close[0]}`?" if close else
-                                 " Run `grpoflow train --help` for the valid keys.")
+    close = _closest(key)
+    hint = foreign_hint(key) or (f" Did you mean `{close}`?" if close else
+                                 " Run `grpoflow train --help` for the valid keys (docs/migrating.md maps verl's "
+                                 "and TRL's).")
     return ConfigError(f"Unknown config key `{key}`.{hint}")
 
 
@@ -650,7 +695,7 @@ def _recipe_path(recipe: str) -> Path:
     return path
 
 
-def _apply(cfg: Config, path: Path) -> None:
+def _read_recipe(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
@@ -659,16 +704,72 @@ def _apply(cfg: Config, path: Path) -> None:
         raise ConfigError(f"Recipe {path} is not UTF-8 text ({e.reason} at byte {e.start}).") from None
     if not isinstance(data, dict):
         raise ConfigError(f"Recipe {path} must be a YAML mapping of sections (model:, data:, ...).")
-    for key, value in data.items():
-        _set(cfg, key, value)
+    return data
 
 
-def _layered(recipe: str | None, overrides: list[str] | None, base: list[Path]) -> Config:
-    cfg = Config()
-    for path in [*base, *([_recipe_path(recipe)] if recipe else [])]:
-        _apply(cfg, path)
+def _flat(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """A verl-style nested config as dotted key=value pairs."""
+    pairs: list[tuple[str, Any]] = []
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            pairs += _flat(value, f"{prefix}{key}.")
+        else:
+            pairs.append((f"{prefix}{key}", value))
+    return pairs
+
+
+def _recipe_pairs(path: Path, notes: list[str]) -> list[tuple[str, Any]]:
+    """A recipe's key=value pairs in grpoflow's names: a TRL GRPOConfig (flat fields) or a verl config (verl's
+    sections) is translated (grpoflow.foreign)."""
+    data = _read_recipe(path)
+    if looks_like_trl(data):
+        t = translate_trl(data)
+        _foreign_unknown(t, "TRL GRPOConfig field", path)
+        notes.append(t.note("TRL"))
+        return t.overrides
+    if any(k in data for k in ("actor_rollout_ref", "custom_reward_function", "reward_model")):
+        return _with_verl(_flat(data), notes)
+    return list(data.items())
+
+
+def _foreign_unknown(t: Translation, kind: str, where: Any) -> None:
+    if t.unknown:
+        raise ConfigError(f"{len(t.unknown)} {kind}(s) in {where} that grpoflow does not know: "
+                          f"{', '.join(t.unknown)} (docs/migrating.md lists the ones it maps).")
+
+
+def _with_verl(pairs: list[tuple[str, Any]], notes: list[str]) -> list[tuple[str, Any]]:
+    """`pairs` with verl's keys translated (they come first, so that our own keys given beside them win)."""
+    verl = [(k, v) for k, v in pairs if is_verl_key(k)]
+    if not verl:
+        return pairs
+    ours = [(k, v) for k, v in pairs if not is_verl_key(k)]
+    t = translate_verl(verl, dict(ours))
+    notes.append(t.note("verl"))
+    return [*t.overrides, *ours, *((k, None) for k in t.unknown)]
+
+
+def _layered(recipe: str | None, overrides: list[str] | None, base: list[Path],
+             notes: list[str] | None = None) -> Config:
+    """Every layer applied; every bad key or value among them reported at once."""
+    notes = [] if notes is None else notes
+    cfg, problems = Config(), []
+    pairs = [p for path in [*base, *([_recipe_path(recipe)] if recipe else [])] for p in _recipe_pairs(path, notes)]
+    given = []
     for text in overrides or []:
-        _set(cfg, *parse_override(text))
+        try:
+            given.append(parse_override(text))
+        except ConfigError as e:
+            problems.append(str(e))
+    for key, value in [*pairs, *_with_verl(given, notes)]:
+        try:
+            _set(cfg, key, value)
+        except ConfigError as e:
+            problems.append(str(e))
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(f"{len(problems)} problems in the config:\n" + "\n".join(f"  - {p}" for p in problems))
     return cfg
 
 
@@ -687,11 +788,13 @@ def describe_layers(recipe: str | None = None, overrides: list[str] | None = Non
     return "# config layers, later ones win:\n" + "".join(f"#   {i + 1}. {n}\n" for i, n in enumerate(names))
 
 
-def load_config(recipe: str | None = None, overrides: list[str] | None = None) -> Config:
+def load_config(recipe: str | None = None, overrides: list[str] | None = None,
+                notes: list[str] | None = None) -> Config:
     """Defaults, then `recipes/builtin.yaml` for a `builtin:` model, then the YAML recipe (a path or a
-    preset name), then `a.b=c` overrides; validated."""
+    preset name), then `a.b=c` overrides (verl's keys and a TRL GRPOConfig recipe translated; `notes` gets the
+    lines saying how); validated."""
     layers = config_layers(recipe, overrides)
-    cfg = _layered(None, overrides, layers)
+    cfg = _layered(None, overrides, layers, notes)
     validate(cfg)
     return cfg
 
@@ -769,8 +872,13 @@ def validate(cfg: Config) -> None:
         (cfg.data.prompts_per_step >= 1, "data.prompts_per_step must be >= 1."),
         (cfg.actor.lr > 0, "actor.lr must be > 0."),
         (cfg.actor.epochs >= 1, "actor.epochs must be >= 1."),
-        (cfg.actor.lr_schedule in ("constant", "cosine"),
-         f"actor.lr_schedule={cfg.actor.lr_schedule!r}; use constant or cosine."),
+        (cfg.actor.lr_schedule in ("constant", "cosine", "linear"),
+         f"actor.lr_schedule={cfg.actor.lr_schedule!r}; use constant, cosine or linear."),
+        (cfg.algorithm.epsilon < 0.01,
+         f"algorithm.epsilon={cfg.algorithm.epsilon} is the small number added to a group's reward std before "
+         "dividing (default 1e-6), not TRL's clip epsilon: for PPO clipping set actor.clip_ratio_low and "
+         "actor.clip_ratio_high."),
+        *foreign_value_checks(cfg),
         (cfg.actor.minibatches >= 1, "actor.minibatches must be >= 1."),
         (cfg.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1."),
         (cfg.actor.kl_coef >= 0, "actor.kl_coef must be >= 0."),
@@ -782,9 +890,15 @@ def validate(cfg: Config) -> None:
          "reward.functions; give one weight per function."),
         (cfg.reward.timeout_s is None or cfg.reward.timeout_s > 0, "reward.timeout_s must be > 0 (or null)."),
         (cfg.reward.workers >= 0, "reward.workers must be >= 0."),
+        (cfg.reward.style in ("auto", "grpoflow", "trl", "verl"),
+         f"reward.style={cfg.reward.style!r}; use auto, grpoflow, trl or verl."),
+        (0 < cfg.reward.max_error_share <= 1,
+         f"reward.max_error_share={cfg.reward.max_error_share} must be in (0, 1]."),
         (0 <= cfg.reward.overlong_buffer_len < cfg.rollout.max_new_tokens,
          f"reward.overlong_buffer_len={cfg.reward.overlong_buffer_len} must be in [0, rollout.max_new_tokens)."),
         (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
+        (cfg.trainer.total_epochs is None or cfg.trainer.total_epochs >= 1,
+         f"trainer.total_epochs={cfg.trainer.total_epochs} must be >= 1 (or null: trainer.total_steps counts)."),
         *distill_checks(cfg.distill),
         *judge_checks(cfg.reward.judge),
         *curriculum_checks(cfg.data.curriculum),

@@ -87,3 +87,18 @@ def partial_checks(cfg: Config) -> list[tuple[bool, str]]:
          "rollout.partial chooses a step's groups by when they finish, and algorithm.filter_groups draws again for "
          "groups with signal; use one of them."),
     ]
+
+
+def foreign_value_checks(cfg: Config) -> list[tuple[bool, str]]:
+    """Values named as verl names them, given under our keys: one sentence naming ours (so `grpoflow config`
+    catches them, not only `train`)."""
+    from grpoflow.foreign import VERL_KL  # stdlib only, like this module
+
+    checks = []
+    for key, value in (("actor.kl_estimator", cfg.actor.kl_estimator), ("algorithm.kl_penalty",
+                                                                        cfg.algorithm.kl_penalty)):
+        ours = VERL_KL.get(value)
+        if value in VERL_KL and value != ours:
+            fix = f"here it is `{key}={ours}`" if ours else "grpoflow has k1, k2, k3 and k3+"
+            checks.append((False, f"{key}={value} is verl's name; {fix}."))
+    return checks

@@ -32,7 +32,8 @@ def load_from_file(spec: str) -> Callable:
     """Import `path/to/file.py` and return its `function`, for a spec `path/to/file.py:function`.
 
     The file runs as a module (named after its resolved path), so any `@register_*` decorators
-    in it run and what they register becomes available by name. Loading the same file again
+    in it run and what they register becomes available by name. Its folder joins `sys.path` (at the end, so it
+    shadows nothing), so that it imports the modules beside it as a script would. Loading the same file again
     reuses the module, so its decorators do not run twice.
 
     Raises:
@@ -78,6 +79,9 @@ def _import_file(path: Path):
     if module_spec is None or module_spec.loader is None:
         raise UserError(f"Cannot import {str(path)!r} as a Python module.")
     module = importlib.util.module_from_spec(module_spec)
+    folder = str(path.parent)
+    if folder not in sys.path:  # as for a script: the modules beside the file import by their names
+        sys.path.append(folder)
     sys.modules[module_name] = module  # before exec: dataclasses and pickling look it up
     try:
         module_spec.loader.exec_module(module)
@@ -85,6 +89,10 @@ def _import_file(path: Path):
         del sys.modules[module_name]
         raise UserError(f"Cannot load {str(path)!r}: a syntax error at line {e.lineno}: {e.msg}"
                         f"{f' ({e.text.strip()!r})' if e.text else ''}; fix the file.") from None
+    except ImportError as e:  # a module it imports is neither installed nor beside it
+        del sys.modules[module_name]
+        raise UserError(f"Cannot load {str(path)!r}: {e}. Install that package in this environment, or put the "
+                        f"module next to the file (its folder {folder!r} is on the import path).") from None
     except BaseException:
         del sys.modules[module_name]
         raise

@@ -28,7 +28,8 @@ from grpoflow.models.gguf import convert_gguf, is_gguf
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
 from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.rewards import RewardScorer, build_reward
+from grpoflow.rewards import RewardScorer, build_reward, unscored_message, unscored_sources
+from grpoflow.rewards.by_source import scorer_name
 from grpoflow.tasks.addition import addition_splits
 from grpoflow.tasks.chat_addition import chat_addition_splits
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
@@ -56,8 +57,8 @@ def build_scorer(cfg: Config) -> RewardScorer | None:
                           "rewarding rollout.multi_turn.env and/or a rollout.agent.program.")
     if not spec:
         return None
-    return RewardScorer(build_reward(spec, r.weights, r.routes), error_score=r.error_score, timeout_s=r.timeout_s,
-                        workers=r.workers)
+    return RewardScorer(build_reward(spec, r.weights, r.routes, r.style), error_score=r.error_score,
+                        timeout_s=r.timeout_s, workers=r.workers)
 
 
 def is_builtin_model(path: str) -> bool:
@@ -184,6 +185,7 @@ def train(cfg: Config) -> dict:
 def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule: str, start: float) -> dict:
     run_dir = folder.path
     train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))
+    check_scored_sources(cfg, train_rows + val_rows)
     tqdm.write(f"run folder: {run_dir.resolve()}")
     tqdm.write(schedule)
     if cfg.rollout.conversational:  # the chat template must render token-exactly: checked first
@@ -200,6 +202,11 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
     val_items = prepare_prompts(val_rows, tokenizer, **prep)[0][:d.val_max_prompts] if val_rows else []
     tqdm.write(f"data: {stats.kept} of {stats.total} training prompts kept ({stats.missing_prompt} without a prompt, "
                f"{stats.overlong} over {d.max_prompt_length} tokens); {len(val_items)} validation prompts")
+    if cfg.trainer.total_epochs is not None:  # verl's trainer.total_epochs, TRL's num_train_epochs
+        steps = cfg.trainer.total_epochs * -(-stats.kept // d.prompts_per_step)
+        tqdm.write(f"trainer.total_epochs={cfg.trainer.total_epochs}: {steps} steps of {d.prompts_per_step} of "
+                   f"the {stats.kept} training prompts (trainer.total_steps)")
+        cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=steps))
     facts = RunFacts(chat_template=bool(getattr(tokenizer, "chat_template", None)), prompts_total=stats.total,
                      prompts_overlong=stats.overlong)
     for trap in config_traps(cfg, facts):
@@ -219,10 +226,42 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
     if result["stopped"]:
         tqdm.write(stopped_message(result["stopped"], cfg))
     elif before is not None and after is not None:
-        tqdm.write(f"held-out accuracy ({mean_at_k}): {before:.1%} before GRPO -> {after:.1%} after "
-                   f"{cfg.trainer.total_steps} steps ({after - before:+.1%})")
+        if zero_one_reward(cfg, val_rows):
+            tqdm.write(f"held-out accuracy ({mean_at_k}): {before:.1%} before GRPO -> {after:.1%} after "
+                       f"{cfg.trainer.total_steps} steps ({after - before:+.1%})")
+        else:
+            tqdm.write(f"held-out mean reward ({mean_at_k}): {before:.4g} before GRPO -> {after:.4g} after "
+                       f"{cfg.trainer.total_steps} steps ({after - before:+.4g})")
     tqdm.write(f"done in {result['wall_s']:.0f}s; metrics: {loop.logger.path.resolve()}")
+    samples = [name for name in ("samples.jsonl", "train_samples.jsonl") if (run_dir / name).exists()]
+    tqdm.write(f"samples: {', '.join(str((run_dir / n).resolve()) for n in samples) or 'none written'}; "
+               f"to see the curves and rollouts: grpoflow view {run_dir}")
     return result
+
+
+# Built-in rewards that score 0 or 1, so that a mean over samples is an accuracy.
+ZERO_ONE_REWARDS = ("exact_match", "gsm8k", "gsm8k_flexible", "math")
+
+
+def zero_one_reward(cfg: Config, rows: list[dict]) -> bool:
+    """Whether every sample's score is 0 or 1 by construction: one such built-in (auto: for every row's
+    data_source), nothing added to it."""
+    r = cfg.reward
+    names = {scorer_name(row.get("data_source")) for row in rows} if r.function == "auto" else {r.function}
+    return (not r.functions and names <= set(ZERO_ONE_REWARDS) and not r.routes and not r.model.path
+            and not cfg.rollout.multi_turn.env and not r.overlong_buffer_len and not cfg.rollout.agent.enabled)
+
+
+def check_scored_sources(cfg: Config, rows: list[dict]) -> None:
+    """reward.function=auto scores rows by data_source: a source it has no scorer for (and no reward.routes
+    entry) is refused before anything loads, naming it."""
+    r = cfg.reward
+    specs = r.functions or ([r.function] if r.function else [])
+    if "auto" not in specs:
+        return
+    missing = [s for s in unscored_sources(rows) if s not in (r.routes or {})]
+    if missing:
+        raise ConfigError(unscored_message(missing))
 
 
 def stopped_message(stopped: dict, cfg: Config) -> str:

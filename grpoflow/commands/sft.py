@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from grpoflow.data.dataset import render_prompt
 from grpoflow.errors import UserError
 from grpoflow.training.engine import TrainEngine
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
@@ -54,12 +55,14 @@ def sft_examples(rows: list[dict], tokenizer, prompt_key: str, response_key: str
             prompt_ids, segments = renderer.conversation_ids(with_system_prompt(target, system_prompt))
             examples.append((prompt_ids, [t for ids, _ in segments for t in ids],
                              [int(mine) for ids, mine in segments for _ in ids]))
-        elif isinstance(prompt, str) and target is not None:
+        elif isinstance(prompt, (str, list)) and target is not None:  # chat messages render as the run's do
             ids = tokenizer.encode(str(target), add_special_tokens=False) + [tokenizer.eos_token_id]
-            examples.append((tokenizer.encode(prompt, add_special_tokens=False), ids, [1] * len(ids)))
+            text = render_prompt(prompt, tokenizer, system_prompt)
+            examples.append((tokenizer.encode(text, add_special_tokens=False), ids, [1] * len(ids)))
     if not examples:
-        raise UserError(f"sft: no row has a string `{prompt_key}` and a `{response_key}` target; set "
-                        "sft.response_key to the column holding the target completion, or sft.steps=0.")
+        raise UserError(f"sft: no row has a `{prompt_key}` (a string or chat messages) and a `{response_key}` "
+                        "target; set sft.response_key to the column holding the target completion (verl's rows: "
+                        "sft.response_key=reward_model.ground_truth), or sft.steps=0 for no warm start.")
     return examples
 
 

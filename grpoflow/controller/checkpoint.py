@@ -47,6 +47,7 @@ from grpoflow.training.engine import load_tensor_file
 LATEST = "latest"
 MANIFEST = "manifest.json"
 TMP_PREFIX = ".tmp-"
+OLD_SUFFIX = ".old"  # publish_folder: the folder it replaces, set aside until the new one is in place
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
 log = logging.getLogger("grpoflow.checkpoint")
@@ -199,22 +200,50 @@ def _sha256(path: Path) -> str:
 
 def publish_folder(final: Path, write: Callable[[Path], None]) -> Path:
     """Call write(folder) on a temporary folder beside `final`, list its files in manifest.json, fsync them, then
-    rename it to `final` (replacing an older one): a crash leaves the old folder or the new one complete, never a
-    partial one under the final name. For folders other than a run's step checkpoints (grpoflow serve tinker's
-    saved states); a failed write removes the temporary folder and raises what writing raised."""
+    put it in place of `final`: replace-then-remove, never remove-then-replace. An older `final` is renamed aside
+    (`.tmp-<name>-...old`), the new folder renamed in, and only then the old one removed, so a kill at any
+    moment leaves a complete folder under the final name or aside, which `recover_folders` puts back. For
+    folders other than a run's step checkpoints (grpoflow serve tinker's saved states); a failed write removes
+    the temporary folder and raises what writing raised."""
     tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    old = tmp.with_name(tmp.name + OLD_SUFFIX)
     final.parent.mkdir(parents=True, exist_ok=True)
     try:
         write(tmp)
         _write_manifest(tmp)
         _fsync_tree(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if final.exists():
+        os.replace(final, old)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        if old.exists() and not final.exists():
+            os.replace(old, final)  # put the old one back
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def recover_folders(parent: Path) -> int:
+    """Finish or undo the `publish_folder` calls in `parent` that a kill interrupted: an old folder set aside
+    whose new one never arrived goes back under its name, every other `.tmp-` leftover (an unfinished new
+    folder, an old one already replaced) is removed. How many leftovers there were. Call it before anything
+    else uses `parent` (at a server's start)."""
+    leftovers = sorted(parent.glob(f"{TMP_PREFIX}*"))
+    for path in leftovers:
+        if path.name.endswith(OLD_SUFFIX):
+            name = path.name[len(TMP_PREFIX):-len(OLD_SUFFIX)].rsplit("-", 2)[0]
+            final = parent / name
+            if not final.exists() and damaged_file(path) is None:
+                os.replace(path, final)
+                continue
+        shutil.rmtree(path, ignore_errors=True)
+    return len(leftovers)
 
 
 def damaged_file(folder: Path) -> str | None:
@@ -282,3 +311,17 @@ def _fsync_tree(folder: Path) -> None:
         if path.is_file():
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the renames inside `folder` durable (a directory fsync; skipped where the OS cannot)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -47,7 +47,7 @@ def check_config(cfg: Config) -> None:
     spec = r.functions or r.function
     if spec:
         try:
-            build_reward(spec, r.weights, r.routes)
+            build_reward(spec, r.weights, r.routes, r.style)
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(str(e)) from None
     check_judge(r)

@@ -22,6 +22,7 @@ from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.distributed.worker_group import WorkerGroup
 from grpoflow.rewards.scoring import RewardScorer, Scores
+from grpoflow.rewards.shapes import SampleContext, TrainerState
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.reward_model import RewardModelWorker
 
@@ -32,18 +33,19 @@ if TYPE_CHECKING:
 
 class RewardAssembly:
     def __init__(self, scorer: RewardScorer | None, reward_model: WorkerGroup[RewardModelWorker] | None,
-                 cfg: RewardConfig, *, max_new_tokens: int, judging: "Judging | None" = None) -> None:
+                 cfg: RewardConfig, *, max_new_tokens: int, judging: "Judging | None" = None, steps: int = 0) -> None:
         self.scorer, self.reward_model, self.cfg, self.max_new_tokens = scorer, reward_model, cfg, max_new_tokens
-        self.judging = judging
+        self.judging, self.steps = judging, steps
 
-    def score(self, batch: Batch) -> Scores:
+    def score(self, batch: Batch, step: int = 0) -> Scores:
         """Rule rewards and/or the reward model's score (times reward.model.weight), per sample; the reward
         model's own score is kept in `extras["model"]` (logged as reward/model/mean); `parts` holds each sample's
-        parts (a dict return's entries, "env", "model")."""
+        parts (a dict return's entries, "env", "model"). `step` is what TRL-shaped functions see as
+        trainer_state.global_step."""
         rows, judge_counts = self.judging.rows(batch.prompts, batch.completions, batch.rows) \
             if self.judging is not None else (batch.rows, {})
-        scored = self.scorer.score(batch.prompts, batch.completions, rows) if self.scorer is not None \
-            else Scores([0.0] * len(batch))
+        scored = self.scorer.score(batch.prompts, batch.completions, rows, sample_contexts(batch, step, self.steps)) \
+            if self.scorer is not None else Scores([0.0] * len(batch))
         scored.counts.update(judge_counts)
         if batch.env_rewards is not None:  # multi-turn: the environment's reward adds to the rule rewards
             add_env_rewards(scored, batch.env_rewards.tolist(), self.cfg.error_score)
@@ -55,10 +57,10 @@ class RewardAssembly:
             scored.extras["model"] = rm
         return scored
 
-    def shaped(self, batch: Batch) -> tuple[Tensor, Scores]:
+    def shaped(self, batch: Batch, step: int = 0) -> tuple[Tensor, Scores]:
         """[B] the training score of each sample (`score` plus DAPO's overlong penalty), and the raw Scores
         (whose per-sample `parts` then hold the penalty as "overlong")."""
-        scored = self.score(batch)
+        scored = self.score(batch, step)
         raw = torch.tensor(scored.scores, dtype=torch.float32)
         shaped = shape_scores(raw, batch.response_lengths, max_length=self.max_new_tokens,
                               buffer=self.cfg.overlong_buffer_len, penalty_factor=self.cfg.overlong_penalty_factor)
@@ -74,6 +76,15 @@ class RewardAssembly:
         return scores.repeat_interleave(n)
 
 
+def sample_contexts(batch: Batch, step: int, steps: int) -> list[SampleContext]:
+    """Each sample's context for reward functions that take it (TRL's prompts as chat messages, completion_ids,
+    trainer_state): the row's own prompt, the response's ids, the step."""
+    state = TrainerState(global_step=step, max_steps=steps)
+    ids = [r[m.bool()].tolist() for r, m in zip(batch.response_ids, batch.response_mask)]
+    return [SampleContext(row_prompt=row.get("prompt"), completion_ids=i, trainer_state=state)
+            for row, i in zip(batch.rows, ids)]
+
+
 def add_env_rewards(scored: Scores, env: list[float], error_score: float) -> None:
     """Add each sample's environment reward to its score; a NaN or infinite one (an environment that failed:
     multiturn/env.py's GuardedEnvironment, which logged why) makes the sample's score `error_score`, counted in
@@ -83,6 +94,9 @@ def add_env_rewards(scored: Scores, env: list[float], error_score: float) -> Non
     scored.scores = [error_score if b else s + e for s, e, b in zip(scored.scores, env, bad)]
     scored.extras["env"] = [e for e, b in zip(env, bad) if not b]
     scored.errors += sum(bad)
+    if any(bad) and scored.first_error is None:
+        scored.first_error = ("the environment's reward was not finite: one of its calls failed (a warning from "
+                              "grpoflow.env above names the environment and the error)")
     scored.counts["reward/env/errors"] = scored.counts.get("reward/env/errors", 0.0) + sum(bad)
 
 

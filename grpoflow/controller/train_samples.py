@@ -199,11 +199,14 @@ def segments(ids: list[int], model: list[bool], trained: list[bool],
     return out
 
 
-def short_row(row: dict) -> dict[str, Any]:
-    """The row's scalar columns other than the prompt (the answer to check against), long values cut."""
+def short_row(row: dict, prefix: str = "") -> dict[str, Any]:
+    """The row's scalar columns other than the prompt (the answer to check against), long values cut; nested
+    columns (verl's reward_model.ground_truth, extra_info.*) under dotted names."""
     out: dict[str, Any] = {}
     for k, v in row.items():
-        if k == "prompt" or not isinstance(v, (str, int, float, bool)) or v is None:
+        if isinstance(v, dict) and not prefix:  # one level, as verl's rows nest
+            out.update(short_row(v, f"{k}."))
+        if (k == "prompt" and not prefix) or not isinstance(v, (str, int, float, bool)) or v is None:
             continue
-        out[k] = v[:ROW_VALUE_CHARS] + "…" if isinstance(v, str) and len(v) > ROW_VALUE_CHARS else v
+        out[prefix + k] = v[:ROW_VALUE_CHARS] + "…" if isinstance(v, str) and len(v) > ROW_VALUE_CHARS else v
     return out

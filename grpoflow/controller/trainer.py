@@ -43,6 +43,7 @@ from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.data.batch import Batch
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.models.loading import load_tokenizer
+from grpoflow.controller.reward_health import reward_health
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.training.bf16_units import this_machines_compute_dtype
@@ -103,6 +104,8 @@ class Controller:
         self.rollouts = Rollouts(self.rollout, multi_turn=r.multi_turn.enabled, agent=r.agent.enabled)
         self.model_path, self.train_items, self.needs = model_path, train_items, needs
         self._start_state(scorer)
+        self.reward_health = reward_health(cfg.reward, scorer, warn=lambda text: tqdm.write(f"WARNING: {text}"),
+                                           total_steps=cfg.trainer.total_steps)
         self.last_saved: Path | None = None  # the newest checkpoint this run wrote or loaded: where a restart resumes
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
         self.train_samples = TrainSamples(self.run_dir, every=cfg.trainer.log_train_every,
@@ -128,7 +131,8 @@ class Controller:
                                       params=self.sampling, ahead=r.max_staleness if self.is_async else 0,
                                       last_step=cfg.trainer.total_steps, seed_of=self.step_seed)
         self.rewards = RewardAssembly(scorer, self.reward_model, cfg.reward, max_new_tokens=r.max_new_tokens,
-                                      judging=Judging(cfg.reward, self.judge) if judged(cfg.reward) else None)
+                                      judging=Judging(cfg.reward, self.judge) if judged(cfg.reward) else None,
+                                      steps=cfg.trainer.total_steps)
         self.weight_sync = WeightSync(self.actor, self.rollout, queued=self.is_async, dtype=rollout_dtype(self.cfg))
         self.version = 0  # of the weights the engines hold (or, async, have queued)
 
@@ -297,8 +301,9 @@ class Controller:
                 metrics.update(pending.metrics)
             timer.seconds["gen_busy"] = timer.seconds.get("gen_busy", 0.0) + busy  # the engines' own time
             with timer("reward"):
-                shaped, scored = self.rewards.shaped(batch)
+                shaped, scored = self.rewards.shaped(batch, step)
                 batch = batch.replace(scores=shaped, reward_parts=scored.sample_parts())
+            self.reward_health.check(step, scored, shaped, batch.group_ids)  # stops a run that would learn nothing
             # each drawn prompt's pass rate -> the curriculum; zero-advantage share (groups of n samples only)
             raw = torch.tensor(scored.scores, dtype=torch.float32)
             metrics.update(group_feedback(self.queue.sampler, pending.items, shaped, raw, n,

@@ -24,6 +24,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from grpoflow.errors import UserError, UserFileNotFoundError
 
@@ -263,6 +264,12 @@ def load_rows(files: str | os.PathLike | list) -> list[dict]:
 
 def _is_messages(prompt) -> bool:
     return isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt)
+
+
+def render_prompt(prompt: Any, tokenizer: Any, system_prompt: str | None = None) -> str:
+    """The text a run tokenizes for a prompt: a string as it is, chat messages through the chat template (as
+    `prepare_prompts` renders them with data.apply_chat_template unset)."""
+    return _prompt_text(0, prompt, tokenizer, None, system_prompt if not isinstance(prompt, str) else None, "prompt")
 
 
 def _prompt_text(i, prompt, tokenizer, apply_chat_template, system_prompt, prompt_key, tools=None) -> str:

@@ -7,6 +7,8 @@
     countdown.py   countdown (TinyZero): an equation over given numbers, checked with `ast`
     shaping.py     format (regex), length_penalty (characters over a budget)
     combine.py     CombinedReward (weighted sum), RoutedReward (by data_source), build_reward(spec)
+    shapes.py      TRL's batched and verl's compute_score reward functions, detected by signature and run unchanged
+    by_source.py   auto (the default): each row scored by its data_source, as verl's default_compute_score does
     judge.py       LLM-as-judge: prompt template, score parser, the OpenAI-compatible client (bounded
                    concurrency, timeouts, retries), and the `judge` reward that reads its score
     reasoning_gym_reward.py  reasoning_gym: a reasoning-gym task's own verifier (`score_answer`) on rows built
@@ -14,7 +16,7 @@
     scoring.py     Scores, RewardScorer (in-process, worker processes with a timeout, or async); the
                    worker processes are grpoflow/user_code.py (a hung call is killed and replaced)
 
-Importing the package registers the built-ins (exact_match, length, gsm8k, gsm8k_flexible, math,
+Importing the package registers the built-ins (auto, exact_match, length, gsm8k, gsm8k_flexible, math,
 countdown, format, length_penalty, judge, reasoning_gym).
 """
 
@@ -25,6 +27,7 @@ from grpoflow.rewards.countdown import countdown_reward
 from grpoflow.rewards.math_normalize import last_boxed, math_equal
 from grpoflow.rewards.form import format_reward, length_penalty_reward
 from grpoflow.rewards.combine import CombinedReward, RoutedReward, build_reward
+from grpoflow.rewards.by_source import by_data_source, unscored_message, unscored_sources  # registers `auto`
 from grpoflow.rewards.scoring import RewardScorer, Scores, score_completions
 from grpoflow.rewards.judge import judge  # registers the `judge` reward (reward.judge)
 from grpoflow.rewards.reasoning_gym_reward import reasoning_gym_reward  # imports reasoning_gym only when scoring
@@ -34,5 +37,5 @@ __all__ = [
     "exact_match", "length", "gsm8k_reward", "gsm8k_flexible_reward", "math_reward", "countdown_reward",
     "format_reward", "length_penalty_reward", "extract_gsm8k_answer", "last_boxed", "math_equal",
     "CombinedReward", "RoutedReward", "build_reward", "RewardScorer", "Scores", "score_completions",
-    "judge", "reasoning_gym_reward",
+    "judge", "reasoning_gym_reward", "by_data_source", "unscored_message", "unscored_sources",
 ]

@@ -17,6 +17,14 @@ from typing import Any, Sequence
 from grpoflow.errors import UserError
 from grpoflow.plugins import is_file_spec
 from grpoflow.rewards.functions import RewardFn, is_async_reward, load_reward_function, short_repr, split_value
+from grpoflow.rewards.shapes import CONTEXT, takes_context
+
+
+def _call_part(fn: RewardFn, prompt: str, completion: str, row: dict, context: Any) -> Any:
+    """A part's value; the sample's context goes only to a part that takes it (an adapted TRL/verl function)."""
+    if context is not None and takes_context(fn):
+        return fn(prompt, completion, **row, **{CONTEXT: context})
+    return fn(prompt, completion, **row)
 
 
 def _score_of(name: str, value: Any) -> tuple[float, dict[str, float]]:
@@ -51,12 +59,14 @@ class CombinedReward:
             raise UserError(f"CombinedReward: weights {weights} must be {len(functions)} finite numbers, "
                             f"one per function {names}.")
         self.functions, self.weights = functions, weights
+        self.takes_context = any(takes_context(fn) for _, fn in functions)
 
     def __call__(self, prompt: str, completion: str, **row: Any) -> dict[str, float] | None:
         parts: dict[str, float] = {}
         total = 0.0
+        context = row.pop(CONTEXT, None)
         for (name, fn), weight in zip(self.functions, self.weights):
-            value = fn(prompt, completion, **row)
+            value = _call_part(fn, prompt, completion, row, context)
             if value is None:
                 return None
             score, extras = _score_of(name, value)
@@ -79,14 +89,16 @@ class RoutedReward:
 
     def __init__(self, default: RewardFn, routes: dict[str, RewardFn], default_name: str = "default"):
         self.default, self.routes, self.default_name = default, dict(routes), default_name
+        self.takes_context = any(takes_context(fn) for fn in [default, *self.routes.values()])
 
     def __call__(self, prompt: str, completion: str, **row: Any) -> dict[str, Any] | None:
+        context = row.pop(CONTEXT, None)
         source = row.get("data_source")
         if isinstance(source, str) and source in self.routes:
             name, fn = source, self.routes[source]
         else:
             name, fn = self.default_name, self.default
-        value = fn(prompt, completion, **row)
+        value = _call_part(fn, prompt, completion, row, context)
         if value is None:
             return None
         score, extras = _score_of(name, value)
@@ -98,7 +110,7 @@ class RoutedReward:
 
 
 def build_reward(spec: str | Sequence[str], weights: Sequence[float] | None = None,
-                 routes: dict[str, str | Sequence[str]] | None = None) -> RewardFn:
+                 routes: dict[str, str | Sequence[str]] | None = None, style: str = "auto") -> RewardFn:
     """The reward function that a config names.
 
     spec: a built-in name or `path/to/file.py:function`, or a list of them (a `CombinedReward`,
@@ -107,19 +119,21 @@ def build_reward(spec: str | Sequence[str], weights: Sequence[float] | None = No
         of one part.
     routes: data_source -> spec (or list of specs, equally weighted) for samples of that source;
         other samples use `spec`. The result is a `RoutedReward`.
+    style: the shape of user functions (grpoflow.rewards.shapes): auto (from each one's signature), grpoflow,
+        trl or verl; built-ins are grpoflow's.
     """
-    fn = _build_one(spec, weights)
+    fn = _build_one(spec, weights, style)
     if not routes:
         return fn
-    return RoutedReward(fn, {source: _build_one(s, None) for source, s in routes.items()})
+    return RoutedReward(fn, {source: _build_one(s, None, style) for source, s in routes.items()})
 
 
-def _build_one(spec: str | Sequence[str], weights: Sequence[float] | None) -> RewardFn:
+def _build_one(spec: str | Sequence[str], weights: Sequence[float] | None, style: str) -> RewardFn:
     specs = [spec] if isinstance(spec, str) else list(spec)
     if not specs or not all(isinstance(s, str) for s in specs):
         raise UserError(f"reward spec {spec!r} must be a name or `file.py:function`, or a non-empty list of them.")
     if len(specs) == 1 and weights is None:
-        return load_reward_function(specs[0])
+        return load_reward_function(specs[0], style)
     names: list[str] = []
     for s in specs:
         base = s.rsplit(":", 1)[1] if is_file_spec(s) else s
@@ -127,4 +141,4 @@ def _build_one(spec: str | Sequence[str], weights: Sequence[float] | None) -> Re
         while name in names:
             name, i = f"{base}_{i}", i + 1
         names.append(name)
-    return CombinedReward([(n, load_reward_function(s)) for n, s in zip(names, specs)], weights)
+    return CombinedReward([(n, load_reward_function(s, style)) for n, s in zip(names, specs)], weights)

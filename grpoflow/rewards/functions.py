@@ -18,7 +18,8 @@ import math
 from typing import Any, Callable
 
 from grpoflow.errors import UserError
-from grpoflow.plugins import Registry
+from grpoflow.plugins import Registry, is_file_spec
+from grpoflow.rewards.shapes import adapt
 
 RewardFn = Callable[..., Any]
 REWARD_FUNCTIONS = Registry("reward function")
@@ -89,21 +90,28 @@ def is_async_reward(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or (callable(fn) and inspect.iscoroutinefunction(fn.__call__))
 
 
-def load_reward_function(spec: str) -> RewardFn:
-    """A built-in name, or `path/to/file.py:function`."""
+def load_reward_function(spec: str, style: str = "auto") -> RewardFn:
+    """A built-in name, or `path/to/file.py:function` in any shape (grpoflow.rewards.shapes: `style` auto reads it
+    off the signature), as a grpoflow reward function."""
     try:
         fn = REWARD_FUNCTIONS.resolve(spec)
     except FileNotFoundError:  # a missing file.py: the message names it
         raise
     except ValueError as e:
         raise UserError(f"reward.function={spec!r}: {e} A user function is named `path/to/file.py:function`.") from None
-    _check_signature(fn, spec)
-    return fn
+    if not is_file_spec(spec):
+        return fn  # built-ins are grpoflow-shaped
+    adapted = adapt(fn, style)
+    if adapted is fn:
+        _check_signature(fn, spec)
+    return adapted
 
 
 def _check_signature(fn: RewardFn, spec: str) -> None:
     try:
         inspect.signature(fn).bind_partial("prompt", "completion")
     except TypeError as e:
-        raise UserError(f"reward.function={spec}: it must accept (prompt, completion, **row_columns); "
-                        f"it cannot take two positional arguments: {e}.") from None
+        raise UserError(f"reward.function={spec}: it must accept (prompt, completion, **row_columns), or be written "
+                        f"in TRL's shape (prompts, completions, **columns) or verl's (data_source, solution_str, "
+                        f"ground_truth, extra_info), with those parameter names or reward.style=trl|verl; it cannot "
+                        f"take two positional arguments: {e}.") from None

@@ -30,6 +30,7 @@ from typing import Any
 
 from grpoflow.errors import UserError
 from grpoflow.rewards.functions import RewardFn, is_async_reward, short_repr, split_value
+from grpoflow.rewards.shapes import CONTEXT, SampleContext, takes_context
 from grpoflow.plugins import fn_name
 from grpoflow.user_code import Outcome, UserCodeProcesses, UserCodeStartError, dumps_function
 
@@ -46,6 +47,12 @@ class Scores:
     timeouts: int = 0    # the call ran longer than the scorer's timeout_s
     parts: list[dict[str, float]] = field(default_factory=list)  # per sample: its dict return's extras ({} if none)
     counts: dict[str, float] = field(default_factory=dict)  # other stages' counts, logged as they are (reward/judge/*)
+    first_error: str | None = None  # the first failure's text (a traceback, or what a bad return value was)
+
+    @property
+    def failed(self) -> int:
+        """Samples the reward function could not score: it raised, returned None or a non-number, or timed out."""
+        return self.errors + self.nones + self.timeouts
 
     def metrics(self) -> dict[str, float]:
         """Failure counts and the means of dict-return extras (the score itself is logged by the caller)."""
@@ -60,7 +67,8 @@ class Scores:
         extras = {k: self.extras.get(k, []) + other.extras.get(k, []) for k in {*self.extras, *other.extras}}
         counts = {k: self.counts.get(k, 0.0) + other.counts.get(k, 0.0) for k in {*self.counts, *other.counts}}
         return Scores(self.scores + other.scores, extras, self.errors + other.errors, self.nones + other.nones,
-                      self.timeouts + other.timeouts, self.sample_parts() + other.sample_parts(), counts)
+                      self.timeouts + other.timeouts, self.sample_parts() + other.sample_parts(), counts,
+                      self.first_error or other.first_error)
 
     def sample_parts(self) -> list[dict[str, float]]:
         """One dict of reward parts per sample (empty dicts when the scores were built without them)."""
@@ -125,13 +133,19 @@ class RewardScorer:
         """Process ids of the current worker processes (empty in-process); a replaced worker gets a new one."""
         return self._pool.pids if self._pool is not None else []
 
-    def score(self, prompts: list[str], completions: list[str], rows: list[dict]) -> Scores:
-        """fn(prompt, completion, **row) for each sample (row keys "prompt"/"completion" are dropped)."""
+    def score(self, prompts: list[str], completions: list[str], rows: list[dict],
+              contexts: list[SampleContext] | None = None) -> Scores:
+        """fn(prompt, completion, **row) for each sample (row keys "prompt"/"completion" are dropped). `contexts`
+        (one per sample; default: each row's own prompt only) reach the functions that take them (TRL-shaped
+        ones: chat prompts, completion_ids, trainer_state; grpoflow.rewards.shapes)."""
         if not len(prompts) == len(completions) == len(rows):
             raise ValueError(f"score() needs one prompt, completion and row per sample; got {len(prompts)}, "
                              f"{len(completions)} and {len(rows)}.")
-        tasks = [(p, c, {k: v for k, v in row.items() if k not in RESERVED})
-                 for p, c, row in zip(prompts, completions, rows)]
+        if contexts is None:
+            contexts = [SampleContext(row_prompt=row.get("prompt")) for row in rows]
+        context_key = [CONTEXT] if takes_context(self.fn) else []
+        tasks = [(p, c, {**{k: v for k, v in row.items() if k not in RESERVED}, **{k: ctx for k in context_key}})
+                 for p, c, row, ctx in zip(prompts, completions, rows, contexts)]
         if self.is_async:
             outcomes = _run_async(self.fn, tasks, self.timeout_s, self.workers)
         elif self._pool is not None:
@@ -227,6 +241,8 @@ def _collect(outcomes: list[Outcome], error_score: float, timeout_s: float | Non
                                               f"a finite 'score'")
         result.scores.append(error_score if score is None else score)
         result.parts.append(extras)
+    result.first_error = first_error if first_error else \
+        ("it timed out" if result.timeouts else "it returned None" if result.nones else None)
     if first_error:
         log.warning("reward function %s failed on %d of %d samples (scored reward.error_score=%s, counted in "
                     "reward/errors); first failure:\n%s", name, result.errors, len(outcomes), error_score, first_error)

@@ -5,7 +5,8 @@
     training.py  forward / forward_backward / optim_step on grpoflow's TrainEngine with the Tinker losses
     sampling.py  sampler weight snapshots and sampling on grpoflow's HF rollout engine
     models.py    base_model names -> local models; LoRA / full training models; saved states
-    futures.py   futures (long-polled), the one worker thread, seq_id ordering per model
+    futures.py   futures (long-polled), the one worker thread (clients round-robin), seq_id ordering per model
+    guard.py     around every route: API key, bounded bodies, refused requests' seq_ids, bugs as JSON errors
     wire.py      the SDK's protobuf wire format (its own schema, tinker.proto)
 
 The command that builds the app and runs uvicorn on 127.0.0.1 is grpoflow/commands/serve.py.

@@ -1,10 +1,13 @@
 """The HTTP routes the Tinker SDK calls (FastAPI), each a thin shell around `TinkerService`.
 
 Request bodies are parsed into the SDK's own request types (JSON) or its protobuf schema (`forward_backward`);
-responses are the SDK's response types. A request the server cannot run answers 400 with
-`{"error": <sentence>, "category": "user"}` (the SDK's `RequestFailedResponse` shape), a route it does not have
-404 with a sentence; 4xx answers are final for the SDK, so nothing retries or hangs. Work that fails after it was
-queued resolves its future to the same error shape, which the SDK raises as `RequestFailedError`.
+responses are the SDK's response types. Every error answers in the SDK's `RequestFailedResponse` shape,
+`{"error": <sentence>, "category": "user" | "server"}`: a request the server will not run 400 (413 for a body
+over `tinker.max_request_mb`), a route it does not have 404, a bug 500 (which the SDK retries). 4xx answers are
+final for the SDK, and a refused request still takes its place in its training client's order (guard.py), so
+nothing retries or hangs. Work that fails after it was queued resolves its future to the same error shape, which
+the SDK raises as `RequestFailedError`. Only local programs reach the server (local_http.LocalOnly: the Host
+header, JSON or protobuf bodies only).
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ import contextlib
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from tinker import types
 from tinker.types.try_again_response import TryAgainResponse
 
 from grpoflow.config import TinkerConfig
 from grpoflow.errors import UserError
+from grpoflow.local_http import LocalOnly
+from grpoflow.tinker_server.guard import PROTOBUF, Guard
 from grpoflow.tinker_server.service import TinkerService
 from grpoflow.tinker_server.wire import decode_forward_backward
 
@@ -51,24 +58,31 @@ def build_app(cfg: TinkerConfig, model_path: str, seed: int = 0) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
         state["service"] = TinkerService(cfg, model_path, seed, asyncio.get_running_loop())
+        janitor = asyncio.create_task(state["service"].janitor())
         yield
+        janitor.cancel()
 
-    app = FastAPI(title="grpoflow serve tinker", lifespan=lifespan)
+    app = FastAPI(title="grpoflow serve tinker", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
     def service() -> TinkerService:
         return state["service"]
 
-    @app.middleware("http")
-    async def check_key(request: Request, call_next: Callable):
-        key = request.headers.get("x-api-key")
-        if cfg.api_key is not None and request.url.path != f"{API}/healthz" and key != cfg.api_key:
-            return _error(401, "wrong or missing API key: set TINKER_API_KEY to the key this server was started with "
-                               "(tinker.api_key).")
-        return await call_next(request)
+    # the outermost runs first: LocalOnly (Host, body type), then Guard (key, body size, seq_ids of refusals)
+    app.add_middleware(Guard, api_key=cfg.api_key, max_bytes=int(cfg.max_request_mb * 2**20),
+                       skip=lambda model_id, seq_id: service().skip(model_id, seq_id), open_paths=(f"{API}/healthz",))
+    app.add_middleware(LocalOnly, host=cfg.host, port=cfg.port, json_posts=True, body_types=(PROTOBUF,))
 
     @app.exception_handler(UserError)
     async def user_error(_: Request, e: UserError):
         return _error(400, str(e))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException):  # 405 and the like, in the SDK's error shape
+        return _error(e.status_code, str(e.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError):
+        return _error(400, f"{request.url.path}: the request is not valid ({e.errors()}).")
 
     @app.exception_handler(404)
     async def not_found(request: Request, _: Exception):
@@ -99,7 +113,7 @@ def _service_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
 
     @app.get(f"{API}/get_server_capabilities")
     async def capabilities():
-        return _json(service().capabilities())
+        return _json(await asyncio.to_thread(service().capabilities))  # may build or convert a base model once
 
     @app.post(f"{API}/create_session")
     async def create_session(request: Request):
@@ -108,12 +122,15 @@ def _service_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
 
     @app.post(f"{API}/session_heartbeat")
     async def heartbeat(request: Request):
-        await _parse(request, types.SessionHeartbeatRequest)
+        req = await _parse(request, types.SessionHeartbeatRequest)
+        if not service().heartbeat(req.session_id):  # 410: the SDK stops its heartbeat loop
+            return _error(410, f"session {req.session_id} has ended (finished, or no heartbeat for "
+                               f"{service().cfg.session_timeout_s:g} s); its models and futures are freed.")
         return _json(types.SessionHeartbeatResponse())
 
     @app.post(f"{API}/sessions/{{session_id}}/finish")
     async def finish(session_id: str):
-        service().sessions.discard(session_id)
+        service().end_session(session_id, "finished")
         return JSONResponse(None)
 
     @app.post(f"{API}/telemetry")
@@ -124,9 +141,13 @@ def _service_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
     async def retrieve_future(request: Request):
         req = await _parse(request, types.FutureRetrieveRequest)
         futures = service().futures
-        if not futures.known(req.request_id):
-            return _error(404, f"unknown request id {req.request_id}: this server did not issue it (or was restarted "
-                               "since); send the request again.")
+        owner = futures.owner(req.request_id)
+        if owner:
+            service().touch(owner)  # a client polling for its result is alive, heartbeat or not
+        if owner is None:
+            return _error(404, f"unknown request id {req.request_id}: this server did not issue it, was restarted "
+                               "since, or dropped it (its session ended, or its result waited unread longer than "
+                               "tinker.future_ttl_s); send the request again.")
         outcome = await futures.wait(req.request_id, POLL_S)
         if outcome is None:
             return Response(TryAgainResponse(request_id=req.request_id, queue_state="active").model_dump_json(),
@@ -152,18 +173,14 @@ def _training_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None
 
     @app.post(f"{API}/forward_backward")
     async def forward_backward(request: Request):
-        body = await request.body()
-        if request.headers.get("content-encoding") == "zstd":
-            import zstandard
-
-            body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
-        if "protobuf" not in request.headers.get("content-type", ""):
+        body = await request.body()  # decompressed by the guard
+        if PROTOBUF not in request.headers.get("content-type", ""):
             raise UserError("forward_backward takes the SDK's protobuf ForwardBackwardRequest "
-                            "(Content-Type: application/x-protobuf).")
+                            f"(Content-Type: {PROTOBUF}).")
         try:
             call = decode_forward_backward(body)
-        except ValueError as e:
-            raise UserError(str(e)) from None
+        except Exception as e:  # protobuf's DecodeError, or a datum the decoder refuses
+            raise UserError(f"the forward_backward body is not a ForwardBackwardRequest ({e}).") from None
         return _json(service().forward_backward(call))
 
     @app.post(f"{API}/optim_step")

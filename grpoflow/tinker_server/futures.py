@@ -4,11 +4,16 @@ The Tinker API is asynchronous: every heavy request (`forward_backward`, `optim_
 at once with a request id, and the client polls `retrieve_future` until the result is there. Here:
 
 - `Futures` holds each request's outcome (pending, a result body, or an error) and lets a poll wait for it
-  on the server's event loop (a long poll, so a client makes few requests per result);
-- `Runner` is a single worker thread, so torch never runs two jobs at once; queued sampling jobs with the same
-  batch key (same weights and sampling parameters) run as one batched `generate`;
+  on the server's event loop (a long poll, so a client makes few requests per result); an outcome is dropped
+  `ttl_s` after it was resolved, and every future of a session when the session ends;
+- `Runner` is a single worker thread, so torch never runs two jobs at once. Each client (a session) has its own
+  queue and the thread takes one job from each client in turn, so one client's long queue cannot starve the
+  others; queued sampling jobs with the same batch key (same weights and sampling parameters) run as one batched
+  `generate`; a client's queued jobs are dropped when its session ends;
 - `SeqGate` releases a training model's requests in `seq_id` order: the SDK numbers them and may send the chunks
-  of one `forward_backward` concurrently, first chunk last, so arrival order is not execution order.
+  of one `forward_backward` concurrently, first chunk last, so arrival order is not execution order. A request
+  refused before it was queued (an unknown route, a bad body, a bad parameter) still passes its number through
+  the gate (`skip`), or every later request of that client would wait for it forever.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import traceback
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -36,83 +42,143 @@ class Outcome:
     category: str = "user"
 
 
+@dataclass
+class _Future:
+    owner: str
+    event: asyncio.Event
+    outcome: Outcome | None = None
+    resolved_at: float = 0.0
+
+
 class Futures:
     """request id -> outcome, awaited on the server's event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, ttl_s: float = 600.0) -> None:
         self._loop = loop
-        self._events: dict[str, asyncio.Event] = {}
-        self._outcomes: dict[str, Outcome] = {}
+        self.ttl_s = ttl_s
+        self._futures: dict[str, _Future] = {}
         self._lock = threading.Lock()
 
-    def new(self) -> str:
+    def new(self, owner: str = "") -> str:
+        """A pending future of client `owner` (a session id: its futures go when it ends)."""
         request_id = uuid.uuid4().hex
         with self._lock:
-            self._events[request_id] = asyncio.Event()
+            self._futures[request_id] = _Future(owner, asyncio.Event())
         return request_id
 
     def known(self, request_id: str) -> bool:
         with self._lock:
-            return request_id in self._events
+            return request_id in self._futures
+
+    def owner(self, request_id: str) -> str | None:
+        with self._lock:
+            future = self._futures.get(request_id)
+            return None if future is None else future.owner
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._futures)
 
     def resolve(self, request_id: str, outcome: Outcome) -> None:
-        """Thread-safe: store the outcome and wake the polls waiting for it."""
+        """Thread-safe: store the outcome and wake the polls waiting for it (a dropped future is ignored)."""
         with self._lock:
-            self._outcomes[request_id] = outcome
-            event = self._events[request_id]
-        self._loop.call_soon_threadsafe(event.set)
+            future = self._futures.get(request_id)
+            if future is None:
+                return
+            future.outcome, future.resolved_at = outcome, time.monotonic()
+        self._loop.call_soon_threadsafe(future.event.set)
 
     async def wait(self, request_id: str, timeout: float) -> Outcome | None:
-        """The outcome, waiting up to `timeout` seconds; None if still pending."""
+        """The outcome, waiting up to `timeout` seconds; None if still pending (or dropped meanwhile)."""
         with self._lock:
-            event = self._events[request_id]
+            future = self._futures.get(request_id)
+        if future is None:
+            return None
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            await asyncio.wait_for(future.event.wait(), timeout)
         except asyncio.TimeoutError:
             return None
+        return future.outcome
+
+    def expire(self, now: float | None = None) -> int:
+        """Drop outcomes resolved more than `ttl_s` ago; how many were dropped."""
+        now = time.monotonic() if now is None else now
         with self._lock:
-            return self._outcomes[request_id]
+            old = [rid for rid, f in self._futures.items()
+                   if f.outcome is not None and now - f.resolved_at > self.ttl_s]
+            for rid in old:
+                del self._futures[rid]
+        return len(old)
+
+    def discard(self, request_id: str) -> None:
+        with self._lock:
+            self._futures.pop(request_id, None)
+
+    def drop_owner(self, owner: str) -> int:
+        """Drop every future of client `owner`, pending or not; how many were dropped."""
+        with self._lock:
+            gone = [rid for rid, f in self._futures.items() if f.owner == owner]
+            for rid in gone:
+                del self._futures[rid]
+        return len(gone)
 
 
 @dataclass
 class Job:
     """Work for the runner. `run(payloads)` gets the payloads of every job batched with this one (same
-    `batch_key`; a None key never batches) and returns one Outcome per payload."""
+    `batch_key`; a None key never batches) and returns one Outcome per payload. `client` names the queue the
+    job waits in (a session id)."""
     request_id: str
     run: Callable[[list[Any]], list[Outcome]]
     payload: Any = None
     batch_key: Any = None
     max_batch: int = 1
+    client: str = ""
 
 
 class Runner:
-    """One daemon thread running jobs in submission order (batching same-key neighbours)."""
+    """One daemon thread running jobs: round-robin over clients, each client's jobs in submission order
+    (batching same-key neighbours from every client)."""
 
     def __init__(self, futures: Futures) -> None:
         self._futures = futures
-        self._jobs: deque[Job] = deque()
+        self._queues: OrderedDict[str, deque[Job]] = OrderedDict()
         self._cv = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name="tinker-runner", daemon=True)
         self._thread.start()
 
     def submit(self, job: Job) -> None:
         with self._cv:
-            self._jobs.append(job)
+            self._queues.setdefault(job.client, deque()).append(job)
             self._cv.notify()
+
+    def queued(self, client: str | None = None) -> int:
+        with self._cv:
+            return sum(len(q) for c, q in self._queues.items() if client is None or c == client)
+
+    def drop(self, client: str) -> int:
+        """Forget client's queued jobs (the one running, if any, runs to its end); how many were dropped."""
+        with self._cv:
+            return len(self._queues.pop(client, ()))
 
     def _take(self) -> list[Job]:
         with self._cv:
-            while not self._jobs:
+            while not self._queues:
                 self._cv.wait()
-            first = self._jobs.popleft()
+            client, queue = next(iter(self._queues.items()))
+            first = queue.popleft()
+            del self._queues[client]
+            if queue:
+                self._queues[client] = queue  # to the back of the round
             batch = [first]
             if first.batch_key is not None:
-                for job in list(self._jobs):
-                    if len(batch) >= first.max_batch:
-                        break
-                    if job.batch_key == first.batch_key:
-                        self._jobs.remove(job)
+                for other in list(self._queues):
+                    jobs = self._queues[other]
+                    for job in [j for j in jobs if j.batch_key == first.batch_key][:first.max_batch - len(batch)]:
+                        jobs.remove(job)
                         batch.append(job)
+                    if not jobs:
+                        del self._queues[other]
             return batch
 
     def _loop(self) -> None:
@@ -127,6 +193,7 @@ class Runner:
                 outcomes = [Outcome(error=f"{type(e).__name__}: {e}", category="server")] * len(batch)
             for job, outcome in zip(batch, outcomes):
                 self._futures.resolve(job.request_id, outcome)
+            del batch, outcomes  # nothing of a finished job (its model, its tensors) outlives it here
 
 
 @dataclass
@@ -134,7 +201,7 @@ class SeqGate:
     """Releases a model's jobs in seq_id order (1, 2, 3, ...); a job without a seq_id goes at once."""
     submit: Callable[[Job], None]
     next_seq: int = 1
-    waiting: dict[int, Job] = field(default_factory=dict)
+    waiting: dict[int, Job | None] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def offer(self, seq_id: int | None, job: Job) -> None:
@@ -145,7 +212,19 @@ class SeqGate:
             if seq_id < self.next_seq or seq_id in self.waiting:
                 raise UserError(f"seq_id {seq_id} was already used on this model (next expected: {self.next_seq}); "
                                 "each request of a training client needs a new one.")
-            self.waiting[seq_id] = job
-            while self.next_seq in self.waiting:
-                self.submit(self.waiting.pop(self.next_seq))
-                self.next_seq += 1
+            self._place(seq_id, job)
+
+    def skip(self, seq_id: int) -> None:
+        """Pass `seq_id` through without work: its request was refused. A number already placed (a refusal of
+        a duplicate, a retry) changes nothing."""
+        with self.lock:
+            if seq_id >= self.next_seq and seq_id not in self.waiting:
+                self._place(seq_id, None)
+
+    def _place(self, seq_id: int, job: Job | None) -> None:
+        self.waiting[seq_id] = job
+        while self.next_seq in self.waiting:
+            ready = self.waiting.pop(self.next_seq)
+            if ready is not None:
+                self.submit(ready)
+            self.next_seq += 1

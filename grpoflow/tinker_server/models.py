@@ -6,15 +6,22 @@ once into `<root>/base_models/`); a name in the local Hugging Face cache (offlin
 loads `model_data.tokenizer_id`, which is always the local folder, so it works offline; builtin: models are
 reported under their folder's path, because a sampling client loads its tokenizer from the model name.
 
+LoRA training models on one base model share one copy of its weights (`BaseModels.shared`, frozen): each holds
+its own module tree around the same parameter tensors (`sharing_copy`), its adapters and their optimizer state.
+A full fine-tuning model has its own copy.
+
 Saved states (`save_state`, `tinker://<model_id>/weights/<name>`) are grpoflow's atomic checkpoint folders:
 the engine's HF folder (adapters or full weights + optimizer.pt) and `tinker_model.json` (base model, LoRA).
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import json
-import os
 import re
+import threading
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,6 +32,7 @@ from grpoflow.models.gguf import convert_gguf, is_gguf
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.lora import add_lora
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
+from grpoflow.training.collectives import current_device
 from grpoflow.training.engine import TrainEngine
 from grpoflow.errors import UserError
 from grpoflow.tinker_server.futures import SeqGate
@@ -58,14 +66,35 @@ class BaseModels:
     def __init__(self, root: Path, default_path: str, alias: str | None, seed: int = 0) -> None:
         self.root, self.default_path, self.alias, self.seed = root, default_path, alias, seed
         self._known: dict[str, BaseModel] = {}
+        self._shared: dict[str, torch.nn.Module] = {}
+        self._lock = threading.RLock()
 
     def served(self) -> list[str]:
         return [n for n in (self.alias, self.default_path) if n]
 
     def resolve(self, name: str) -> BaseModel:
-        if name not in self._known:
-            self._known[name] = self._resolve(name)
-        return self._known[name]
+        with self._lock:
+            if name not in self._known:
+                self._known[name] = self._resolve(name)
+            return self._known[name]
+
+    def shared(self, base: BaseModel) -> torch.nn.Module:
+        """The one frozen copy of `base`'s weights on this device that LoRA models and the sampler read."""
+        with self._lock:
+            if base.folder not in self._shared:
+                model = load_causal_lm(base.folder).to(current_device())
+                model.requires_grad_(False)
+                self._shared[base.folder] = model
+            return self._shared[base.folder]
+
+    @staticmethod
+    def context_length(base: BaseModel) -> int | None:
+        """The model's context (max_position_embeddings in its config.json), None when it names none."""
+        try:
+            value = json.loads((Path(base.folder) / "config.json").read_text()).get("max_position_embeddings")
+        except (OSError, ValueError):
+            return None
+        return int(value) if isinstance(value, int) and value > 0 else None
 
     def _resolve(self, name: str) -> BaseModel:
         path = self.default_path if name == self.alias else name
@@ -118,12 +147,23 @@ def lora_targets(spec: ModelSpec, model: torch.nn.Module) -> list[str]:
     return targets
 
 
-class TrainingModel:
-    """One training client's model: the engine, its spec and the order its requests run in."""
+def sharing_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model`'s modules holding the very same parameter and buffer tensors (no weight is copied), so
+    adapters can be added to it without touching `model` or the other copies."""
+    same = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    return copy.deepcopy(model, same)
 
-    def __init__(self, model_id: str, base: BaseModel, spec: ModelSpec, gate: SeqGate) -> None:
+
+class TrainingModel:
+    """One training client's model: the engine, its spec and the order its requests run in. `shared`: the base
+    model's weights to build LoRA adapters around (BaseModels.shared); None loads a copy of its own."""
+
+    def __init__(self, model_id: str, base: BaseModel, spec: ModelSpec, gate: SeqGate,
+                 shared: torch.nn.Module | None = None) -> None:
         self.model_id, self.base, self.spec, self.gate = model_id, base, spec, gate
-        model = load_causal_lm(base.folder)
+        self.last_used = time.monotonic()
+        lora = spec.lora_rank is not None
+        model = sharing_copy(shared) if lora and shared is not None else load_causal_lm(base.folder)
         if spec.lora_rank is not None:
             if spec.lora_rank < 1:
                 raise UserError(f"lora rank {spec.lora_rank}: give a rank of 1 or more.")
@@ -164,9 +204,21 @@ def check_state(folder: Path) -> ModelSpec:
     return ModelSpec(**json.loads((folder / MODEL_FILE).read_text()))
 
 
+SAVE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
+MODEL_ID = re.compile(r"[A-Za-z0-9_-]{1,100}:train:[0-9]{1,18}")
+
+
 def safe_name(name: str) -> str:
-    """A checkpoint or model name as one folder name: no separators, no `..`."""
-    cleaned = re.sub(r"[^\w.:-]", "_", name).replace(":", "_")
-    if cleaned in ("", ".", "..") or os.sep in cleaned:
-        raise UserError(f"{name!r} is not a usable checkpoint name; use letters, digits, '-', '_' and '.'.")
-    return cleaned
+    """A save name as it is: a folder name that round-trips through its tinker:// path (no `/`, no `..`, no
+    leading dot, nothing a file system or URL would change); anything else is refused, never rewritten."""
+    if not SAVE_NAME.fullmatch(name) or ".." in name:
+        raise UserError(f"{name!r} is not a usable checkpoint name; use letters, digits, '-', '_' and '.' (not "
+                        "starting with '.', no '..', at most 200 characters).")
+    return name
+
+
+def model_folder_name(model_id: str) -> str:
+    """A training model id (`<session>:train:<n>`) as a folder name; one-to-one, since `<n>` is a number."""
+    if not MODEL_ID.fullmatch(model_id):
+        raise UserError(f"{model_id!r} is not a training model id of this server (<session>:train:<n>).")
+    return model_id.replace(":", "_")

@@ -1,16 +1,24 @@
 """What each Tinker request does: check it, queue the work, answer with a future (or at once for light ones).
 
-State kept in memory: sessions, training models, sampling sessions, futures. State kept on disk under
-`tinker.root` (so a restarted server serves it): saved states (`tinker://<model_id>/weights/<name>`) and named
-sampler weights (`tinker://<model_id>/sampler_weights/<name>`), each an atomic grpoflow checkpoint folder.
+State kept in memory: sessions, training models, sampling sessions, futures. A session ends when the SDK finishes
+it or when no heartbeat or request came for `tinker.session_timeout_s`; its queued work is dropped and its
+models, sampling sessions and futures are freed (`end_session`, run by `janitor`, which also frees models idle
+for `tinker.model_idle_s` and results older than `tinker.future_ttl_s`). State kept on disk under `tinker.root`
+(so a restarted server serves it): saved states (`tinker://<model_id>/weights/<name>`) and named sampler weights
+(`tinker://<model_id>/sampler_weights/<name>`), each an atomic grpoflow checkpoint folder (a kill at any moment
+leaves the old or the new one; `recover_folders` at start finishes or undoes an interrupted replacement).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import itertools
 import json
+import logging
 import threading
+import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -20,12 +28,28 @@ from tinker import types
 from tinker.types.checkpoint import ParsedCheckpointTinkerPath
 
 from grpoflow.config import TinkerConfig
-from grpoflow.controller.checkpoint import publish_folder
+from grpoflow.controller.checkpoint import publish_folder, recover_folders
 from grpoflow.tinker_server import sampling, training
 from grpoflow.errors import UserError
 from grpoflow.tinker_server.futures import Futures, Job, Outcome, Runner, SeqGate
-from grpoflow.tinker_server.models import MODEL_FILE, BaseModels, ModelSpec, TrainingModel, check_state, safe_name
+from grpoflow.tinker_server.models import (MODEL_FILE, BaseModels, ModelSpec, TrainingModel, check_state,
+                                           model_folder_name, safe_name)
+from grpoflow.tinker_server.sampling import owner_of
 from grpoflow.tinker_server.wire import PROTOBUF, ForwardBackwardCall, encode_forward_backward, encode_sample
+
+
+log = logging.getLogger("grpoflow.tinker")
+
+
+def release_memory() -> None:
+    """Collect what a freed model left (peft modules hold reference cycles) and, on glibc, hand the freed heap
+    back to the system: tensors under malloc's mmap threshold (adapters, optimizer moments) otherwise stay in
+    the process's resident memory after they are freed."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def json_outcome(model) -> Outcome:
@@ -37,38 +61,125 @@ class TinkerService:
         self.cfg = cfg
         self.root = Path(cfg.root)
         self.bases = BaseModels(self.root, model_path, cfg.model_name, seed=seed)
-        self.futures = Futures(loop)
+        self.futures = Futures(loop, ttl_s=cfg.future_ttl_s)
         self.runner = Runner(self.futures)
-        self.samplers = sampling.Samplers(cfg.sampler_snapshots, seed=seed)
+        self.samplers = sampling.Samplers(cfg.sampler_snapshots, seed=seed, base_weights=lambda base: {
+            n: p.detach() for n, p in self.bases.shared(base).named_parameters()})
         self.models: dict[str, TrainingModel] = {}
         self.gates: dict[str, SeqGate] = {}
-        self.sessions: set[str] = set()
-        self._lock = threading.Lock()
+        self.sessions: dict[str, float] = {}  # session id -> when it was last heard of (time.monotonic)
+        self.ended: dict[str, str] = {}       # session id -> why it ended
+        self._lock = threading.RLock()
         self._counter = itertools.count()
         self._clients: dict[str, itertools.count] = {}
+        recovered = sum(recover_folders(kind) for kind in (self.root / "runs").glob("*/*") if kind.is_dir())
+        if recovered:
+            log.info("finished or undid %d interrupted state saves under %s", recovered, self.root / "runs")
 
     # --- sessions -------------------------------------------------------------------------------------------
     def create_session(self) -> types.CreateSessionResponse:
         session_id = uuid.uuid4().hex[:16]
-        self.sessions.add(session_id)
+        self.touch(session_id)
         return types.CreateSessionResponse(session_id=session_id, info_message=(
             f"grpoflow serve tinker: session {session_id}; states are kept in {self.root.resolve()}"))
+
+    def touch(self, session_id: str) -> None:
+        """Session `session_id` is alive now (a heartbeat or a request of its)."""
+        with self._lock:
+            self.sessions[session_id] = time.monotonic()
+            self.ended.pop(session_id, None)
+
+    def heartbeat(self, session_id: str) -> bool:
+        """False if the session has ended (the SDK then stops beating); a session this server never saw (it was
+        restarted) is taken as alive."""
+        with self._lock:
+            if session_id in self.ended:
+                return False
+        self.touch(session_id)
+        return True
+
+    def end_session(self, session_id: str, why: str) -> None:
+        """Drop the session's queued work and free its models, gates, sampling sessions and futures."""
+        with self._lock:
+            self.sessions.pop(session_id, None)
+            self.ended[session_id] = why
+            gone = [m for m in self.models if owner_of(m) == session_id]
+            for model_id in gone:
+                del self.models[model_id]
+                self.gates.pop(model_id, None)
+            for key in [k for k in self._clients if owner_of(k) == session_id]:
+                del self._clients[key]
+        self.samplers.drop_owner(session_id)
+        dropped = self.runner.drop(session_id)
+        self.futures.drop_owner(session_id)
+        log.info("session %s %s: %d models freed, %d queued requests dropped", session_id, why, len(gone), dropped)
+        release_memory()
+
+    def free_model(self, model_id: str, why: str) -> None:
+        with self._lock:
+            self.models.pop(model_id, None)
+            self.gates.pop(model_id, None)
+            self.ended[model_id] = why
+        log.info("model %s freed: %s", model_id, why)
+        release_memory()
+
+    def reap(self, now: float | None = None) -> None:
+        """End sessions not heard of for session_timeout_s, free models idle for model_idle_s, drop old results."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            dead = [s for s, seen in self.sessions.items() if now - seen > self.cfg.session_timeout_s]
+            idle = [m for m, tm in self.models.items()
+                    if self.cfg.model_idle_s > 0 and now - tm.last_used > self.cfg.model_idle_s]
+        for session_id in dead:
+            self.end_session(session_id, f"timed out (no heartbeat or request for {self.cfg.session_timeout_s:g} s)")
+        for model_id in idle:
+            self.free_model(model_id, f"no request used it for {self.cfg.model_idle_s:g} s (tinker.model_idle_s)")
+        self.futures.expire(now)
+
+    async def janitor(self) -> None:
+        """`reap` every few seconds, on the server's event loop."""
+        period = max(0.05, min(10.0, self.cfg.session_timeout_s / 4))
+        while True:
+            await asyncio.sleep(period)
+            self.reap()
+
+    def skip(self, model_id: str, seq_id: int) -> None:
+        """A refused request of `model_id` passes its seq_id through the model's gate (see futures.SeqGate)."""
+        with self._lock:
+            gate = self.gates.get(model_id)
+        if gate is not None:
+            gate.skip(seq_id)
 
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
         from tinker.types.get_server_capabilities_response import SupportedModel
 
-        return types.GetServerCapabilitiesResponse(supported_models=[
-            SupportedModel(model_name=name, trainable=True, sampleable=True) for name in self.bases.served()])
+        models = []
+        for name in self.bases.served():
+            try:
+                context = self.bases.context_length(self.bases.resolve(name))
+            except UserError:
+                context = None
+            models.append(SupportedModel(model_name=name, max_context_length=context, trainable=True,
+                                         sampleable=True))
+        return types.GetServerCapabilitiesResponse(supported_models=models)
 
     # --- futures ---------------------------------------------------------------------------------------------
     def _queue(self, run, payload=None, *, model_id: str | None = None, seq_id: int | None = None,
-               batch_key=None, max_batch: int = 1, sequence_ids: list[str] | None = None) -> types.UntypedAPIFuture:
-        request_id = self.futures.new()
-        job = Job(request_id, run, payload, batch_key, max_batch)
-        if model_id is None:
-            self.runner.submit(job)
-        else:
-            self._gate(model_id).offer(seq_id, job)
+               client: str | None = None, batch_key=None, max_batch: int = 1,
+               sequence_ids: list[str] | None = None) -> types.UntypedAPIFuture:
+        """Queue `run` for the runner as work of session `client` (default: the model's), through the model's
+        sequence gate when there is a model."""
+        client = owner_of(client if client is not None else model_id or "")
+        request_id = self.futures.new(client)
+        job = Job(request_id, run, payload, batch_key, max_batch, client)
+        try:
+            if model_id is None:
+                self.runner.submit(job)
+            else:
+                self._gate(model_id).offer(seq_id, job)
+        except UserError:
+            self.futures.discard(request_id)
+            raise
         return types.UntypedAPIFuture(request_id=request_id, model_id=model_id, sample_sequence_ids=sequence_ids)
 
     def _gate(self, model_id: str) -> SeqGate:
@@ -78,10 +189,18 @@ class TinkerService:
             return self.gates[model_id]
 
     def model(self, model_id: str) -> TrainingModel:
-        if model_id not in self.models:
+        with self._lock:
+            tm = self.models.get(model_id)
+            why = self.ended.get(model_id) or self.ended.get(owner_of(model_id))
+        if tm is None and why is not None:
+            raise UserError(f"model {model_id} was freed: {why}; continue from a saved state "
+                            "(create_training_client_from_state(path)).")
+        if tm is None:
             raise UserError(f"unknown model_id {model_id!r}: create it with create_lora_training_client (a restarted "
                             "server keeps saved states only: create_training_client_from_state(path)).")
-        return self.models[model_id]
+        tm.last_used = time.monotonic()
+        self.touch(owner_of(model_id))
+        return tm
 
     # --- training models -------------------------------------------------------------------------------------
     def create_model(self, req: types.CreateModelRequest) -> types.UntypedAPIFuture:
@@ -93,18 +212,31 @@ class TinkerService:
                          train_mlp=True if lora is None else lora.train_mlp,
                          train_unembed=True if lora is None else lora.train_unembed,
                          seed=None if lora is None else lora.seed)
-        model_id = f"{req.session_id}:train:{req.model_seq_id}"
+        model_id = self._model_id(req.session_id, req.model_seq_id)
 
         def run(_):
             self._new_model(model_id, spec)
             return [json_outcome(types.CreateModelResponse(model_id=model_id))]
-        return self._queue(run)
+        return self._queue(run, client=req.session_id)
+
+    def _model_id(self, session_id: str, model_seq_id: int) -> str:
+        model_id = f"{session_id}:train:{model_seq_id}"
+        model_folder_name(model_id)  # UserError for a session id of other characters
+        self.touch(session_id)
+        return model_id
 
     def _new_model(self, model_id: str, spec: ModelSpec) -> TrainingModel:
-        if model_id in self.models:
-            raise UserError(f"model {model_id} exists already; each training client needs a new model_seq_id.")
-        tm = TrainingModel(model_id, self.bases.resolve(spec.base_model), spec, self._gate(model_id))
-        self.models[model_id] = tm
+        with self._lock:
+            if model_id in self.models:
+                raise UserError(f"model {model_id} exists already; each training client needs a new model_seq_id.")
+            if owner_of(model_id) in self.ended:
+                raise UserError(f"session {owner_of(model_id)} has ended ({self.ended[owner_of(model_id)]}); "
+                                "start a new ServiceClient.")
+        base = self.bases.resolve(spec.base_model)
+        shared = self.bases.shared(base) if spec.lora_rank is not None else None
+        tm = TrainingModel(model_id, base, spec, self._gate(model_id), shared=shared)
+        with self._lock:
+            self.models[model_id] = tm
         return tm
 
     def get_info(self, model_id: str) -> types.GetInfoResponse:
@@ -124,12 +256,14 @@ class TinkerService:
                 raise UserError(call.error)
             outputs, metrics = training.forward_backward(tm, call.data, call.loss_fn, call.loss_fn_config,
                                                          forward_only=call.forward_only,
-                                                         microbatch_tokens=self.cfg.microbatch_tokens)
+                                                         microbatch_tokens=self.cfg.microbatch_tokens,
+                                                         max_length=self.bases.context_length(tm.base))
             return [Outcome(body=encode_forward_backward(outputs, metrics), media_type=PROTOBUF)]
         return self._queue(run, model_id=tm.model_id, seq_id=call.seq_id)
 
     def optim_step(self, req: types.OptimStepRequest) -> types.UntypedAPIFuture:
         tm = self.model(req.model_id)
+        training.check_adam(req.optim_params)  # a refusal here still passes its seq_id (guard.py)
 
         def run(_):
             return [json_outcome(types.OptimStepResponse(metrics=training.optim_step(tm, req.optim_params)))]
@@ -138,7 +272,7 @@ class TinkerService:
     # --- saved states ----------------------------------------------------------------------------------------
     def _folder(self, model_id: str, kind: str, name: str) -> tuple[Path, str]:
         path = f"tinker://{model_id}/{kind}/{name}"
-        return self.root / "runs" / safe_name(model_id) / kind / safe_name(name), path
+        return self.root / "runs" / model_folder_name(model_id) / kind / safe_name(name), path
 
     def folder_of(self, tinker_path: str, kind: str) -> Path:
         try:
@@ -157,6 +291,7 @@ class TinkerService:
     def save_weights(self, req: types.SaveWeightsRequest) -> types.UntypedAPIFuture:
         tm = self.model(req.model_id)
         name = req.path or f"state-{next(self._counter):06d}"
+        safe_name(name)
 
         def run(_):
             folder, path = self._folder(tm.model_id, "weights", name)
@@ -177,7 +312,7 @@ class TinkerService:
             return self._queue(run_existing, model_id=tm.model_id, seq_id=req.seq_id)
         if req.session_id is None or req.model_seq_id is None:
             raise UserError("load_weights needs either model_id or session_id and model_seq_id.")
-        model_id = f"{req.session_id}:train:{req.model_seq_id}"
+        model_id = self._model_id(req.session_id, req.model_seq_id)
 
         folder = self.folder_of(req.path, "weights")
 
@@ -188,23 +323,27 @@ class TinkerService:
             tm = self._new_model(model_id, spec)
             tm.load(folder, optimizer=req.optimizer)
             return [json_outcome(types.LoadWeightsResponse(path=req.path, model_id=model_id))]
-        return self._queue(run_new)
+        return self._queue(run_new, client=req.session_id)
 
     # --- sampling ----------------------------------------------------------------------------------------------
     def save_for_sampler(self, req: types.SaveWeightsForSamplerRequest) -> types.UntypedAPIFuture:
         tm = self.model(req.model_id)
+        if req.path is not None:
+            safe_name(req.path)
 
         def run(_):
             if req.path is None and req.sampling_session_seq_id is None:
                 raise UserError("save_weights_for_sampler needs a name (path) or a sampling_session_seq_id.")
-            weights = {name: t.detach().clone().cpu() for name, t in tm.engine.named_weights()}
             if req.path is not None:
+                weights = {name: t.detach().clone().cpu() for name, t in tm.engine.named_weights()}
                 folder, path = self._folder(tm.model_id, "sampler_weights", req.path)
                 save_sampler_folder(folder, weights, tm.spec)
                 return [json_outcome(types.SaveWeightsForSamplerResponseInternal(path=path))]
             session_id = f"{tm.model_id}:sampler:{req.sampling_session_seq_id}"
             key = f"mem:{session_id}"
-            self.samplers.remember(key, weights)
+            snapshot = sampling.adapter_snapshot(tm.engine.model) if tm.spec.lora_rank is not None else None
+            self.samplers.remember(key, snapshot if snapshot is not None else {
+                name: t.detach().clone() for name, t in tm.engine.named_weights()})
             self.samplers.add_session(sampling.Session(session_id, tm.base, key, None))
             return [json_outcome(types.SaveWeightsForSamplerResponseInternal(sampling_session_id=session_id))]
         return self._queue(run, model_id=tm.model_id, seq_id=req.seq_id)
@@ -243,16 +382,21 @@ class TinkerService:
     def asample(self, req: types.SampleRequest) -> types.UntypedAPIFuture:
         if req.sampling_session_id is not None:
             session = self.samplers.session(req.sampling_session_id)
+            self.touch(owner_of(session.session_id))
         else:
-            session = self.sampling_session(f"oneoff:{uuid.uuid4().hex}", req.model_path, req.base_model)
+            session = self.sampling_session(f"oneoff-{uuid.uuid4().hex}:sample:0", req.model_path, req.base_model)
         prompt = req.prompt.to_ints()
         if not prompt:
             raise UserError("the prompt is empty; give at least one token.")
         params = sampling.engine_params(req, self.cfg.max_tokens)  # checked before queueing
-        key = (session.snapshot, repr(params), bool(req.prompt_logprobs), req.prompt_logprobs_last_n)
+        sampling.check_size(len(prompt), params[0], self.bases.context_length(session.base),
+                            self.cfg.max_sample_tokens)
+        key = (session.snapshot, repr(params), bool(req.prompt_logprobs), req.prompt_logprobs_last_n,
+               req.topk_prompt_logprobs)
         prefix = uuid.uuid4().hex[:12]
         ids = [f"{prefix}-{j}" for j in range(req.num_samples)]
-        return self._queue(self._sample_batch, (session, req), batch_key=key, max_batch=self.cfg.max_sample_batch,
+        return self._queue(self._sample_batch, (session, req), client=session.session_id, batch_key=key,
+                           max_batch=self.cfg.max_sample_batch,
                            sequence_ids=ids)
 
     @torch.no_grad()
@@ -273,9 +417,11 @@ class TinkerService:
             return tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]
         for i, (_, req) in enumerate(payloads):
             seqs = sampling.sequences(generation, range(i * params.n, (i + 1) * params.n), stop_strings, decode)
-            lps = (sampling.prompt_logprobs(engine.model, prompts[i], req.prompt_logprobs_last_n)
-                   if req.prompt_logprobs else None)
-            outcomes.append(Outcome(body=encode_sample(seqs, lps), media_type=PROTOBUF))
+            scores = None
+            if req.prompt_logprobs or req.topk_prompt_logprobs > 0:
+                scores = sampling.prompt_scores(engine.model, prompts[i], req.prompt_logprobs_last_n,
+                                                bool(req.prompt_logprobs), req.topk_prompt_logprobs)
+            outcomes.append(Outcome(body=encode_sample(seqs, scores), media_type=PROTOBUF))
         return outcomes
 
 

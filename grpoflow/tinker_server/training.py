@@ -9,6 +9,7 @@ algorithms/tinker_losses.py) is added up, so gradients accumulate exactly as the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,8 +32,10 @@ class Example:
     inputs: dict[str, Tensor]
 
 
-def to_examples(data: list[types.Datum], loss_fn: str, config: dict, vocab_size: int) -> tuple[list[Example], dict]:
-    """Check a request against its loss (UserError with the reason) and turn its datums into tensors."""
+def to_examples(data: list[types.Datum], loss_fn: str, config: dict, vocab_size: int,
+                max_length: int | None = None) -> tuple[list[Example], dict]:
+    """Check a request against its loss and the model's context `max_length` (UserError with the reason) and turn
+    its datums into tensors."""
     if not data:
         raise UserError("forward_backward got no data; send at least one datum.")
     try:
@@ -52,8 +55,13 @@ def to_examples(data: list[types.Datum], loss_fn: str, config: dict, vocab_size:
                             f"{len(ids)} tokens; give one target (or one row of targets) per input position.")
         if targets.dim() == 2 and loss_fn != "cross_entropy":
             raise UserError(f"datum {i}: 2-D target_tokens work only with cross_entropy, not {loss_fn!r}.")
-        if len(ids) == 0 or int(ids.max()) >= vocab_size or int(ids.min()) < 0 or int(targets.max()) >= vocab_size:
-            raise UserError(f"datum {i}: token ids must lie in [0, {vocab_size}) and model_input must not be empty.")
+        if len(ids) == 0 or int(ids.max()) >= vocab_size or int(ids.min()) < 0 or int(targets.max()) >= vocab_size \
+                or int(targets.min()) < 0:
+            raise UserError(f"datum {i}: token ids and target_tokens must lie in [0, {vocab_size}) and model_input "
+                            "must not be empty.")
+        if max_length is not None and len(ids) > max_length:
+            raise UserError(f"datum {i} has {len(ids)} tokens, more than the model's context of {max_length}; "
+                            "shorten it.")
         inputs = {k: torch.as_tensor(np.asarray(v), dtype=torch.float32) for k, v in arrays.items()}
         for name, value in inputs.items():
             if value.shape != targets.shape:
@@ -103,11 +111,12 @@ def target_logprobs(model: torch.nn.Module, group: list[Example]) -> list[Tensor
 
 
 def forward_backward(tm: TrainingModel, data: list[types.Datum], loss_fn: str, config: dict, *, forward_only: bool,
-                     microbatch_tokens: int) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
+                     microbatch_tokens: int, max_length: int | None = None
+                     ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
     """Per-datum outputs ({"logprobs": [T]}) and metrics ({"loss:sum": ...}); gradients accumulate unless
     `forward_only`."""
     vocab_size = int(tm.engine.model.config.vocab_size)  # type: ignore[union-attr,arg-type]  # an HF model's config
-    examples, resolved = to_examples(data, loss_fn, config, vocab_size)
+    examples, resolved = to_examples(data, loss_fn, config, vocab_size, max_length)
     fn = TINKER_LOSSES[loss_fn].fn
     outputs: list[dict[str, np.ndarray]] = []
     total = 0.0
@@ -128,13 +137,24 @@ def forward_backward(tm: TrainingModel, data: list[types.Datum], loss_fn: str, c
     return outputs, {"loss:sum": total}
 
 
-def optim_step(tm: TrainingModel, params: types.AdamParams) -> dict[str, float]:
-    """One AdamW step with this request's hyper-parameters (Tinker's AdamW: decoupled decay, clip when > 0)."""
+def check_adam(params: object) -> types.AdamParams:
+    """`params` if it is AdamParams with finite values in range; UserError naming the bad value otherwise."""
     if not isinstance(params, types.AdamParams):
         raise UserError(f"optimizer {getattr(params, 'type', type(params).__name__)!r} is not supported; this "
                         "server runs AdamW (types.AdamParams).")
-    if params.learning_rate < 0:
-        raise UserError(f"learning_rate={params.learning_rate} is negative.")
+    for name in ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm"):
+        value = getattr(params, name)
+        if not math.isfinite(value) or value < 0:
+            raise UserError(f"AdamParams {name}={value}: give a finite value >= 0.")
+    for name in ("beta1", "beta2"):
+        if getattr(params, name) >= 1:
+            raise UserError(f"AdamParams {name}={getattr(params, name)}: give a value in [0, 1).")
+    return params
+
+
+def optim_step(tm: TrainingModel, params: types.AdamParams) -> dict[str, float]:
+    """One AdamW step with this request's hyper-parameters (Tinker's AdamW: decoupled decay, clip when > 0)."""
+    params = check_adam(params)
     for group in tm.engine.optimizer.param_groups:
         group.update(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps,
                      weight_decay=params.weight_decay)

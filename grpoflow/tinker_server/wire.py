@@ -102,14 +102,33 @@ class Sequence:
     stopped: bool  # ended by EOS or a stop sequence (else: max_tokens)
 
 
-def encode_sample(sequences: list[Sequence], prompt_logprobs: list[float] | None) -> bytes:
-    """SampleResponse as protobuf; prompt log-probs are NaN where there is none (the first token)."""
+EMPTY_LOGPROB = -99999.0  # the SDK's marker of an empty top-k cell (types.topk_logprobs.MASK_LOGPROB)
+
+
+@dataclass
+class PromptScores:
+    """What a request asked to know about its prompt: log p(prompt[i] | prompt[:i]) per position (NaN at 0 and
+    before the last `last_n`), and the top-k tokens with their log-probs per position ([T, k]; position 0 and
+    those before the last `last_n` hold the SDK's empty cell: token 0, log-prob EMPTY_LOGPROB)."""
+    logprobs: list[float] | None
+    topk_ids: np.ndarray | None = None
+    topk_logprobs: np.ndarray | None = None
+
+
+def encode_sample(sequences: list[Sequence], scores: PromptScores | None) -> bytes:
+    """SampleResponse as protobuf; prompt log-probs are NaN where there is none (the first token); top-k prompt
+    log-probs as the SDK's dense [T, k] TopkLogprobs."""
     msg = pb.SampleResponse()
     for seq in sequences:
         msg.sequences.append(pb.SampledSequence(
             stop_reason=pb.STOP_REASON_STOP if seq.stopped else pb.STOP_REASON_LENGTH,
             tokens=np.asarray(seq.tokens, dtype=np.int32).tobytes(),
             logprobs=np.asarray(seq.logprobs, dtype=np.float32).tobytes()))
-    if prompt_logprobs is not None:
-        msg.prompt_logprobs = np.asarray(prompt_logprobs, dtype=np.float32).tobytes()
+    if scores is not None and scores.logprobs is not None:
+        msg.prompt_logprobs = np.asarray(scores.logprobs, dtype=np.float32).tobytes()
+    if scores is not None and scores.topk_ids is not None and scores.topk_logprobs is not None:
+        length, k = scores.topk_ids.shape
+        msg.topk_prompt_logprobs.CopyFrom(pb.TopkLogprobs(
+            token_ids=scores.topk_ids.astype(np.int32).tobytes(),
+            logprobs=scores.topk_logprobs.astype(np.float32).tobytes(), k=k, length=length))
     return msg.SerializeToString()

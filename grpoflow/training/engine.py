@@ -56,17 +56,18 @@ def lr_multiplier(step: int, *, warmup_steps: int = 0, total_steps: int = 0, sch
                   min_lr_ratio: float = 0.0) -> float:
     """Factor on the base learning rate before optimizer step `step` (0-based).
 
-    Linear warm-up over `warmup_steps`, then `constant` (1) or `cosine` decay from 1 to
-    `min_lr_ratio` at `total_steps`.
+    Linear warm-up over `warmup_steps`, then `constant` (1), `cosine` or `linear` (TRL's default, with
+    min_lr_ratio=0) decay from 1 to `min_lr_ratio` at `total_steps`.
     """
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     if schedule == "constant" or total_steps <= warmup_steps:
         return 1.0
-    if schedule != "cosine":
-        raise ValueError(f"unknown lr schedule {schedule!r}; use constant or cosine.")
+    if schedule not in ("cosine", "linear"):
+        raise ValueError(f"unknown lr schedule {schedule!r}; use constant, cosine or linear.")
     progress = min((step - warmup_steps) / (total_steps - warmup_steps), 1.0)
-    return min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+    decay = 1 - progress if schedule == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+    return min_lr_ratio + (1 - min_lr_ratio) * decay
 
 
 def decoder_layers(model: nn.Module) -> list[nn.Module]:

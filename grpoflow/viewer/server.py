@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from grpoflow.errors import MissingExtraError, UserError
+from grpoflow.local_http import LocalOnly
 from grpoflow.viewer.run_folder import RunFolder
 
 STATIC = Path(__file__).parent / "static"
@@ -50,8 +51,10 @@ def plotly_bundle() -> Path:
     return path
 
 
-def build_app(run_dirs: Sequence[str | Path], *, refresh_s: float = 2.0) -> Any:
-    """The FastAPI app over these run folders (each must exist; it may still be empty)."""
+def build_app(run_dirs: Sequence[str | Path], *, refresh_s: float = 2.0, host: str = "127.0.0.1",
+              port: int | None = None) -> Any:
+    """The FastAPI app over these run folders (each must exist; it may still be empty). It answers only requests
+    whose Host header is `host` (or localhost) and `port` when given (local_http.LocalOnly: no DNS rebinding)."""
     require_view_extra()
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import FileResponse, JSONResponse, Response
@@ -59,6 +62,7 @@ def build_app(run_dirs: Sequence[str | Path], *, refresh_s: float = 2.0) -> Any:
     runs = [RunFolder(d) for d in run_dirs]
     bundle = plotly_bundle()
     app = FastAPI(title="grpoflow view", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(LocalOnly, host=host, port=port)
 
     def run(i: int) -> RunFolder:
         if not 0 <= i < len(runs):
@@ -119,7 +123,6 @@ def serve(run_dirs: list[str], *, host: str = "127.0.0.1", port: int = 8765, ref
 
     import uvicorn
 
-    app = build_app(run_dirs, refresh_s=refresh_s)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -129,6 +132,11 @@ def serve(run_dirs: list[str], *, host: str = "127.0.0.1", port: int = 8765, ref
         raise UserError(f"cannot listen on {host}:{port} ({e.strerror}); pass another --port (0: any free one).") \
             from None
     bound = sock.getsockname()[1]
+    try:
+        app = build_app(run_dirs, refresh_s=refresh_s, host=host, port=bound)
+    except BaseException:
+        sock.close()
+        raise
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     print(f"grpoflow view: http://{host}:{bound}/  ({len(run_dirs)} run(s); Ctrl-C stops)", flush=True)
     server.run(sockets=[sock])

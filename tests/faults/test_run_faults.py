@@ -14,20 +14,20 @@ from grpoflow.cli import main
 from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, problem
 from grpoflow.controller.metrics import read_metrics
+from grpoflow.controller.reward_health import RewardFailure
 from grpoflow.commands.run import train
 from grpoflow.tasks.addition import addition_splits
 
 pytestmark = pytest.mark.faults
 
 
-def test_rewards_of_nan_and_inf_score_error_score_and_the_run_finishes(tmp_path):
+def test_rewards_of_nan_and_inf_on_every_sample_stop_the_run_before_it_trains(tmp_path):
     out = tmp_path / "run"
-    train(load_config(None, [f"trainer.output_dir={out}", *ARGS, "trainer.total_steps=2", "trainer.val_every=0",
-                             f"reward.function={REWARDS}:not_finite", "reward.error_score=-1"]))
-    records = read_metrics(out)
-    assert [r["step"] for r in records] == [1, 2]
-    assert all(r["reward/errors"] == 16 and r["critic/score/mean"] == -1 for r in records)
-    report("NaN/inf rewards: finished; every sample scored reward.error_score and counted in reward/errors")
+    with pytest.raises(RewardFailure, match=r"(?s)not_finite failed on all 16 samples of step 1.*returned (nan|inf)"):
+        train(load_config(None, [f"trainer.output_dir={out}", *ARGS, "trainer.total_steps=2", "trainer.val_every=0",
+                                 f"reward.function={REWARDS}:not_finite", "reward.error_score=-1"]))
+    assert read_metrics(out) == []  # no step trained on error scores alone
+    report("NaN/inf rewards on every sample: stopped before step 1 trained, naming the function and the value")
 
 
 def test_a_loss_that_overflows_stops_clearly_and_keeps_the_last_checkpoint(tmp_path, capsys):

@@ -13,6 +13,7 @@ import pytest
 from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.commands.run import train
+from grpoflow.controller.reward_health import RewardFailure
 from grpoflow.rewards import RewardScorer, load_reward_function
 
 REWARDS = textwrap.dedent('''
@@ -86,7 +87,12 @@ def test_a_bad_environment_scores_error_score_and_the_run_goes_on(files, env, tm
         "rollout.max_new_tokens=16", "rollout.multi_turn.max_turns=2", "trainer.total_steps=1", "trainer.save_every=0",
         "trainer.val_every=0", "reward.error_score=-1"])
     with caplog.at_level(logging.WARNING, logger="grpoflow.env"):
-        train(cfg)
+        try:
+            train(cfg)
+        except RewardFailure as e:  # every trajectory's environment failed: the run must not train on that
+            assert "failed on all 4 samples of step 1" in str(e) and "environment" in str(e)
+            assert read_metrics(tmp_path / "run") == []
+            return
     (record,) = read_metrics(tmp_path / "run")
     failed = record["reward/env/errors"]  # a trajectory cut by its token budget before any step never fails
     assert failed >= 1 and record["reward/errors"] == failed, record

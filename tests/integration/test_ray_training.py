@@ -107,6 +107,6 @@ def test_killing_a_worker_mid_run_stops_the_controller_naming_it(tmp_path, warm_
 
 
 class _ConstantScorer:
-    def score(self, prompts, completions, rows):
+    def score(self, prompts, completions, rows, contexts=None):
         from grpoflow.rewards.scoring import Scores
         return Scores([float(len(c) % 2) for c in completions])

@@ -22,7 +22,8 @@ TIMEOUT = 120  # no request may take longer: nothing hangs
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    proc = ServerProcess(tmp_path_factory.mktemp("tinker") / "root", f"model.path={MODEL}")
+    proc = ServerProcess(tmp_path_factory.mktemp("tinker") / "root", f"model.path={MODEL}", "tinker.max_request_mb=2",
+                         "tinker.max_sample_tokens=4000")
     yield proc
     proc.kill()
 
@@ -184,8 +185,9 @@ def test_bad_requests_answer_with_the_sdk_error_shape(service, server):
     with pytest.raises(tinker.RequestFailedError, match="not supported") as refused:
         tc.forward_backward([datum], "stable_reinforce").result(TIMEOUT)
     assert refused.value.category == types.RequestErrorCategory.User
-    with pytest.raises(tinker.RequestFailedError, match="not a usable checkpoint name"):
-        tc.save_state("..").result(TIMEOUT)
+    for name in ("..", "a/../../b", "a/b"):   # refused, never stored under another name
+        with pytest.raises(tinker.BadRequestError, match="not a usable checkpoint name"):
+            tc.save_state(name).result(TIMEOUT)
     # refused requests keep their place in the client's order: the same client goes on working
     assert tc.forward_backward([datum], "cross_entropy").result(TIMEOUT).metrics["loss:sum"] > 0
     with pytest.raises(tinker.RequestFailedError, match="needs loss_fn_inputs"):
@@ -248,3 +250,141 @@ def test_full_fine_tuning_when_the_request_asks_for_no_lora(server, service):
                       json={"request_id": future["request_id"]}).json()
     info = httpx.post(f"{server.url}/api/v1/get_info", headers=headers, json={"model_id": done["model_id"]}).json()
     assert info["is_lora"] is False and "lora_rank" not in info
+
+
+def test_a_refused_request_never_wedges_its_client(service):
+    """The SDK numbers every request of a training client; one answered 404 (a route this server lacks) or 400
+    (a NaN learning rate) must still pass its number, or every later request of the client waits forever."""
+    tc = training_client(service)
+    datum = sft_datum(tc.get_tokenizer(), "1+2=", "3")
+    with pytest.raises(tinker.NotFoundError, match="not supported here"):
+        tc.save_weights_external("hf").result(TIMEOUT)
+    with pytest.raises(tinker.BadRequestError, match="learning_rate"):
+        tc.optim_step(types.AdamParams(learning_rate=float("nan"))).result(TIMEOUT)
+    assert tc.forward_backward([datum], "cross_entropy").result(30).metrics["loss:sum"] > 0
+    assert tc.optim_step(types.AdamParams(learning_rate=1e-3)).result(30).metrics["grad_norm:mean"] > 0
+
+
+def test_limits_refuse_what_would_exhaust_the_server(server, service):
+    """Every limit answers a 4xx in the SDK's error shape (the SDK retries 5xx): a prompt past the model's context
+    (reported as max_context_length), too many samples x tokens, sampling parameters out of range, negative
+    target tokens."""
+    capabilities = service.get_server_capabilities()
+    assert {m.max_context_length for m in capabilities.supported_models} == {256}   # the tiny model's context
+    tc = training_client(service)
+    sampler = tc.save_weights_and_get_sampling_client().result(TIMEOUT)
+    prompt = types.ModelInput.from_ints([5] * 10)
+    refused = [(types.ModelInput.from_ints([5] * 300), 1, types.SamplingParams(max_tokens=4), "context of 256"),
+               (prompt, 1, types.SamplingParams(max_tokens=250), "context of 256"),
+               (prompt, 5000, types.SamplingParams(max_tokens=8), "tinker.max_sample_tokens"),
+               (prompt, 1, types.SamplingParams(max_tokens=4, temperature=-1.0), "temperature=-1.0"),
+               (prompt, 1, types.SamplingParams(max_tokens=4, top_p=0.0), "top_p=0.0"),
+               (prompt, 1, types.SamplingParams(max_tokens=4, top_p=1.5), "top_p=1.5")]
+    for p, n, params, why in refused:
+        with pytest.raises(tinker.BadRequestError, match=why):
+            sampler.sample(p, n, params).result(TIMEOUT)
+    negative = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]),
+                           loss_fn_inputs={"target_tokens": [2, -3, 4]})
+    with pytest.raises(tinker.RequestFailedError, match="target_tokens must lie in") as failed:
+        tc.forward_backward([negative], "cross_entropy").result(TIMEOUT)
+    assert failed.value.category == types.RequestErrorCategory.User
+    long = types.Datum(model_input=types.ModelInput.from_ints([1] * 300), loss_fn_inputs={"target_tokens": [1] * 300})
+    with pytest.raises(tinker.RequestFailedError, match="context of 256"):
+        tc.forward_backward([long], "cross_entropy").result(TIMEOUT)
+    assert len(sampler.sample(prompt, 2, types.SamplingParams(max_tokens=4)).result(TIMEOUT).sequences) == 2
+
+
+def test_bodies_are_bounded_and_malformed_ones_get_the_error_shape(server):
+    """tinker.max_request_mb=2 here: a larger body, and a small zstd body that decompresses past it, are refused
+    (413) while they arrive; a body that does not parse is a user error (400), never a plain-text 500."""
+    import httpx
+    import zstandard
+
+    url, key = f"{server.url}/api/v1", {"X-API-Key": API_KEY}
+    proto = {**key, "Content-Type": "application/x-protobuf"}
+    bomb = zstandard.ZstdCompressor().compress(bytes(20 * 2**20))           # 20 MiB of zeros in a few KB
+    assert len(bomb) < 10_000
+    answer = httpx.post(f"{url}/forward_backward", content=bomb, headers={**proto, "Content-Encoding": "zstd"})
+    assert answer.status_code == 413 and answer.json()["category"] == "user"
+    answer = httpx.post(f"{url}/forward_backward", content=bytes(3 * 2**20), headers=proto)
+    assert answer.status_code == 413 and "tinker.max_request_mb" in answer.json()["error"]
+    for body, headers in [(b"{not json", {**key, "Content-Type": "application/json"}),
+                          (b"\xff\xfe garbage", proto),
+                          (b"not zstd", {**proto, "Content-Encoding": "zstd"})]:
+        path = "optim_step" if b"json" in body else "forward_backward"
+        answer = httpx.post(f"{url}/{path}", content=body, headers=headers)
+        assert answer.status_code == 400 and answer.json()["category"] == "user", answer.text
+    wrong_method = httpx.get(f"{url}/optim_step", headers=key)
+    assert wrong_method.status_code == 405 and wrong_method.json()["category"] == "user"
+
+
+def test_only_local_programs_are_answered(server):
+    """A web page can make a browser send requests to 127.0.0.1: with its own Host name (DNS rebinding) or a JSON
+    body typed text/plain (a "simple" request, sent without asking). Both are refused."""
+    import httpx
+
+    url, key = f"{server.url}/api/v1", {"X-API-Key": API_KEY}
+    assert httpx.get(f"{url}/get_server_capabilities", headers=key).status_code == 200
+    foreign = httpx.get(f"{url}/get_server_capabilities", headers={**key, "Host": f"evil.example:{server.port}"})
+    assert foreign.status_code == 403 and "not this server's address" in foreign.json()["error"]
+    body = types.CreateSessionRequest(tags=[], user_metadata=None, sdk_version="0").model_dump_json()
+    plain = httpx.post(f"{url}/create_session", headers={**key, "Content-Type": "text/plain"}, content=body)
+    assert plain.status_code == 415 and "text/plain" in plain.json()["error"]
+    assert API_KEY not in server.log.read_text()   # the key is never printed
+
+
+def test_topk_prompt_logprobs_are_the_training_forwards_best_tokens(service):
+    """topk_prompt_logprobs (sdft, off-policy distillation): one row per prompt token, none at position 0, the k
+    likeliest next tokens best first, whose log-probs the training forward gives too (2-D target_tokens)."""
+    tc = training_client(service, seed=4)
+    tokenizer = tc.get_tokenizer()
+    tc.forward_backward([sft_datum(tokenizer, "2+2=", "4")], "cross_entropy").result(TIMEOUT)
+    tc.optim_step(types.AdamParams(learning_rate=5e-2)).result(TIMEOUT)
+    sampler = tc.save_weights_and_get_sampling_client().result(TIMEOUT)
+    prompt = tokenizer.encode("12+30=42")
+    k = 5
+    result = sampler.sample(types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=1),
+                            include_prompt_logprobs=True, topk_prompt_logprobs=k).result(TIMEOUT)
+    rows = result.topk_prompt_logprobs
+    assert len(rows) == len(prompt) and rows[0] is None and all(len(r) == k for r in rows[1:])
+    ids = np.array([[t for t, _ in r] for r in rows[1:]])
+    lps = np.array([[lp for _, lp in r] for r in rows[1:]])
+    assert (np.diff(lps, axis=1) <= 0).all()                     # best first
+    datum = types.Datum(model_input=types.ModelInput.from_ints(prompt[:-1]),
+                        loss_fn_inputs={"target_tokens": types.TensorData.from_numpy(ids.astype(np.int64))})
+    teacher = tc.forward([datum], "cross_entropy").result(TIMEOUT).loss_fn_outputs[0]["logprobs"].to_numpy()
+    np.testing.assert_allclose(teacher.reshape(lps.shape), lps, atol=2e-4)
+    for i, (tokens, logprob) in enumerate(zip(ids, result.prompt_logprobs[1:])):
+        assert logprob <= lps[i, 0] + 1e-5                       # no prompt token beats the best one
+        if prompt[i + 1] in tokens:
+            assert abs(lps[i, list(tokens).index(prompt[i + 1])] - logprob) < 2e-4
+
+
+def test_an_oversize_forward_backward_still_passes_its_seq_id(server):
+    """Numbered the way the SDK numbers a training client's requests (seq_id 1, 2, ...): a forward_backward too
+    large to read (413, raw and zstd-compressed) still names its model and seq_id, so seq_id 3 runs."""
+    import httpx
+    import zstandard
+    from tinker.proto import tinker_public_pb2 as pb
+
+    url, key = f"{server.url}/api/v1", {"X-API-Key": API_KEY}
+
+    def result(future: dict) -> dict:
+        return httpx.post(f"{url}/retrieve_future", headers=key, timeout=60,
+                          json={"request_id": future["request_id"]}).json()
+
+    create = types.CreateModelRequest(session_id="raw-oversize", model_seq_id=0, base_model=MODEL,
+                                      lora_config=types.LoraConfig(rank=2))
+    model_id = result(httpx.post(f"{url}/create_model", headers=key,
+                                 json=create.model_dump(mode="json", exclude_none=True)).json())["model_id"]
+    huge = pb.ForwardBackwardRequest(model_id=model_id, seq_id=1, loss_fn="cross_entropy",
+                                     data=[pb.Datum()] * 1).SerializeToString() + bytes(3 * 2**20)
+    proto = {**key, "Content-Type": "application/x-protobuf"}
+    assert httpx.post(f"{url}/forward_backward", content=huge, headers=proto).status_code == 413
+    bomb = zstandard.ZstdCompressor().compress(pb.ForwardBackwardRequest(model_id=model_id, seq_id=2)
+                                               .SerializeToString() + bytes(20 * 2**20))
+    answer = httpx.post(f"{url}/forward_backward", content=bomb, headers={**proto, "Content-Encoding": "zstd"})
+    assert answer.status_code == 413
+    step = types.OptimStepRequest(adam_params=types.AdamParams(learning_rate=1e-3), model_id=model_id, seq_id=3)
+    future = httpx.post(f"{url}/optim_step", headers=key, json=step.model_dump(mode="json", exclude_none=True))
+    assert "grad_norm:mean" in result(future.json())["metrics"]

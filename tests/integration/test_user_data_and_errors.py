@@ -10,6 +10,7 @@ from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.commands.run import train
 from grpoflow.controller.fit import TrainingError
+from grpoflow.errors import UserError
 
 # The tiny model folder was trained from scratch: runs use the `builtin` recipe (its settings) like builtin: models.
 ARGS = ["data.prompts_per_step=4", "rollout.n=2", "rollout.max_new_tokens=4", "trainer.total_steps=2",
@@ -69,15 +70,15 @@ def test_overlong_prompt_error_names_the_setting(tmp_path, tiny_model_path, user
     assert code == 2 and "data.max_prompt_length" in capsys.readouterr().err
 
 
-def test_raising_reward_is_counted_not_fatal(tmp_path, tiny_model_path, user_files):
+def test_a_reward_that_fails_on_every_sample_stops_the_run(tmp_path, tiny_model_path, user_files):
     data, _ = user_files
     bad = tmp_path / "bad.py"
     bad.write_text("def score(prompt, completion, **row):\n    raise RuntimeError('boom')\n")
-    train(load_config("builtin", [f"model.path={tiny_model_path}", f"data.train_files={data}",
-                                  f"reward.function={bad}:score", "reward.error_score=-1",
-                                  f"trainer.output_dir={tmp_path / 'run'}", *ARGS]))
-    for r in read_metrics(tmp_path / "run"):
-        assert r["reward/errors"] == 8 and r["critic/score/mean"] == -1
+    with pytest.raises(UserError, match=r"(?s)bad.py:score failed on all 8 samples of step 1.*boom"):
+        train(load_config("builtin", [f"model.path={tiny_model_path}", f"data.train_files={data}",
+                                      f"reward.function={bad}:score", "reward.error_score=-1",
+                                      f"trainer.output_dir={tmp_path / 'run'}", *ARGS]))
+    assert read_metrics(tmp_path / "run") == []  # nothing was trained or logged as if it had been
 
 
 @register_advantage("test_nan_advantage", override=True)
@@ -92,3 +93,40 @@ def test_nan_loss_stops_with_clear_message(tmp_path, tiny_model_path, user_files
                              f"trainer.output_dir={tmp_path}", *ARGS])
     with pytest.raises(TrainingError, match=r"Stopped at step 1: the loss became nan.*Lower actor.lr"):
         train(cfg)
+
+
+TRL_REWARDS = """
+def accuracy_reward(completions, solution, **kwargs):
+    return [float(c.strip() == s) + 0.1 * len(c) for c, s in zip(completions, solution)]
+
+def buggy_reward(completions, solution, **kwargs):
+    return [float(c == s) for c, s in zip(completions, solution, kwargs["missing_column"])]
+"""
+VERL_REWARD = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return float(solution_str.strip() == ground_truth) + 0.1 * len(solution_str)
+
+def compute_score_buggy(data_source, solution_str, ground_truth, extra_info=None):
+    return float(solution_str.strip() == ground_truth["value"])
+"""
+
+
+@pytest.mark.parametrize("fn, bug, convention", [("trl_rewards.py:accuracy_reward", "trl_rewards.py:buggy_reward",
+                                                  "TRL's batched shape"),
+                                                 ("verl_reward.py:compute_score", "verl_reward.py:compute_score_buggy",
+                                                  "verl's compute_score")])
+def test_trl_and_verl_reward_files_train_unchanged_and_a_bug_stops_at_step_1(tmp_path, tiny_model_path, capsys, fn,
+                                                                             bug, convention):
+    (tmp_path / "trl_rewards.py").write_text(TRL_REWARDS)
+    (tmp_path / "verl_reward.py").write_text(VERL_REWARD)
+    rows = [{"prompt": f"{i}+1=", "solution": str(i + 1), "data_source": "mine",
+             "reward_model": {"ground_truth": str(i + 1)}} for i in range(8)]
+    data = write_jsonl(tmp_path / "rows.jsonl", rows)
+    common = ["builtin", f"model.path={tiny_model_path}", f"data.train_files={data}", *ARGS]
+    assert main(["train", *common, f"reward.function={tmp_path / fn}", f"trainer.output_dir={tmp_path / 'ok'}"]) == 0
+    metrics = read_metrics(tmp_path / "ok")
+    assert [m["reward/errors"] for m in metrics] == [0, 0] and all(m["critic/score/mean"] > 0 for m in metrics)
+    capsys.readouterr()
+    assert main(["train", *common, f"reward.function={tmp_path / bug}", f"trainer.output_dir={tmp_path / 'bug'}"]) == 2
+    err = capsys.readouterr().err
+    assert "failed on all 8 samples of step 1" in err and convention in err and bug.split(":")[1] in err

@@ -14,7 +14,7 @@ from grpoflow.controller.checks import check_config
 @pytest.mark.parametrize("override, named", [
     ("actor.loss_agg_mode=tokenmean", "actor.loss_agg_mode='tokenmean'.*did you mean 'token-mean'"),
     ("actor.kl_estimator=k4", "actor.kl_estimator='k4'"),
-    ("algorithm.kl_penalty=kl", "algorithm.kl_penalty='kl'"),
+    ("algorithm.kl_penalty=kl", "algorithm.kl_penalty=kl is verl's name; here it is `algorithm.kl_penalty=k1`"),
     ("algorithm.kl_ctrl.type=adaptiv", "algorithm.kl_ctrl.type='adaptiv'.*did you mean 'adaptive'"),
     ("algorithm.adv_estimator=grp", "algorithm.adv_estimator='grp'.*did you mean 'grpo'"),
     ("actor.policy_loss=ppo2", "actor.policy_loss='ppo2'"),

@@ -4,7 +4,8 @@
         -> distributed -> controller -> commands -> cli
 
 `training` and `rollout` sit side by side and never import each other; `config` imports only `config_rules`,
-`config_moved` (the keys that moved; stdlib only), `plugins` and `errors`.
+`config_moved` (the keys that moved; stdlib only), `foreign` (verl's and TRL's keys; stdlib only), `plugins` and
+`errors`.
 `errors` (the user-error types, stdlib only) sits under everything.
 `user_code` (processes that run reward functions and tools under limits) is standard library + `plugins`,
 `user_code_child` (its child side) and `sandbox` (what a sandboxed worker gives up; stdlib only).
@@ -29,7 +30,8 @@ UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "
                  "tinker_server", "cli", "plotting", "viewer"}
 EVERY_PART = {"errors", "plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards",
               "data", "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
-              "commands", "tinker_server", "config", "config_rules", "config_moved", "cli", "viewer"}
+              "commands", "tinker_server", "config", "config_rules", "config_moved", "foreign", "cli", "viewer",
+              "local_http"}
 FORBIDDEN_PARTS = {
     "errors": None,  # None: nothing from any other grpoflow part (the user-error types; stdlib only)
     "plugins": EVERY_PART - {"errors", "plugins"},  # registries, user-file loading; stdlib only
@@ -39,7 +41,8 @@ FORBIDDEN_PARTS = {
     # reads metrics.jsonl via controller.metrics
     "plotting": {"training", "rollout", "workers", "distributed", "commands", "tinker_server", "cli"},
     # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
-    "viewer": EVERY_PART - {"errors", "plugins", "config", "config_moved", "viewer"},
+    "viewer": EVERY_PART - {"errors", "plugins", "config", "config_moved", "viewer", "local_http"},
+    "local_http": EVERY_PART - {"local_http"},  # stdlib only: the local servers' Host and body-type checks
     "algorithms": EVERY_PART - {"errors", "plugins", "algorithms"},
     "rewards": EVERY_PART - {"errors", "plugins", "user_code", "rewards"},
     "data": UPPER_OF_DATA,
@@ -60,8 +63,9 @@ FORBIDDEN_PARTS = {
     # the Tinker API server, on the engines and checkpoints; `grpoflow serve tinker` (commands/serve.py) starts it
     "tinker_server": {"commands", "cli", "workers", "distributed", "multiturn"},
     # the schema: plain values, no torch, no registries
-    "config": EVERY_PART - {"errors", "plugins", "config", "config_rules", "config_moved"},
-    "config_rules": EVERY_PART - {"errors", "config", "config_rules"},  # config.validate's newer checks (types only)
+    "config": EVERY_PART - {"errors", "plugins", "config", "config_rules", "config_moved", "foreign"},
+    "config_rules": EVERY_PART - {"errors", "config", "config_rules", "foreign"},  # validate's newer checks
+    "foreign": EVERY_PART - {"foreign"},  # verl's keys and TRL's fields -> ours; stdlib only
     "config_moved": EVERY_PART - {"config_moved"},  # old key -> new key; stdlib only (the viewer reads it too)
     "cli": set(),
 }

@@ -3,6 +3,7 @@ and a Llama-3-style template (char tokenizers: one id per character, so the expe
 
 import pytest
 
+from grpoflow.errors import UserError
 from grpoflow.models.tiny import build_char_tokenizer
 from grpoflow.multiturn.chat import ChatRenderer, TemplateError
 
@@ -122,3 +123,16 @@ def test_a_warm_start_demonstration_opens_exactly_as_the_rollout_prompt_with_the
     # without a system prompt the demonstration opens with the user turn, as before
     (bare, _, _), = sft_examples([row], tok, "prompt", "demo")
     assert bare == ChatRenderer(tok).prompt_ids(demo[:1])
+
+
+def test_a_warm_start_on_chat_message_prompts_renders_them_as_the_run_does():
+    from grpoflow.commands.sft import sft_examples
+    from grpoflow.data.dataset import render_prompt
+
+    tok = chatml()
+    row = {"prompt": [{"role": "user", "content": "2+2"}], "reward_model": {"ground_truth": "4"}}
+    (prompt, target, trained), = sft_examples([row], tok, "prompt", "reward_model.ground_truth")
+    assert prompt == tok.encode(render_prompt(row["prompt"], tok), add_special_tokens=False)
+    assert tok.decode(prompt).endswith("<|im_start|>assistant\n") and trained == [1] * len(target)
+    with pytest.raises(UserError, match="sft.response_key=reward_model.ground_truth.*or sft.steps=0"):
+        sft_examples([row], tok, "prompt", "answer")

@@ -69,3 +69,24 @@ def test_a_sample_ends_at_the_token_that_completes_a_stop_string():
     assert cut_at_stop([1, 2, 3, 4], ["\n\nUser:"], decode) == 3   # split over two tokens: cut after the second
     assert cut_at_stop([1, 4], ["\n\nUser:"], decode) is None
     assert cut_at_stop([1, 2, 3], [], decode) is None
+
+
+def test_an_adapter_snapshot_loads_the_same_merged_weights_bit_for_bit(tiny_model_path):
+    """save_weights_and_get_sampling_client keeps a LoRA model's adapters only, a fraction of its weights, and
+    the engine merges them into exactly the weights the full snapshot held; each model keeps its own newest."""
+    from grpoflow.tinker_server.sampling import adapter_snapshot
+
+    tm = trained_lora(tiny_model_path, 3)
+    snapshot = adapter_snapshot(tm.engine.model)
+    full = {n: t.clone() for n, t in tm.engine.named_weights()}
+    assert snapshot is not None and set(snapshot.deltas) < set(full)
+    kept = sum(a.numel() + b.numel() for a, b, _ in snapshot.deltas.values())
+    assert kept < sum(t.numel() for t in full.values()) / 4
+    samplers = Samplers(keep_in_memory=1)
+    base = BaseModel(tiny_model_path, tiny_model_path)
+    samplers.remember("mem:s:train:0:sampler:1", snapshot)
+    held = engine_weights(samplers, Session("x", base, "mem:s:train:0:sampler:1", None))
+    assert all(torch.equal(held[n], full[n]) for n in full)
+    samplers.remember("mem:s:train:1:sampler:1", full)        # another client's: kept beside it
+    samplers.remember("mem:s:train:0:sampler:2", snapshot)    # the same client's newer one replaces it
+    assert set(samplers._memory) == {"mem:s:train:1:sampler:1", "mem:s:train:0:sampler:2"}

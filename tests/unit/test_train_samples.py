@@ -78,7 +78,15 @@ def test_segments_split_on_source_and_training():
 
 
 def test_short_row_cuts_long_values():
-    assert short_row({"prompt": "x", "doc": "y" * 500, "n": 3, "nested": {"a": 1}}) == {"doc": "y" * 200 + "…", "n": 3}
+    assert short_row({"prompt": "x", "doc": "y" * 500, "n": 3, "nested": {"a": 1, "b": {"deeper": 2}}}) == \
+        {"doc": "y" * 200 + "…", "n": 3, "nested.a": 1}
+
+
+def test_short_row_keeps_verls_nested_ground_truth_and_extra_info():
+    row = {"prompt": [{"role": "user", "content": "q"}], "data_source": "openai/gsm8k",
+           "reward_model": {"style": "rule", "ground_truth": "72"}, "extra_info": {"split": "train", "index": 4}}
+    assert short_row(row) == {"data_source": "openai/gsm8k", "reward_model.style": "rule",
+                              "reward_model.ground_truth": "72", "extra_info.split": "train", "extra_info.index": 4}
 
 
 def recorder(tmp_path, **kw):

@@ -57,7 +57,7 @@ def run_dir(tmp_path):
 
 @pytest.fixture
 def client(run_dir):
-    return TestClient(build_app([run_dir, run_dir]))
+    return TestClient(build_app([run_dir, run_dir]), base_url="http://127.0.0.1")
 
 
 def test_runs_and_metrics_follow_the_file_by_offset(client, run_dir):
@@ -117,6 +117,16 @@ def test_bad_requests_name_the_problem(client):
     assert client.get("/static/../server.py").status_code == 404
     with pytest.raises(FileNotFoundError, match="does not exist"):
         build_app(["/no/such/run"])
+
+
+def test_only_requests_to_this_machines_address_are_answered(run_dir):
+    """DNS rebinding: a page whose name resolves to 127.0.0.1 sends its own name as Host, and is refused."""
+    app = build_app([run_dir], port=8765)
+    assert TestClient(app, base_url="http://localhost:8765").get("/api/runs").status_code == 200
+    assert TestClient(app, base_url="http://127.0.0.1:8765").get("/api/runs").status_code == 200
+    for foreign in ("http://evil.example:8765", "http://127.0.0.1:9999", "http://testserver"):
+        refused = TestClient(app, base_url=foreign).get("/api/runs")
+        assert refused.status_code == 403 and "not this server's address" in refused.json()["error"]
 
 
 def test_the_page_and_plotly_come_from_the_package_with_no_network(client):

@@ -1,0 +1,108 @@
+"""A run never trains on nothing while reporting success: the reward's failures and signal, watched step by step.
+
+- A step on which the reward failed on every sample (raised, returned None or a non-number, timed out, or the
+  environment's reward failed) stops the run before that step trains, with the first failure, the function as the
+  config names it, and, when the failure looks like another framework's calling convention, the fix
+  (grpoflow.rewards.shapes.convention_hint).
+- More than `reward.max_error_share` of the samples of the last `WINDOW` steps failing stops it the same way.
+- Every group of each of the first `SIGNAL_STEPS` steps scoring all alike (no group has a reward spread, so every
+  advantage is 0 and nothing is learned) gives one WARNING naming what to check.
+
+Checkpoints already written stay: a rerun of the same command after the fix resumes from the last one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Callable
+
+from torch import Tensor
+
+from grpoflow.config import RewardConfig
+from grpoflow.errors import UserError
+from grpoflow.rewards.scoring import RewardScorer, Scores
+from grpoflow.rewards.shapes import convention_hint
+
+log = logging.getLogger("grpoflow.reward")
+WINDOW = 5
+SIGNAL_STEPS = 3
+
+
+class RewardFailure(UserError):
+    """The reward failed on too many samples to train on; the message names the function, the error and the fix."""
+
+
+class RewardHealth:
+    """Watches each step's scores (see the module docstring).
+
+    Args:
+        name: the reward as the config names it (e.g. `reward.function=rewards.py:accuracy`).
+        hint: first failure text -> a sentence about the calling convention ('' when none applies).
+        max_error_share: reward.max_error_share.
+        warn: where the no-signal warning goes (the console).
+    """
+
+    def __init__(self, name: str, hint: Callable[[str | None], str], max_error_share: float,
+                 warn: Callable[[str], None], total_steps: int = SIGNAL_STEPS) -> None:
+        self.name, self.hint, self.max_error_share, self.warn = name, hint, max_error_share, warn
+        self.signal_steps = max(1, min(SIGNAL_STEPS, total_steps))  # a shorter run is judged on all its steps
+        self.window: deque[tuple[int, int]] = deque(maxlen=WINDOW)  # (failed, samples) per step
+        self.flat_steps = 0  # steps so far on which every group scored all alike
+        self.steps = 0
+
+    def check(self, step: int, scored: Scores, scores: Tensor, group_ids: Tensor) -> None:
+        """Raise RewardFailure when the reward failed too often; warn once when the first steps had no signal."""
+        total = len(scored.scores)
+        if total == 0:
+            return
+        self.window.append((scored.failed, total))
+        if scored.failed == total:
+            raise RewardFailure(self._message(step, f"failed on all {total} samples of step {step}", scored))
+        failed, samples = (sum(col) for col in zip(*self.window))
+        if len(self.window) == WINDOW and failed > self.max_error_share * samples:
+            raise RewardFailure(self._message(
+                step, f"failed on {failed} of the {samples} samples of steps {step - WINDOW + 1}-{step}, more than "
+                      f"reward.max_error_share={self.max_error_share:g}", scored))
+        self.steps += 1
+        self.flat_steps += int(all_groups_flat(scores, group_ids))
+        if self.steps == self.signal_steps and self.flat_steps == self.signal_steps:
+            per_group = len(scores) // max(1, n_groups(group_ids))
+            self.warn(f"in each of the first {self.signal_steps} step(s) every group's {per_group} samples scored "
+                      f"alike (mean score {float(scores.mean()):.3g}), so every advantage was 0 and "
+                      f"nothing was learned. Check that {self.name} can score this model's answers: read "
+                      f"train_samples.jsonl (or `grpoflow view`), the ground-truth column, rollout.max_new_tokens "
+                      f"(answers cut off?) and, with reward.function=auto, which scorer the rows' data_source "
+                      f"picks.")
+
+    def _message(self, step: int, what: str, scored: Scores) -> str:
+        first = (scored.first_error or "no failure text").strip()
+        return (f"Stopped before training step {step}: the reward {self.name} {what}; nothing would be learned."
+                f"{self.hint(scored.first_error)} Checkpoints written so far are kept; fix the function and run the "
+                f"same command to resume. The first failure:\n{first}")
+
+
+def n_groups(group_ids: Tensor) -> int:
+    return int(group_ids.unique().numel())
+
+
+def all_groups_flat(scores: Tensor, group_ids: Tensor) -> bool:
+    """[B] scores, [B] group ids -> whether every group's scores are all equal."""
+    for g in group_ids.unique():
+        s = scores[group_ids == g]
+        if bool((s != s[0]).any()):
+            return False
+    return True
+
+
+def reward_health(cfg: RewardConfig, scorer: RewardScorer | None, warn: Callable[[str], None],
+                  total_steps: int) -> RewardHealth:
+    """The run's watcher, naming the reward as the config does."""
+    spec = cfg.functions or cfg.function
+    name = f"reward.functions={list(spec)}" if isinstance(spec, list) else f"reward.function={spec}" if spec else \
+        "(the environment's or reward model's)"
+
+    def hint(first_error: str | None) -> str:
+        return convention_hint(scorer.fn, first_error) if scorer is not None else ""
+
+    return RewardHealth(name, hint, cfg.max_error_share, warn, total_steps)

@@ -140,7 +140,8 @@ def run_headline(name: str, out: Path, overrides: tuple[str, ...] = ()) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"`{entry['command']}` exited with {proc.returncode}; the end of its output:\n"
                            f"{text[-4000:]}")
-    print("\n".join(line for line in text.splitlines() if line.startswith(("held-out accuracy", "held-out mean reward", "done in"))))
+    shown = ("held-out accuracy", "held-out mean reward", "done in")
+    print("\n".join(line for line in text.splitlines() if line.startswith(shown)))
     threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
     return {**read_run(out, entry), "seconds": round(seconds), "cpu": cpu_name(), "threads": threads,
             "load_before": load_before, "load_after": round(os.getloadavg()[0], 2),

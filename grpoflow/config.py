@@ -146,6 +146,10 @@ class MultiTurnConfig:
     tool_cpu_time_s: float = opt(10.0, "CPU-time limit of one sandboxed tool call (its process is killed).")
     tool_memory_mb: int = opt(1024, "Memory limit of a sandboxed tool's process.")
     tool_workers: int = opt(2, "Processes running sandboxed tool calls.")
+    env_timeout_s: float = opt(60.0, "Wall-clock limit of each call of the environment's constructor, reset, step, "
+                               "get_reward and close (each runs off the event loop); a call past it ends that "
+                               "trajectory (rollout/ending/timeout), which scores reward.error_score; the run goes "
+                               "on.")
 
     @property
     def enabled(self) -> bool:

@@ -188,6 +188,8 @@ class AgentEpisodes:
         samples = record.samples or [Trajectory(self.renderer.prompt_ids(opening), opening)]
         for t in samples:
             t.rewards, t.done = dict(rewards), True
+            t.ended = outcome.status if outcome.status in ("error", "timeout") else \
+                "token_budget" if t.truncated else "stop"
         return samples
 
     async def play_all(self, ids: list[str], rows: list[dict], outcomes: dict[str, Outcome]) -> None:

@@ -259,8 +259,10 @@ class JudgeConfig:
     path: Optional[str] = opt(None, "LLM judge run locally by grpoflow's engine (batched, greedy): a local HF "
                               "folder or a .gguf file. Exactly one of url and path.")
     model: str = opt("judge", "Model name sent to the judge server (reward.judge.url).")
-    api_key_env: str = opt("OPENAI_API_KEY", "Environment variable holding the judge server's API key (unset: "
-                                             "'EMPTY', what local servers accept).")
+    api_key_env: Optional[str] = opt(None, "Environment variable holding the judge server's API key, sent only to "
+                                           "reward.judge.url (e.g. JUDGE_API_KEY; None: no key is sent, 'EMPTY' in "
+                                           "its place, what local servers accept; never OPENAI_API_KEY unless named "
+                                           "here).")
     template: str = opt("Rate the answer from 0 to 10.\nQuestion: {prompt}\nAnswer: {completion}\nReply with the "
                         "number only.", "The judge's prompt: a Python format string over {prompt}, {completion} "
                         "and the row's columns (e.g. {answer}).")

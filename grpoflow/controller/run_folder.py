@@ -52,7 +52,8 @@ RUN_CONTROLS = ("trainer.output_dir", "trainer.resume", "trainer.resume_config_c
                 "trainer.log_samples", "trainer.log_train_every", "trainer.log_train_groups", "trainer.save_every",
                 "trainer.keep_last", "trainer.max_restarts", "trainer.threads", "data.val_files",
                 "data.val_max_prompts", "model.gguf_cache_dir", "rollout.val_temperature", "rollout.val_n",
-                "rollout.val_batch_size", "rollout.sync_timeout_s", "ray", "backend", "resources")
+                "rollout.val_batch_size", "rollout.sync_timeout_s", "ray", "backend", "resources",
+                "reward.judge.api_key_env")
 
 
 @dataclass

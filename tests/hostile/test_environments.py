@@ -68,7 +68,7 @@ class AsyncHangs(Hangs):
 
 @pytest.mark.parametrize("env", [Hangs, AsyncHangs])
 def test_a_hung_environment_step_times_out_its_own_trajectory_only(env, caplog):
-    loop, engine = loop_of(env, timeout_s=0.5)
+    loop, engine = loop_of(env, timeout_s=1.0)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="grpoflow.env"):
         batch, metrics = play(loop, engine, items(2), SamplingParams(n=1, max_new_tokens=200), seed=0)
@@ -77,7 +77,7 @@ def test_a_hung_environment_step_times_out_its_own_trajectory_only(env, caplog):
     env_rewards = batch.env_rewards.tolist()
     assert env_rewards[0] != env_rewards[0] and env_rewards[1] == 1.0  # NaN: scored reward.error_score
     assert metrics["rollout/ending/timeout"] == 0.5 and metrics["rollout/ending/env_done"] == 0.5
-    assert any(f"{env.__name__}.step took longer than rollout.multi_turn.env_timeout_s=0.5" in r.getMessage()
+    assert any(f"{env.__name__}.step took longer than rollout.multi_turn.env_timeout_s=1" in r.getMessage()
                for r in caplog.records)
 
 
@@ -105,7 +105,7 @@ def test_a_hung_environment_does_not_hang_the_run(tmp_path):
     (tmp_path / "hung.py").write_text(HUNG)
     cfg = load_config("guess_number", [
         f"trainer.output_dir={tmp_path / 'run'}", "model.path=builtin:tiny-0.5m", "sft.steps=2",
-        f"rollout.multi_turn.env={tmp_path / 'hung.py'}:HungStep", "rollout.multi_turn.env_timeout_s=0.5",
+        f"rollout.multi_turn.env={tmp_path / 'hung.py'}:HungStep", "rollout.multi_turn.env_timeout_s=1",
         "data.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=16", "rollout.multi_turn.max_turns=2",
         "trainer.total_steps=1", "trainer.save_every=0", "trainer.val_every=0", "reward.error_score=-1"])
     train(cfg)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import inspect
 import logging
 import math
@@ -147,8 +148,8 @@ class GuardedEnvironment:
         ends it)."""
         if self.failure is None:
             try:
-                first = await bounded(self.inner.reset, timeout_s=self.timeout_s,
-                                      **reset_kwargs(self.inner.reset, row, seed))
+                first = await bounded(self.inner.reset, timeout_s=self.timeout_s,  # a copy: the row is shared
+                                      **copy.deepcopy(reset_kwargs(self.inner.reset, row, seed)))
                 return None if first is None else as_messages(first)
             except BaseException as e:
                 self._fail("reset", e)

@@ -112,3 +112,22 @@ def test_a_hung_environment_does_not_hang_the_run(tmp_path):
     (record,) = read_metrics(tmp_path / "run")
     timed_out = record.get("rollout/ending/timeout", 0.0) * 4
     assert timed_out >= 1 and record["reward/env/errors"] == timed_out, record
+
+
+class Greedy:
+    """Takes the row's list of hints for itself (a careless environment mutating what it was handed)."""
+    def reset(self, *, seed, hints):
+        self.hints = hints
+        first = hints.pop(0) if hints else "none left"
+        return f"Guess 1-8 ({first})"
+
+    def step(self, text):
+        return None, True, 1.0
+
+
+def test_an_environment_that_changes_its_row_does_not_change_its_siblings():
+    loop, engine = loop_of(Greedy, timeout_s=30)
+    row = {"prompt": "Guess 1-8", "hints": ["odd"]}
+    batch, _ = play(loop, engine, [PromptItem([], "", row, "g", index=0)], SamplingParams(n=3, max_new_tokens=200),
+                    seed=0)
+    assert [c[0]["content"] for c in batch.conversations] == ["Guess 1-8 (odd)"] * 3 and row["hints"] == ["odd"]

@@ -6,6 +6,7 @@ others. Every trajectory says why it ended (rollout/ending/<reason>)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import textwrap
 import threading
@@ -107,11 +108,15 @@ def test_a_hung_environment_does_not_hang_the_run(tmp_path):
         f"trainer.output_dir={tmp_path / 'run'}", "model.path=builtin:tiny-0.5m", "sft.steps=2",
         f"rollout.multi_turn.env={tmp_path / 'hung.py'}:HungStep", "rollout.multi_turn.env_timeout_s=1",
         "data.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=16", "rollout.multi_turn.max_turns=2",
-        "trainer.total_steps=1", "trainer.save_every=0", "trainer.val_every=0", "reward.error_score=-1"])
+        "trainer.total_steps=1", "trainer.save_every=0", "trainer.val_every=0", "reward.error_score=-1",
+        "trainer.log_train_every=1", "trainer.log_train_groups=2"])
     train(cfg)
     (record,) = read_metrics(tmp_path / "run")
     timed_out = record.get("rollout/ending/timeout", 0.0) * 4
     assert timed_out >= 1 and record["reward/env/errors"] == timed_out, record
+    logged = [json.loads(line) for line in (tmp_path / "run" / "train_samples.jsonl").read_text().splitlines()]
+    ended = [s["ended"] for g in logged for s in g["samples"]]  # what `grpoflow view` shows beside each sample
+    assert ended.count("timeout") == timed_out and set(ended) <= {"timeout", "token_budget", "eos"}, ended
 
 
 class Greedy:

@@ -155,6 +155,10 @@ class MultiTurnConfig:
     tool_cpu_time_s: float = opt(10.0, "CPU-time limit of one sandboxed tool call (its process is killed).")
     tool_memory_mb: int = opt(1024, "Memory limit of a sandboxed tool's process.")
     tool_workers: int = opt(2, "Processes running sandboxed tool calls.")
+    env_timeout_s: float = opt(60.0, "Wall-clock limit of each call of the environment's constructor, reset, step, "
+                               "get_reward and close (each runs off the event loop); a call past it ends that "
+                               "trajectory (rollout/ending/timeout), which scores reward.error_score; the run goes "
+                               "on.")
 
     @property
     def enabled(self) -> bool:
@@ -270,8 +274,10 @@ class JudgeConfig:
     path: Optional[str] = opt(None, "LLM judge run locally by grpoflow's engine (batched, greedy): a local HF "
                               "folder or a .gguf file. Exactly one of url and path.")
     model: str = opt("judge", "Model name sent to the judge server (reward.judge.url).")
-    api_key_env: str = opt("OPENAI_API_KEY", "Environment variable holding the judge server's API key (unset: "
-                                             "'EMPTY', what local servers accept).")
+    api_key_env: Optional[str] = opt(None, "Environment variable holding the judge server's API key, sent only to "
+                                           "reward.judge.url (e.g. JUDGE_API_KEY; None: no key is sent, 'EMPTY' in "
+                                           "its place, what local servers accept; never OPENAI_API_KEY unless named "
+                                           "here).")
     template: str = opt("Rate the answer from 0 to 10.\nQuestion: {prompt}\nAnswer: {completion}\nReply with the "
                         "number only.", "The judge's prompt: a Python format string over {prompt}, {completion} "
                         "and the row's columns (e.g. {answer}).")

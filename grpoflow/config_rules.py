@@ -51,8 +51,8 @@ def multi_turn_checks(m: MultiTurnConfig, a: AgentConfig) -> list[tuple[bool, st
         (min(m.max_turns, m.max_tool_calls_per_turn, m.max_tool_output_tokens, m.tool_workers) >= 1,
          "rollout.multi_turn.max_turns, max_tool_calls_per_turn, max_tool_output_tokens and tool_workers must be "
          ">= 1."),
-        (min(m.tool_timeout_s, m.tool_cpu_time_s, m.tool_memory_mb) > 0,
-         "rollout.multi_turn.tool_timeout_s, tool_cpu_time_s and tool_memory_mb must be > 0."),
+        (min(m.tool_timeout_s, m.tool_cpu_time_s, m.tool_memory_mb, m.env_timeout_s) > 0,
+         "rollout.multi_turn.tool_timeout_s, tool_cpu_time_s, tool_memory_mb and env_timeout_s must be > 0."),
         (a.timeout_s > 0, "rollout.agent.timeout_s must be > 0."),
         (m.max_turns < 1009, f"rollout.multi_turn.max_turns={m.max_turns}: at most 1008 turns (each turn of a "
                              "trajectory draws from its own random stream, 1009 per trajectory)."),

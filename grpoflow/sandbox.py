@@ -7,12 +7,17 @@ of UTF-8 JSON `{"id": <request id or null>, "kind": str, "info": <JSON value>}`.
 with `FrameReader` (non-blocking, bounded size, bounded nesting), never unpickles them, and checks the id
 and kind itself (user_code.py). Requests from the parent are pickled: the worker trusts its parent.
 
-`enter_sandbox(workdir, memory_mb)` runs in the worker once its function is loaded, before the first call:
+A sandboxed worker is a fork server (grpoflow/user_code_child.py): it loads its function and `PRELOAD`, then
+forks one child per call, so every call starts from the same pristine interpreter state (nothing a call changes,
+builtins, modules, `random`'s state, files in its folder, reaches another call). `enter_sandbox(workdir,
+memory_mb, drop_uid=)` runs in that child before the call:
 
-- its cwd becomes `workdir`, a fresh temporary folder the parent made (and deletes after killing it);
+- its cwd becomes `workdir`, a fresh temporary folder of its own (deleted after the call);
 - running as root, it becomes `nobody` (uid/gid 65534, no supplementary groups), so it cannot raise its own
   hard limits, read root-only files or signal the trainer (where the container allows setuid; else it stays
-  root, and RLIMIT_NPROC, which root ignores, does not stop forks);
+  root, and RLIMIT_NPROC, which root ignores, does not stop forks). Not where `nobody` cannot read Python
+  itself (`unreadable_for_nobody`: e.g. an interpreter under /root): there it stays root, with every other
+  limit, and the pool says so once, naming the directory and the fix;
 - `PR_SET_NO_NEW_PRIVS`: no setuid binary or file capability can give privileges back;
 - hard limits: RLIMIT_AS (`memory_mb`, soft = hard, so the code cannot raise it), RLIMIT_NPROC = 0 (no
   fork, no new thread: nothing it starts can leave its process group or outlive it), RLIMIT_FSIZE
@@ -33,6 +38,7 @@ import resource
 import signal
 import struct
 import sys
+import sysconfig
 import tempfile
 from typing import Any, Iterator
 
@@ -116,16 +122,65 @@ def _decode(body: bytes) -> dict:
 
 
 def minimal_environment(workdir: str) -> dict[str, str]:
-    """The whole environment of a sandboxed worker: no API keys or tokens from the trainer's."""
+    """The whole environment of a sandboxed worker: no API keys or tokens from the trainer's; one BLAS / OpenMP
+    thread (no new thread may start in it: RLIMIT_NPROC)."""
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1"}
+            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1"}
 
 
-def enter_sandbox(workdir: str, memory_mb: int | None) -> None:
-    """Give up what this worker can give up (the module docstring); raises OSError if a step fails."""
+# What a sandboxed worker imports before its first call (each call's child then has them without reading a file).
+PRELOAD = ("math", "cmath", "random", "re", "json", "itertools", "collections", "functools", "fractions", "decimal",
+           "statistics", "datetime", "string", "operator", "heapq", "bisect", "glob", "textwrap", "typing")
+
+
+def python_paths() -> list[str]:
+    """The directories Python reads modules from: the standard library (and lib-dynload) and site-packages."""
+    paths = sysconfig.get_paths()
+    found = [paths["stdlib"], os.path.join(paths["stdlib"], "lib-dynload"), paths["platstdlib"], paths["purelib"]]
+    return list(dict.fromkeys(p for p in found if os.path.isdir(p)))
+
+
+def unreadable_for_nobody(paths: list[str]) -> str | None:
+    """The first directory of `paths` (or above one) that `nobody` cannot read, found by a child that becomes
+    `nobody`; None when every one is readable, or when this process is not root or cannot change its uid."""
+    if os.geteuid() != 0:
+        return None
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the probe: become nobody, then look
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.write(write_end, (_first_unreadable(paths) or "").encode())
+        except BaseException:  # cannot change uid (a container): nothing to report
+            pass
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        found = f.read().decode()
+    os.waitpid(pid, 0)
+    return found or None
+
+
+def _first_unreadable(paths: list[str]) -> str | None:
+    for path in paths:
+        parts = os.path.abspath(path).split(os.sep)
+        for k in range(2, len(parts) + 1):
+            folder = os.sep.join(parts[:k])
+            if not os.access(folder, os.X_OK) or (k == len(parts) and not os.access(folder, os.R_OK)):
+                return folder
+    return None
+
+
+def enter_sandbox(workdir: str, memory_mb: int | None, *, drop_uid: bool = True) -> None:
+    """Give up what this worker can give up (the module docstring); raises OSError if a step fails. `drop_uid`
+    False: stay root (where `nobody` could not read Python itself), with every other limit."""
     global _active
     os.chdir(workdir)
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and drop_uid:
         try:
             os.chown(workdir, NOBODY, NOBODY)
             os.setgroups([])

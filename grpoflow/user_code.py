@@ -42,6 +42,7 @@ API key.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -74,6 +75,7 @@ _BOOT = ("import sys; sys.path[:] = {path!r}; from grpoflow.user_code_child impo
          "child_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))")
 _SEND_TIMEOUT_S = 30.0  # a worker that does not read its request within this is killed
 _CALL_KINDS = ("ok", "error", "killed")
+_warned_unreadable: list[str] = []  # the folder a sandboxed pool found unreadable by nobody, once said
 Validate = Callable[[Any], Any]  # an "ok" value -> the value to give back; ValueError: a protocol violation
 
 
@@ -277,6 +279,8 @@ class UserCodeProcesses:
             if kind != "ready" or request_id is not None:
                 raise UserCodeStartError(f"a {self._label} worker process sent {kind!r} while starting.")
             w.state, w.deadline = "idle", None
+            if self._sandbox:
+                self._unreadable(info)
             return True
         if w.state != "busy" or request_id != w.request_id or kind not in _CALL_KINDS:
             held = f"request {w.request_id}" if w.state == "busy" else "no request"
@@ -298,6 +302,19 @@ class UserCodeProcesses:
             self._replace(self._workers.index(w))
             return False
         return True
+
+    def _unreadable(self, info: Any) -> None:
+        """Say once, for a sandboxed pool whose workers found that `nobody` cannot read Python, that its calls run
+        as root (with every other limit) and how to change that."""
+        folder = info.get("unreadable") if isinstance(info, dict) else None
+        if isinstance(folder, str) and not _warned_unreadable:
+            _warned_unreadable.append(folder)
+            log.warning("the user nobody cannot read %s, where Python lives (%s), so sandboxed %s calls run as root "
+                        "(still with their time, CPU-time and memory limits, no new privileges, a minimal "
+                        "environment, a folder and a fresh interpreter of their own per call, and every process "
+                        "they start killed when the call ends); to run them as nobody, make it readable "
+                        "(chmod o+rx %s) or install Python where every user can read it (e.g. /usr/local or "
+                        "/opt).", folder, sys.base_prefix, self._label, folder)
 
     def _violation(self, w: _Child, outcomes: list, why: str) -> None:
         log.warning("a %s worker process (pid %d) broke the reply protocol: %s. It was killed and replaced; code "
@@ -381,7 +398,13 @@ def _exit_code(proc: subprocess.Popen) -> int | None:
 
 
 def _kill(w: _Child) -> None:
-    """SIGKILL the worker and every process it started (its own session), reap it, delete its folder."""
+    """SIGKILL the worker and every process it started (its own session, and every descendant: a sandboxed
+    worker is a subreaper, so what its calls orphaned in other sessions is still below it), reap it, delete its
+    folder."""
+    if w.workdir is not None:
+        for pid in _descendants(w.proc.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
     try:
         os.killpg(w.proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, AttributeError):
@@ -397,6 +420,26 @@ def _kill(w: _Child) -> None:
             pass
     if w.workdir is not None:
         shutil.rmtree(w.workdir, ignore_errors=True)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below `root` (from /proc; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat", "rb") as f:
+                        parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(parent, []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _kill_all(workers: list[_Child]) -> None:

@@ -2,25 +2,45 @@
 
 Started as `python -c "<set sys.path>; child_main(request_fd, reply_fd, parent_pid)"` by the pool; the
 frames and their contents are described in user_code.py's docstring. It reads the settings and the
-function, sets the limits (and, for a sandboxed pool, calls grpoflow/sandbox.py's `enter_sandbox`), says
-"ready", then answers each request with exactly one JSON reply carrying the request's id.
+function, sets the limits, says "ready", then answers each request with exactly one JSON reply carrying the
+request's id.
+
+A sandboxed pool's worker (settings["workdir"] set) is a fork server instead: it imports grpoflow/sandbox.py's
+PRELOAD, checks once whether `nobody` can read Python (`unreadable_for_nobody`; its "ready" reply says what it
+found), and runs each call in a child it forks for that call alone: the child closes the worker's pipes, enters
+the sandbox (`enter_sandbox`, in a folder of its own), seeds `random` from the call's bytes (the same call draws
+the same numbers, in this run and a resumed one), runs the call, writes its one reply to the worker and exits.
+The worker hands that reply on verbatim (the pool checks it) or, when the child died without one, says why. So
+no call sees what another changed, and code in a call never holds the worker's reply pipe. Cost: one fork per
+call (docs/multi-turn.md gives the figure).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import hashlib
+import importlib
 import math
 import os
 import pickle
+import random
 import resource
+import shutil
 import signal
 import struct
+import tempfile
 import threading
 import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from grpoflow.sandbox import HEADER, encode_reply, enter_sandbox
+from grpoflow.sandbox import (HEADER, MAX_REPLY_BYTES, PRELOAD, encode_reply, enter_sandbox, python_paths,
+                              unreadable_for_nobody)
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 REQUEST_ID = struct.Struct("!Q")  # the 8 bytes in front of each pickled call
 Outcome = tuple  # (kind, info)
@@ -48,11 +68,18 @@ def child_main(request_fd: int, reply_fd: int, parent_pid: int) -> None:
         settings = pickle.loads(_read_frame(request_fd) or b"")
         limits: ResourceLimits = settings["limits"]
         fn = pickle.loads(_read_frame(request_fd) or b"")
-        _apply_limits(limits)
         if settings["workdir"] is not None:
-            enter_sandbox(settings["workdir"], limits.memory_mb)
+            for name in PRELOAD:
+                importlib.import_module(name)
+            unreadable = unreadable_for_nobody(python_paths())
+        else:
+            _apply_limits(limits)
     except BaseException:
         _reply(reply_fd, None, "init_error", traceback.format_exc())
+        return
+    if settings["workdir"] is not None:
+        _reply(reply_fd, None, "ready", {"unreadable": unreadable})
+        _fork_server(fn, settings["workdir"], limits, unreadable is None, request_fd, reply_fd)
         return
     _reply(reply_fd, None, "ready", None)
     while True:
@@ -90,9 +117,124 @@ def _serve(fn: Callable, request: bytes, limits: ResourceLimits) -> Outcome:
 
 
 def _reply(fd: int, request_id: int | None, kind: str, info: Any) -> None:
-    data = memoryview(encode_reply(request_id, kind, info))
-    while data:
-        data = data[os.write(fd, data):]
+    _write_all(fd, encode_reply(request_id, kind, info))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _fork_server(fn: Callable, workdir: str, limits: ResourceLimits, drop_uid: bool, request_fd: int,
+                 reply_fd: int) -> None:
+    """Serve each call in a child forked for it (the module docstring) until the parent closes the pipe."""
+    os.chmod(workdir, 0o711)  # a call's child (nobody) may pass through to its own folder, not list or write here
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans it leaves come here
+    while True:
+        frame = _read_frame(request_fd)
+        if frame is None:
+            return
+        (request_id,) = REQUEST_ID.unpack_from(frame)
+        folder = tempfile.mkdtemp(prefix=f"call-{request_id}-", dir=workdir)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _call_child(fn, frame, request_id, folder, limits, drop_uid, (request_fd, reply_fd, read_end), write_end)
+        os.close(write_end)
+        reply = _read_up_to(read_end, HEADER.size + MAX_REPLY_BYTES + 1)
+        if len(reply) > HEADER.size + MAX_REPLY_BYTES:
+            os.kill(pid, signal.SIGKILL)  # a flood: handed on as it is, the pool refuses it
+        os.close(read_end)
+        _, status = os.waitpid(pid, 0)
+        _end_leftovers()
+        shutil.rmtree(folder, ignore_errors=True)
+        if reply:
+            _write_all(reply_fd, reply)
+        else:
+            _reply(reply_fd, request_id, *_died(os.waitstatus_to_exitcode(status), limits))
+
+
+def _call_child(fn: Callable, frame: bytes, request_id: int, folder: str, limits: ResourceLimits, drop_uid: bool,
+                close: tuple[int, ...], reply_fd: int) -> None:
+    """The forked child of one call: sandbox, seed, run, reply, exit (never returns)."""
+    try:
+        for fd in close:
+            os.close(fd)
+        os.environ.update(HOME=folder, TMPDIR=folder)
+        tempfile.tempdir = None
+        _apply_limits(limits)
+        enter_sandbox(folder, limits.memory_mb, drop_uid=drop_uid)
+        _die_with_parent()
+        body = frame[REQUEST_ID.size:]
+        random.seed(hashlib.sha256(body).digest())
+        kind, info = _serve(fn, body, limits)
+        try:
+            _reply(reply_fd, request_id, kind, info)
+        except (TypeError, ValueError) as e:  # not JSON data; raised before anything is written
+            _reply(reply_fd, request_id, "error", f"it returned a {type(info).__name__} that cannot be sent back "
+                                                  f"as JSON data: {e}")
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            _reply(reply_fd, request_id, "error", traceback.format_exc(limit=3))
+    finally:
+        os._exit(0)
+
+
+def _end_leftovers() -> None:
+    """SIGKILL and reap every process a call left behind (a call running as root may fork; as a subreaper this
+    worker inherits what it orphaned, setsid or not)."""
+    while True:
+        children = [pid for pid in _pids() if _parent_of(pid) == os.getpid()]
+        if not children:
+            return
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this child when the worker dies (set after the uid change, which clears it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _read_up_to(fd: int, limit: int) -> bytes:
+    """What the child writes to `fd` until it closes it (at most `limit` bytes)."""
+    chunks, got = [], 0
+    while got < limit:
+        chunk = os.read(fd, min(limit - got, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _died(code: int, limits: ResourceLimits) -> Outcome:
+    """The reply for a call whose child exited with `code` (-N: signal N) without replying."""
+    if code in (-signal.SIGPROF, -signal.SIGXCPU) and limits.cpu_time_s is not None:
+        return "killed", f"it exceeded its CPU-time limit of {limits.cpu_time_s:g} s"
+    if code == -signal.SIGKILL:
+        return "killed", "it was killed (SIGKILL: a hard CPU-time limit or the kernel's out-of-memory killer)"
+    how = f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else \
+        f"exit code {code}"
+    return "error", f"its process died ({how}) during this call, e.g. a crash in native code or os._exit()."
 
 
 def _read_frame(fd: int) -> bytes | None:

@@ -124,10 +124,10 @@ def sft_steps(cfg: Config) -> int:
     return DEFAULT_SFT_STEPS if is_builtin_model(cfg.model.path) else 0
 
 
-def setup_run_dir(cfg: Config) -> RunFolder:
+def setup_run_dir(cfg: Config, *, auto_dtype: bool = False) -> RunFolder:
     """The locked run folder (run_folder.py: checked, earlier run moved aside or settings compared); nothing
-    else is written yet."""
-    folder = open_run_folder(cfg)
+    else is written yet. `auto_dtype`: the command asked model.compute_dtype=auto (`cfg` holds it resolved)."""
+    folder = open_run_folder(cfg, auto_dtype=auto_dtype)
     if cfg.trainer.threads > 0:
         torch.set_num_threads(cfg.trainer.threads)
     torch.manual_seed(cfg.trainer.seed)
@@ -152,9 +152,10 @@ def with_compute_dtype(cfg: Config) -> Config:
 
 def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None = None) -> str:
     """`grpoflow sft`: warm-start the configured model on the training rows; returns the saved folder."""
+    auto_dtype = cfg.model.compute_dtype in (None, "auto")  # resolved by this machine: may differ on resume
     cfg = with_compute_dtype(cfg)  # model.compute_dtype None/auto: this machine's
     if run_dir is None:
-        with setup_run_dir(cfg) as folder:
+        with setup_run_dir(cfg, auto_dtype=auto_dtype) as folder:
             write_config(folder, cfg)
             return sft_stage(cfg, folder.path, rows)
     base = resolve_model(cfg, run_dir)
@@ -173,12 +174,13 @@ def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None 
 def train(cfg: Config) -> dict:
     """`grpoflow train`: (warm start) -> GRPO with validation; returns before/after validation metrics."""
     start = time.perf_counter()
+    auto_dtype = cfg.model.compute_dtype in (None, "auto")  # resolved by this machine: may differ on resume
     cfg = with_compute_dtype(cfg)  # model.compute_dtype None/auto: this machine's, before config.yaml
     check_config(cfg)
     schedule = batch_schedule(cfg)
     check_trackers(cfg.trainer.loggers)
     scorer = build_scorer(cfg)
-    with setup_run_dir(cfg) as folder:
+    with setup_run_dir(cfg, auto_dtype=auto_dtype) as folder:
         return _train(cfg, folder, scorer, schedule.describe(), start)
 
 
@@ -190,7 +192,9 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
     tqdm.write(schedule)
     if cfg.rollout.conversational:  # the chat template must render token-exactly: checked first
         ChatRenderer(load_tokenizer(resolve_model(cfg, run_dir)))
-    model_path = sft_stage(cfg, run_dir, train_rows)
+    warm = cfg if folder.resumed_compute_dtype is None else dataclasses.replace(  # the warm start made on the
+        cfg, model=dataclasses.replace(cfg.model, compute_dtype=folder.resumed_compute_dtype))  # other machine kind
+    model_path = sft_stage(warm, run_dir, train_rows)
     tokenizer = load_tokenizer(model_path)
     d = cfg.data
     # A multi-turn run renders every opening as chat (`workers.rollout_kinds.opening_of`), plain-string prompts

@@ -5,7 +5,9 @@ route of their data_source) are judged as one batch: by an OpenAI-compatible ser
 concurrency, timeouts, retries) or by a local model in its own worker group (one batched generate).
 Each judged sample's row, copied, gets its score in `JUDGE_COLUMN`, which the `judge` reward returns, so
 the judge is weighted and routed like any other reward part. A failed or unparsable judgement scores
-reward.error_score and is counted (reward/judge/failed, reward/judge/unparsable).
+reward.error_score and is counted (reward/judge/failed, reward/judge/unparsable). When every judgement of a
+step failed with the same error (a dead server, a wrong URL, model or key), the run stops with that error
+(`JudgeFailure`) rather than train on reward.error_score alone.
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ from typing import Any, Sequence
 
 from grpoflow.config import ConfigError, RewardConfig
 from grpoflow.distributed.worker_group import WorkerGroup, broadcast
+from grpoflow.errors import UserError
 from grpoflow.models.gguf import convert_gguf, is_gguf
 from grpoflow.rewards.judge import (JUDGE_COLUMN, JudgeConfigError, JudgeStats, OpenAIJudge, ScoreParser,
                                     judge_scores, render_judge_prompt)
 from grpoflow.workers.judge import JudgeWorker
 
 JUDGE = "judge"  # the reward name that reads the judge's score
+
+
+class JudgeFailure(UserError):
+    """Every judgement of a step failed with one error: the run stops with it (module docstring)."""
 
 
 def names_judge(spec: str | Sequence[str] | None) -> bool:
@@ -89,6 +96,12 @@ class Judging:
             return rows, stats.metrics()
         texts = [render_judge_prompt(self.cfg.judge.template, prompts[i], completions[i], rows[i]) for i in which]
         replies = self.complete(texts, stats)
+        errors = set(self.client.errors) if self.client is not None else set()
+        if self.client is not None and len(errors) == 1 and None not in errors:
+            raise JudgeFailure(f"every one of this step's {len(texts)} judgements failed: the judge at "
+                               f"{self.client.url} {errors.pop()}. Check that it is up and that reward.judge.url, "
+                               ".model and .api_key_env are right; the run stops rather than train on "
+                               "reward.error_score alone.")
         scores = judge_scores(replies, self.parser, self.cfg.error_score, stats)
         out = list(rows)
         for i, score in zip(which, scores):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import os
 from pathlib import Path
 
@@ -65,6 +66,18 @@ def _clean(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _behind(run_dir: Path, torn: str) -> str:
+    """What stands behind a torn metrics line: whether the checkpoint of its step exists."""
+    step = re.match(r'\s*\{\s*"step"\s*:\s*(\d+)', torn)
+    if step is None:
+        return "its step cannot be read; a resume starts from the newest checkpoint"
+    folder = run_dir / "checkpoints" / f"step_{int(step.group(1)):06d}"
+    if folder.is_dir():
+        return (f"but the checkpoint of its step, {folder.name}, was written: that step's metrics are lost and a "
+                "resume starts after it")
+    return "no checkpoint is behind it: a resume runs that step again"
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """The records of `run_dir/metrics.jsonl`; a torn last line (a crash mid-append) is dropped with a warning.
 
@@ -84,7 +97,7 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
         except ValueError as e:
             if i == len(lines) - 1 and not text.endswith("\n"):
                 log.warning("%s: its last line (line %d) is cut short, as by a crash while it was written; dropped "
-                            "(no checkpoint is behind it).", path, number)
+                            "(%s).", path, number, _behind(path.parent, line))
                 break
             raise UserError(f"{path}, line {number}, is not a metrics record ({e}): {line[:120]!r}. Delete or fix "
                             f"that line.") from None

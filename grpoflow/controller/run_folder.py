@@ -52,7 +52,8 @@ RUN_CONTROLS = ("trainer.output_dir", "trainer.resume", "trainer.resume_config_c
                 "trainer.log_samples", "trainer.log_train_every", "trainer.log_train_groups", "trainer.save_every",
                 "trainer.keep_last", "trainer.max_restarts", "trainer.threads", "data.val_files",
                 "data.val_max_prompts", "model.gguf_cache_dir", "rollout.val_temperature", "rollout.val_n",
-                "rollout.val_batch_size", "rollout.sync_timeout_s", "ray", "backend", "resources")
+                "rollout.val_batch_size", "rollout.sync_timeout_s", "ray", "backend", "resources",
+                "reward.judge.api_key_env")
 
 
 @dataclass
@@ -62,6 +63,8 @@ class RunFolder:
     path: Path
     resume: Path | None
     _lock_fd: int
+    resumed_compute_dtype: str | None = None  # model.compute_dtype=auto resumed from a run that computed in another
+
 
     def close(self) -> None:
         """Release the lock (also released by the kernel when the process ends)."""
@@ -76,8 +79,10 @@ class RunFolder:
         self.close()
 
 
-def open_run_folder(cfg: Config) -> RunFolder:
-    """Check, lock and prepare `trainer.output_dir` (module docstring); raises ConfigError naming the fix."""
+def open_run_folder(cfg: Config, *, auto_dtype: bool = False) -> RunFolder:
+    """Check, lock and prepare `trainer.output_dir` (module docstring); raises ConfigError naming the fix.
+    `auto_dtype`: the command asked model.compute_dtype=auto (`cfg` holds what it resolved to here), so a run
+    saved with the other dtype (auto on another machine kind) resumes (`check_resume_config`)."""
     path = checked_output_dir(cfg.trainer.output_dir)
     path.mkdir(parents=True, exist_ok=True)
     fd = _lock(path)
@@ -86,14 +91,15 @@ def open_run_folder(cfg: Config) -> RunFolder:
         for leftover in checkpoints.root.glob(f"{TMP_PREFIX}*") if checkpoints.root.exists() else []:
             shutil.rmtree(leftover, ignore_errors=True)
         resume = checkpoints.resolve(cfg.trainer.resume)
+        resumed_dtype = None
         if resume is None:
             _move_aside(path)
         else:
-            check_resume_config(cfg, resume)
+            resumed_dtype = check_resume_config(cfg, resume, auto_dtype=auto_dtype)
     except BaseException:
         os.close(fd)
         raise
-    return RunFolder(path, resume, fd)
+    return RunFolder(path, resume, fd, resumed_dtype)
 
 
 def checked_output_dir(output_dir: str) -> Path:
@@ -143,16 +149,18 @@ def _move_aside(path: Path) -> None:
                 path, ", ".join(found), target)
 
 
-def check_resume_config(cfg: Config, checkpoint: Path) -> None:
+def check_resume_config(cfg: Config, checkpoint: Path, *, auto_dtype: bool = False) -> str | None:
     """Refuse (or, with trainer.resume_config_changes=allow, warn about) training settings that differ from the
-    config `checkpoint` was written with."""
+    config `checkpoint` was written with. With `auto_dtype` (the command asked model.compute_dtype=auto), a saved
+    compute dtype other than the one auto resolved to here is no refusal: the run goes on in this machine's
+    dtype, with a warning; that saved dtype is returned (None: no such change)."""
     saved_file = checkpoint / CONFIG_FILE
     if not saved_file.exists():
         saved_file = checkpoint.parent.parent / CONFIG_FILE
     if not saved_file.exists():
         log.warning("resuming from %s without the config it was written with (no %s); settings are not compared.",
                     checkpoint, CONFIG_FILE)
-        return
+        return None
     try:
         saved = yaml.safe_load(saved_file.read_text())
         if not isinstance(saved, dict):
@@ -166,13 +174,22 @@ def check_resume_config(cfg: Config, checkpoint: Path) -> None:
                     "sections rollout.multi_turn and rollout.agent; resuming, comparing them under their new names "
                     "(%s). The file is left as it is; new commands take the new names.", saved_file, ", ".join(moved))
     changes = config_changes(_flat(saved), _flat(cfg.to_dict()))
+    resumed_dtype = None
+    dtype_change = next((c for c in changes if c.startswith("model.compute_dtype: ")), None)
+    if auto_dtype and dtype_change is not None:
+        changes.remove(dtype_change)
+        resumed_dtype = _flat(saved)["model.compute_dtype"]
+        log.warning("model.compute_dtype=auto resolves to %s on this machine, and the run in %s computed in %s "
+                    "(auto on another machine kind): it resumes in %s. The resumed run is not promised to equal one "
+                    "that stayed on one machine kind (set model.compute_dtype=%s to keep the run's dtype).",
+                    cfg.model.compute_dtype, checkpoint, resumed_dtype, cfg.model.compute_dtype, resumed_dtype)
     if not changes:
-        return
+        return resumed_dtype
     listed = "; ".join(changes)
     if cfg.trainer.resume_config_changes == "allow":
         log.warning("resuming from %s with changed settings (trainer.resume_config_changes=allow): %s",
                     checkpoint, listed)
-        return
+        return resumed_dtype
     raise ConfigError(f"resuming from {checkpoint} with settings that change training from those it was written "
                       f"with ({saved_file}): {listed}. Resume with the same settings, start a new run "
                       f"(another trainer.output_dir, or trainer.resume=never), or set "

@@ -99,6 +99,24 @@ def load_agent(spec: str, agent_args: dict | None = None, model_name: str = "pol
 class Outcome:
     rewards: dict[str, float] | None  # None: the agent failed (status error or timeout)
     status: str = "ok"                # ok | error | timeout
+    error: str = ""                   # status error: what the agent raised
+
+
+class AgentFailure(UserError):
+    """Every episode of a step raised the same error: the run stops with it rather than train on
+    reward.error_score alone."""
+
+
+def check_some_episode_ran(outcomes: list[Outcome]) -> None:
+    """AgentFailure when every one of a step's episodes raised one error (episodes that time out are scored
+    reward.error_score and counted: a slow step is no broken program)."""
+    if not outcomes or any(o.status != "error" for o in outcomes):
+        return
+    errors = {o.error for o in outcomes}
+    if len(errors) == 1:
+        raise AgentFailure(f"every one of this step's {len(outcomes)} agent episodes failed: {errors.pop()}; the run "
+                           "stops rather than train on reward.error_score alone (fix the agent program or what it "
+                           "needs: a harness, a server, a network or an offline cache).")
 
 
 def reward_parts(value: Any) -> dict[str, float]:
@@ -168,6 +186,7 @@ class AgentEpisodes:
             raise EngineError(f"the rollout engine failed while serving agent calls: {type(failure).__name__}: "
                               f"{failure}") from failure
         finished = dict(outcomes)  # a blocked loop may still write to `outcomes`
+        check_some_episode_ran([finished.get(e, Outcome(None, "timeout")) for e in ids])
         played: Played = []
         for k, ((item, _), e) in enumerate(zip(pairs, ids)):
             outcome, record = finished.get(e, Outcome(None, "timeout")), records[e]
@@ -188,6 +207,8 @@ class AgentEpisodes:
         samples = record.samples or [Trajectory(self.renderer.prompt_ids(opening), opening)]
         for t in samples:
             t.rewards, t.done = dict(rewards), True
+            t.ended = outcome.status if outcome.status in ("error", "timeout") else \
+                "token_budget" if t.truncated else "stop"
         return samples
 
     async def play_all(self, ids: list[str], rows: list[dict], outcomes: dict[str, Outcome]) -> None:
@@ -220,7 +241,7 @@ class AgentEpisodes:
                     log.warning("agent episode %s failed (scored reward.error_score): %s: %s", episode,
                                 type(e).__name__, e, exc_info=e)
                 errors.append(f"{type(e).__name__}: {e}")
-                outcomes[episode] = Outcome(None, "error")
+                outcomes[episode] = Outcome(None, "error", f"{type(e).__name__}: {str(e)[:500]}")
         finally:
             self.endpoint.close_episode(episode)
 

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grpoflow.multiturn.chat import ChatRenderer, TemplateError
-from grpoflow.multiturn.endpoint_limits import MAX_BODY_BYTES, RendererCache, check_prompt_length, read_json_body
+from grpoflow.multiturn.endpoint_limits import (BODY_TIMEOUT_S, MAX_BODY_BYTES, RendererCache, check_prompt_length,
+                                                read_json_body)
 from grpoflow.multiturn.episode import EpisodeRecord, Placement
 from grpoflow.multiturn.openai_api import (APIError, ChatRequest, Reply, completion_body, model_object, models_body,
                                            parse_request, stream_events)
@@ -62,15 +63,17 @@ class Session:
 
 class Endpoint:
     def __init__(self, tokenizer: Any, *, model_name: str = "policy", tool_parser: str = "hermes",
-                 max_calls: int = 4, max_prompt_tokens: int = 32768, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+                 max_calls: int = 4, max_prompt_tokens: int = 32768, max_body_bytes: int = MAX_BODY_BYTES,
+                 body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         """`max_calls`: calls per episode (rollout.multi_turn.max_turns); more are refused (400); `max_prompt_tokens`,
-        `max_body_bytes`: the request limits of endpoint_limits.py. Sessions bring the engine
+        `max_body_bytes`, `body_timeout_s`: the request limits of endpoint_limits.py. Sessions bring the engine
         (`open_session(submit=...)`)."""
         self.tokenizer, self.model_name = tokenizer, model_name
         self.tool_parser, self.max_calls = tool_parser, max_calls
         self.renderer = ChatRenderer(tokenizer)  # checks the template once
         self._renderers: RendererCache[ChatRenderer] = RendererCache()
         self.max_prompt_tokens, self.max_body_bytes = max_prompt_tokens, max_body_bytes
+        self.body_timeout_s = body_timeout_s
         self._lock = threading.Lock()            # guards the session, shared by the server and the controller
         self._session: Session | None = None
         self._sessions = 0
@@ -298,7 +301,7 @@ def build_app(endpoint: Endpoint) -> Any:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        body = await read_json_body(request, endpoint.max_body_bytes)
+        body = await read_json_body(request, endpoint.max_body_bytes, endpoint.body_timeout_s)
         user = body.get("user") if isinstance(body, dict) else None
         reply = await endpoint.chat(body, request.headers.get("x-episode-id") or user)
         return StreamingResponse(iter(reply), media_type="text/event-stream") if isinstance(reply, list) else reply

@@ -1,8 +1,10 @@
 """What the agent endpoint refuses before it works for a request (endpoint.py calls these).
 
 Agents are programs the trainer runs but does not trust to be careful, so each request is bounded before it
-costs anything: the body is read in chunks and refused past `max_body_bytes` (413, never read whole); it
-must be JSON of bounded nesting (400, never a 500 with a traceback); the rendered prompt is refused past
+costs anything: the body is read in chunks and refused past `max_body_bytes` (413, never read whole) or when it
+has not all arrived within `BODY_TIMEOUT_S` (408: a stalled client's half body is dropped, not kept); it must be
+JSON of bounded nesting whose strings are text (400, never a 500 with a traceback: a lone UTF-16 surrogate such
+as "\\ud800" parses in Python but cannot be encoded); the rendered prompt is refused past
 `max_prompt_tokens` (400 `context_length_exceeded`, OpenAI's code), before it reaches the engine. Rendering
 runs in a worker thread (endpoint.py), so one huge conversation does not stall the other episodes' calls,
 and the renderers built for distinct `tools` lists live in a bounded LRU cache (`RendererCache`).
@@ -10,6 +12,7 @@ and the renderers built for distinct `tools` lists live in a bounded LRU cache (
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import OrderedDict
 from typing import Any, Callable, Generic, TypeVar
@@ -17,27 +20,42 @@ from typing import Any, Callable, Generic, TypeVar
 from grpoflow.multiturn.openai_api import APIError
 
 MAX_BODY_BYTES = 4 * 2**20   # a request body over this is refused (413): 4 MiB is about a million tokens of text
+BODY_TIMEOUT_S = 30.0        # a request body not all received within this is refused (408)
 RENDERER_CACHE = 32          # renderers kept for distinct `tools` lists (least recently used ones go)
 
 T = TypeVar("T")
 
 
-async def read_json_body(request: Any, max_bytes: int) -> Any:
-    """The request's JSON body, read at most `max_bytes` far; APIError 413 past that, 400 if it is not JSON."""
+async def read_json_body(request: Any, max_bytes: int, timeout_s: float = BODY_TIMEOUT_S) -> Any:
+    """The request's JSON body, read at most `max_bytes` far within `timeout_s`; APIError 413 past that size, 408
+    past that time, 400 if it is not JSON or holds a string that is not text (a lone surrogate)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise too_large(int(declared), max_bytes)
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise too_large(len(body), max_bytes)
+
+    async def read() -> None:
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > max_bytes:
+                raise too_large(len(body), max_bytes)
+
     try:
-        return json.loads(body)
+        await asyncio.wait_for(read(), timeout_s)
+    except asyncio.TimeoutError:
+        raise APIError(408, f"the request body did not arrive within {timeout_s:g} s ({len(body)} bytes read); send "
+                            "it whole.", code="request_timeout") from None
+    try:
+        value = json.loads(body)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")  # a lone surrogate ("\ud800") raises here
+    except UnicodeEncodeError as e:
+        raise APIError(400, f"the request body holds a string that is not text (a lone UTF-16 surrogate, "
+                            f"{e.object[e.start:e.end]!a}); send valid Unicode.") from None
     except (ValueError, UnicodeDecodeError):
         raise APIError(400, "the request body is not valid JSON.") from None
     except RecursionError:
         raise APIError(400, "the request body nests JSON too deeply.") from None
+    return value
 
 
 def too_large(size: int, max_bytes: int) -> APIError:

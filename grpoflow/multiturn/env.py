@@ -11,7 +11,8 @@ An environment is a class, gym style, one instance per trajectory:
         def get_reward(self) -> float | dict:        # optional: the outcome reward (else the steps' sum)
         def close(self): ...                         # optional
 
-`reset` receives the dataset row's columns as keywords (the ones its signature names, or all with
+Each method may be a plain function or an `async def` (which must await, not block: a blocking one stalls every
+trajectory). `reset` receives the dataset row's columns as keywords (the ones its signature names, or all with
 **row) and `seed`: the same for the `n` trajectories of a group, so they start from the same state.
 `step` may return (observation, done) without a reward. The environment's reward is added to the
 configured reward functions' score and logged as reward/env/mean (each key of a dict as
@@ -20,20 +21,25 @@ reward/env/<key>/mean).
 Given as `rollout.multi_turn.env=path/to/file.py:Class` or a name registered with `@register_env("name")`.
 
 The environment is user code, so it runs under the rule every callback follows (rewards, tools, agents):
-`guarded(cls)` wraps each instance so that an exception (`sys.exit` too) in its constructor, `reset`,
-`step`, `get_reward` or `close`, or a reward that is not a finite real number (NaN, inf, a string, 10**400),
-ends that trajectory with a NaN environment reward and a warning naming the class, the method and the
-cause. The reward assembly (controller/rewarding.py) scores such a sample `reward.error_score` and counts it
-in reward/errors and reward/env/errors.
+`GuardedEnvironment` wraps each instance so that its constructor, `reset`, `step`, `get_reward` and `close` run
+off the event loop within rollout.multi_turn.env_timeout_s each, and so that an exception (`sys.exit` too) or a
+call past the limit in any of them, or a reward that is not a finite real number (NaN, inf, a string, 10**400),
+ends that trajectory (end reason "error" or "timeout") with a NaN environment reward and a warning naming the
+class, the method and the cause; the run goes on. The reward assembly (controller/rewarding.py) scores such a
+sample `reward.error_score` and counts it in reward/errors and reward/env/errors.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import copy
 import inspect
 import logging
 import math
 import random
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -81,40 +87,25 @@ def as_messages(observation: str | list[dict] | None, role: str = "user") -> lis
                     "a list of chat messages ({'role': ..., 'content': ...}) or None.")
 
 
-def reset_env(env: Environment, row: dict, seed: int) -> list[dict] | None:
-    """`env.reset` with `seed` and the row columns its signature takes; its first messages (None: none)."""
-    params = inspect.signature(env.reset).parameters
+def reset_kwargs(reset: Callable[..., Any], row: dict, seed: int) -> dict:
+    """The keywords of `reset`: `seed` and the row columns its signature takes (all with **row)."""
+    params = inspect.signature(reset).parameters
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     kwargs = {k: v for k, v in row.items() if takes_all or k in params}
     if takes_all or "seed" in params:
         kwargs["seed"] = seed
-    first = env.reset(**kwargs)
-    return None if first is None else as_messages(first)
+    return kwargs
 
 
-def step_env(env: Environment, text: str) -> StepResult:
-    """`env.step(text)`, its (observation, done[, reward]) normalised."""
-    out = env.step(text)
+def step_result(name: str, out: Any) -> StepResult:
+    """What `name.step` returned, (observation, done[, reward]), normalised."""
     if not isinstance(out, tuple) or len(out) not in (2, 3):
-        raise TypeError(f"{type(env).__name__}.step returned {out!r:.80}; return (observation, done) or "
+        raise TypeError(f"{name}.step returned {out!r:.80}; return (observation, done) or "
                         "(observation, done, reward).")
     observation, done = out[0], bool(out[1])
-    reward = env_number(out[2], f"{type(env).__name__}.step's reward") if len(out) == 3 and out[2] is not None \
-        else 0.0
+    reward = env_number(out[2], f"{name}.step's reward") if len(out) == 3 and out[2] is not None else 0.0
     messages = as_messages(observation)
     return StepResult(messages, done or not messages, reward)
-
-
-def final_reward(env: Environment, step_rewards: float) -> dict[str, float]:
-    """The environment's reward parts: `get_reward()` when it has one (a float is part "env"), else the sum of
-    its step rewards."""
-    get = getattr(env, "get_reward", None)
-    if get is None:
-        return {"env": step_rewards}
-    value = get()
-    if isinstance(value, dict):
-        return {f"env/{k}": float(v) for k, v in value.items()}
-    return {"env": float(value)}
 
 
 def env_number(value: Any, what: str) -> float:
@@ -130,73 +121,125 @@ def env_number(value: Any, what: str) -> float:
 
 
 class GuardedEnvironment:
-    """One environment instance under the callback rule (module docstring); `failure` says why it stopped."""
+    """One environment instance under the callback rule (module docstring), each call bounded by `timeout_s`
+    (rollout.multi_turn.env_timeout_s) and off the event loop: a plain method runs in a daemon thread of its own
+    (so a slow one stalls neither the event loop nor the other trajectories, and a hung one is left behind
+    without holding up the end of the run), an `async def` one is awaited under the bound (it must await, not
+    block). `failure` says why it stopped; `ended` is then "error" or "timeout" (the trajectory's end reason)."""
 
-    def __init__(self, cls: type, kwargs: dict | None = None) -> None:
+    def __init__(self, cls: type, kwargs: dict | None = None, *, timeout_s: float = 60.0) -> None:
+        self.cls, self.kwargs, self.timeout_s = cls, dict(kwargs or {}), timeout_s
         self.name = cls.__name__
         self.failure: str | None = None
+        self.ended: str | None = None
         self._steps_total = 0.0
         self.inner: Any = None
+        self.tools = getattr(cls, "tools", [])
+
+    async def start(self) -> None:
+        """Build the instance (its constructor is user code too: bounded and off the event loop)."""
         try:
-            self.inner = cls(**(kwargs or {}))
-        except (Exception, SystemExit) as e:
+            self.inner = await bounded(self.cls, timeout_s=self.timeout_s, **self.kwargs)
+        except BaseException as e:
             self._fail("__init__", e)
-        self.tools = getattr(self.inner, "tools", [])
 
-    def reset(self, **row: Any) -> list[dict] | None:
+    async def reset(self, row: dict, seed: int) -> list[dict] | None:
+        """The first messages (None: the dataset prompt opens the conversation; after a failure the first step
+        ends it)."""
         if self.failure is None:
-            seed = row.pop("seed", 0)
             try:
-                return reset_env(self.inner, row, seed)
-            except (Exception, SystemExit) as e:
+                first = await bounded(self.inner.reset, timeout_s=self.timeout_s,  # a copy: the row is shared
+                                      **copy.deepcopy(reset_kwargs(self.inner.reset, row, seed)))
+                return None if first is None else as_messages(first)
+            except BaseException as e:
                 self._fail("reset", e)
-        return None  # the dataset prompt opens the conversation; the first step ends it
+        return None
 
-    def step(self, assistant_text: str) -> tuple:
+    async def step(self, assistant_text: str) -> StepResult:
         if self.failure is None:
             try:
-                result = step_env(self.inner, assistant_text)
+                result = step_result(self.name, await bounded(self.inner.step, assistant_text,
+                                                              timeout_s=self.timeout_s))
                 self._steps_total += result.reward
-                return result.messages, result.done, result.reward
-            except (Exception, SystemExit) as e:
+                return result
+            except BaseException as e:
                 self._fail("step", e)
-        return None, True, 0.0
+        return StepResult([], True, 0.0)
 
-    def get_reward(self) -> float | dict[str, float]:
-        """The inner environment's reward (its get_reward, else the sum of its step rewards), checked; NaN once
-        it failed."""
+    async def reward(self) -> dict[str, float]:
+        """The environment's reward parts: its get_reward (a float is part "env"), else the sum of its step
+        rewards, checked; {"env": NaN} once it failed."""
         if self.failure is None:
             try:
                 get = getattr(self.inner, "get_reward", None)
-                value = get() if get is not None else self._steps_total
+                value = await bounded(get, timeout_s=self.timeout_s) if get is not None else self._steps_total
                 if isinstance(value, dict):
-                    return {str(k): env_number(v, f"{self.name}.get_reward()[{k!r}]") for k, v in value.items()}
-                return env_number(value, f"{self.name}.get_reward()")
-            except (Exception, SystemExit) as e:
+                    return {f"env/{k}": env_number(v, f"{self.name}.get_reward()[{k!r}]") for k, v in value.items()}
+                return {"env": env_number(value, f"{self.name}.get_reward()")}
+            except BaseException as e:
                 self._fail("get_reward", e)
-        return math.nan
+        return {"env": math.nan}
 
-    def close(self) -> None:
+    async def close(self) -> None:
         close = getattr(self.inner, "close", None)
         if close is not None:
             try:
-                close()
-            except (Exception, SystemExit) as e:
-                log.warning("environment %s.close raised %s: %s (ignored).", self.name, type(e).__name__, e)
+                await bounded(close, timeout_s=self.timeout_s)
+            except BaseException as e:
+                log.warning("environment %s.close %s (ignored).", self.name, describe(e, self.timeout_s))
 
     def _fail(self, method: str, error: BaseException) -> None:
-        self.failure = f"{self.name}.{method} raised {type(error).__name__}: {str(error)[:300]}"
+        if isinstance(error, asyncio.CancelledError):
+            raise error
+        self.ended = "timeout" if isinstance(error, asyncio.TimeoutError) else "error"
+        self.failure = f"{self.name}.{method} {describe(error, self.timeout_s)}"
         log.warning("environment %s; its trajectory ends here and scores reward.error_score (counted in "
                     "reward/env/errors).", self.failure)
 
 
-def guarded(cls: type, kwargs: dict | None = None) -> Callable[[], GuardedEnvironment]:
-    """A factory of `cls(**kwargs)` instances (rollout.multi_turn.env_args) under the callback rule, for EnvLoop's
-    `env_cls`."""
-    def make() -> GuardedEnvironment:
-        return GuardedEnvironment(cls, kwargs)
-    make.tools = getattr(cls, "tools", [])  # type: ignore[attr-defined]
-    return make
+def describe(error: BaseException, timeout_s: float) -> str:
+    if isinstance(error, asyncio.TimeoutError):
+        return (f"took longer than rollout.multi_turn.env_timeout_s={timeout_s:g} s (left running in its thread; "
+                "raise the limit if it is just slow)")
+    return f"raised {type(error).__name__}: {str(error)[:300]}"
+
+
+async def bounded(fn: Callable[..., Any], *args: Any, timeout_s: float, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)` within `timeout_s` seconds (asyncio.TimeoutError past it), off the event loop: an
+    `async def` is awaited under the bound; anything else runs in a daemon thread of its own (a hung call is left
+    behind there: no executor waits for it at the end of the run), and an awaitable it returns is awaited."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    if inspect.iscoroutinefunction(fn):
+        return await asyncio.wait_for(_without_exit(fn(*args, **kwargs)), timeout_s)
+    future: asyncio.Future = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = fn(*args, **kwargs), None
+        except BaseException as e:  # SystemExit too: the callback rule makes it an ordinary failure
+            result, error = None, e if isinstance(e, Exception) else RuntimeError(f"{type(e).__name__}: {e}")
+        with contextlib.suppress(RuntimeError):  # the event loop is gone (a call left behind after the run)
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, daemon=True, name=f"grpoflow-env-{getattr(fn, '__name__', 'call')}").start()
+    result = await asyncio.wait_for(future, timeout_s)
+    if inspect.isawaitable(result):
+        result = await asyncio.wait_for(result, max(deadline - loop.time(), 0.0))
+    return result
+
+
+async def _without_exit(call: Any) -> Any:
+    """Await `call` with its sys.exit turned into an ordinary error (asyncio would let SystemExit end the event
+    loop, and with it every trajectory)."""
+    try:
+        return await call
+    except SystemExit as e:
+        raise RuntimeError(f"sys.exit({e.code!r})") from None
 
 
 def load_env(spec: str) -> type:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import Environment, final_reward, reset_env, step_env, with_system_prompt
+from grpoflow.multiturn.env import GuardedEnvironment, with_system_prompt
 from grpoflow.multiturn.trajectory import Segment, Trajectory
 from grpoflow.multiturn.turns import (SampleInfo, ToolUse, add_model_turn, env_seeds, first_turn_seeds, info_of,
                                      joined, stream_seed)
@@ -78,6 +78,7 @@ class SingleTurn:
             t = Trajectory(list(item.ids), [])
             add_model_turn(t, c, self.tokenizer.decode(c.ids, skip_special_tokens=True), len(item.ids))
             t.truncated = c.truncated
+            t.ended = "token_budget" if c.truncated else "eos"
             return t
 
         return await play_each(batcher, items, params.n, sample)
@@ -91,14 +92,18 @@ class EnvLoop:
     multi_turn = True
     agent = False
 
-    def __init__(self, renderer: ChatRenderer, *, env_cls: Callable[[], Environment] | None, tools: ToolUse | None,
+    def __init__(self, renderer: ChatRenderer, *, env_cls: type | None, tools: ToolUse | None,
                  max_turns: int, opening: Callable[[dict], list[dict]], system_prompt: str | None = None,
-                 max_prompt_length: int | None = None) -> None:
-        """`opening(row)`: the conversation's first messages when the environment gives none (the dataset prompt);
-        `system_prompt` (data.system_prompt) opens every conversation that has no system message of its own;
-        `max_prompt_length` (data.max_prompt_length) bounds the opening an environment's `reset` writes."""
+                 max_prompt_length: int | None = None, env_args: dict | None = None,
+                 env_timeout_s: float = 60.0) -> None:
+        """`env_cls(**env_args)`: one environment per trajectory (rollout.multi_turn.env, .env_args), each call
+        within `env_timeout_s` (env.GuardedEnvironment); `opening(row)`: the conversation's first messages when the
+        environment gives none (the dataset prompt); `system_prompt` (data.system_prompt) opens every
+        conversation that has no system message of its own; `max_prompt_length` (data.max_prompt_length) bounds
+        the opening an environment's `reset` writes."""
         self.renderer, self.env_cls, self.tools, self.max_turns = renderer, env_cls, tools, max_turns
         self.opening, self.system_prompt, self.max_prompt_length = opening, system_prompt, max_prompt_length
+        self.env_args, self.env_timeout_s = dict(env_args or {}), env_timeout_s
 
     async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
                    seed: int | None) -> Played:
@@ -108,39 +113,47 @@ class EnvLoop:
 
     async def trajectory(self, client: Client, item: RolloutItem, j: int, params: SamplingParams, seed: int | None,
                          env_seed: int) -> Trajectory:
-        env = self.new_env()
+        env = await self.new_env()
         t = Trajectory([], [])
         try:
-            t = self.opened(env, item.row or {}, env_seed)
+            t = await self.opened(env, item.row or {}, env_seed)
             await self.converse(client, t, env, item, j, params, seed)
             return t
         finally:
             client.done()
             if env is not None:
-                t.rewards = final_reward(env, t.step_reward)
-                close_env(env)
+                t.rewards = await env.reward()
+                t.ended = env.ended or t.ended
+                await env.close()
 
-    def new_env(self) -> Environment | None:
-        return self.env_cls() if self.env_cls is not None else None
+    async def new_env(self) -> GuardedEnvironment | None:
+        """A started environment for one trajectory (None: a tools-only loop)."""
+        if self.env_cls is None:
+            return None
+        env = GuardedEnvironment(self.env_cls, self.env_args, timeout_s=self.env_timeout_s)
+        await env.start()
+        return env
 
-    def opened(self, env: Environment | None, row: dict, env_seed: int) -> Trajectory:
+    async def opened(self, env: GuardedEnvironment | None, row: dict, env_seed: int) -> Trajectory:
         """A conversation as it opens: the environment's `reset` (or the dataset prompt), rendered and bounded."""
-        first = reset_env(env, row, env_seed) if env is not None else None
+        first = await env.reset(row, env_seed) if env is not None else None
         messages = with_system_prompt(first if first is not None else self.opening(row), self.system_prompt)
         t = Trajectory(self.renderer.prompt_ids(messages), list(messages))
         if first is not None and self.max_prompt_length is not None and len(t.prompt_ids) > self.max_prompt_length:
-            name = getattr(env, "name", type(env).__name__)  # a guarded environment names the one inside
-            raise ValueError(f"{name}.reset opened a conversation of {len(t.prompt_ids)} tokens, "
+            assert env is not None
+            raise ValueError(f"{env.name}.reset opened a conversation of {len(t.prompt_ids)} tokens, "
                              f"over data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length "
                              "or shorten the environment's opening.")
         return t
 
-    async def converse(self, client: Client, t: Trajectory, env: Environment | None, item: RolloutItem, j: int,
+    async def converse(self, client: Client, t: Trajectory, env: GuardedEnvironment | None, item: RolloutItem, j: int,
                        params: SamplingParams, seed: int | None, head: Completion | None = None) -> Completion | None:
         """Turns from `t.turns` on until the conversation is over (None), or until the batcher pauses a turn
         (rollout.partial): then that turn's tokens so far come back. `head`: the first turn's tokens sampled
-        in an earlier rollout; the turn goes on from them at their offset in its random stream."""
+        in an earlier rollout; the turn goes on from them at their offset in its random stream. Sets `t.ended`
+        (trajectory.END_REASONS)."""
         budget, end = params.max_new_tokens, self.renderer.turn.end_token_id
+        t.ended = "max_turns"  # unless the loop below ends it otherwise
         for turn in range(t.turns, self.max_turns):
             before, head = head or Completion([], [], [], ""), None
             prompt = tuple(t.prompt_ids + t.response_ids + before.ids)
@@ -151,23 +164,28 @@ class EnvLoop:
             c = joined(before, c)
             if c.finish == "paused":
                 t.prefilled, t.context = t.prefilled + c.prefilled, t.context + len(prompt)
+                t.ended = "paused"
                 return c
             text = self.renderer.decode(c.ids)
             add_model_turn(t, c, text, len(prompt))
             t.truncated = c.truncated  # cut at the budget left
-            last = c.truncated or not c.ids or c.ids[-1] != end or turn + 1 >= self.max_turns
-            replies, over = await self.answer(t, env, text, last)
-            if over or last:
+            ended = "token_budget" if c.truncated else "eos" if not c.ids or c.ids[-1] != end else \
+                "max_turns" if turn + 1 >= self.max_turns else None
+            replies, over = await self.answer(t, env, text, ended is not None)
+            if over or ended is not None:
+                t.ended = ended or ("env_done" if env is not None else "stop")
                 return None
             ids = self.renderer.continuation_ids(t.messages, replies)
             if t.used + len(ids) >= budget:
                 t.truncated = True  # the reply and one more token do not fit in the budget
+                t.ended = "token_budget"
                 return None
             t.segments.append(Segment(ids))
             t.messages += replies
         return None
 
-    async def answer(self, t: Trajectory, env: Environment | None, text: str, last: bool) -> tuple[list[dict], bool]:
+    async def answer(self, t: Trajectory, env: GuardedEnvironment | None, text: str,
+                     last: bool) -> tuple[list[dict], bool]:
         """(the reply messages, whether the conversation is over): the turn's tool calls run (not on a last
         turn: no reply could follow), else the environment steps on it, else the answer ends it."""
         calls = self.tools.calls_in(text) if self.tools is not None else None
@@ -177,7 +195,7 @@ class EnvLoop:
                 return [], True
             return await asyncio.to_thread(self.tools.run, t, calls[0], calls[1], self.renderer.encode), False
         if env is not None:
-            stepped = step_env(env, text)
+            stepped = await env.step(text)
             t.step_reward += stepped.reward
             return stepped.messages, stepped.done
         return [], True
@@ -186,9 +204,3 @@ class EnvLoop:
         """Stop the tool processes."""
         if self.tools is not None:
             self.tools.runner.close()
-
-
-def close_env(env: Environment) -> None:
-    close = getattr(env, "close", None)
-    if close is not None:
-        close()

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from grpoflow.errors import UserError
-from grpoflow.multiturn.env import Environment, final_reward
-from grpoflow.multiturn.loop import EnvLoop, Played, RolloutItem, SingleTurn, close_env
+from grpoflow.multiturn.env import GuardedEnvironment
+from grpoflow.multiturn.loop import EnvLoop, Played, RolloutItem, SingleTurn
 from grpoflow.multiturn.trajectory import Segment, Trajectory
 from grpoflow.multiturn.turns import SampleInfo, add_model_turn, env_seeds, info_of, stream_seed
 from grpoflow.rollout.batcher import Client, RequestBatcher
@@ -67,7 +67,8 @@ class Progress:
         if self.past is not None:
             return Trajectory.from_data(self.past)
         t = Trajectory(list(prompt_ids), [{"role": "assistant", "content": self.text}], turns=1,
-                       truncated=self.finish == "length")
+                       truncated=self.finish == "length",
+                       ended={"": "paused", "length": "token_budget"}.get(self.finish, "eos"))
         if self.ids:
             t.segments.append(Segment(list(self.ids), list(self.log_probs), min(self.versions), list(self.versions)))
         return t
@@ -153,7 +154,7 @@ class PartialSingleTurn:
             paused = c.finish == "paused"
             text = "" if paused else self.tokenizer.decode(p.ids + c.ids, skip_special_tokens=True)
             return p.continued(c, text), SampleInfo(prefilled=c.prefilled, context=len(item.ids) + len(p.ids),
-                                                    paused=paused)
+                                                    paused=paused, ended="paused" if paused else "")
 
         return await play_partial(batcher, items, params.n, self.quota, go)
 
@@ -177,35 +178,38 @@ class PartialEnvLoop:
 
     async def sample(self, client: Client, item: RolloutItem, j: int, p: Progress,
                      params: SamplingParams) -> tuple[Progress, SampleInfo]:
-        loop, env = self.loop, self.loop.new_env()
+        loop, env = self.loop, await self.loop.new_env()
         t, paused = Trajectory([], []), None
         try:
-            t = loop.opened(env, item.row or {}, env_seeds(p.seed, [item.index])[0])
+            t = await loop.opened(env, item.row or {}, env_seeds(p.seed, [item.index])[0])
             if p.past is not None:
                 t = await replay(loop, env, t, Trajectory.from_data(p.past), item, j)
             head = Completion(p.ids, p.log_probs, p.versions, "paused") if p.past is not None else None
-            paused = await loop.converse(client, t, env, item, j, params, p.seed, head)
+            if env is None or env.failure is None:
+                paused = await loop.converse(client, t, env, item, j, params, p.seed, head)
         finally:
             if env is not None:
                 if paused is None:  # over (or failed): the environment's reward, as an uninterrupted one's
-                    t.rewards = final_reward(env, t.step_reward)
-                close_env(env)
+                    t.rewards = await env.reward()
+                    t.ended = env.ended or t.ended
+                await env.close()
         if paused is not None:
             return (Progress(p.seed, list(paused.ids), list(paused.log_probs), list(paused.versions),
-                             past=t.as_data()), SampleInfo(paused=True))
+                             past=t.as_data()), SampleInfo(paused=True, ended="paused"))
         return Progress(p.seed, finish="length" if t.truncated else "stop", past=t.as_data()), info_of(t)
 
     def close(self) -> None:
         """Nothing: the loop (its tool processes) is its owner's to close."""
 
 
-async def replay(loop: EnvLoop, env: Environment | None, t: Trajectory, recorded: Trajectory, item: RolloutItem,
+async def replay(loop: EnvLoop, env: GuardedEnvironment | None, t: Trajectory, recorded: Trajectory, item: RolloutItem,
                  j: int) -> Trajectory:
     """`t`, a conversation `env.reset` just opened, brought to where `recorded` paused: each recorded model turn
     is added and answered again (the environment steps on it, or its tool calls run), and each reply must render
     to the recorded ids (a UserError names the turn otherwise). The engine counts (prefilled, context) are the
-    recorded ones: nothing is sampled here."""
-    who = getattr(env, "name", type(env).__name__) if env is not None else "the tools"
+    recorded ones: nothing is sampled here. An environment that fails on replay (an error or a timeout) ends the
+    conversation there, as it would have in an uninterrupted rollout."""
+    who = env.name if env is not None else "the tools"
     if t.prompt_ids != recorded.prompt_ids:
         raise not_replayable(f"{who}.reset opened the conversation", "its opening", item, j)
     model, replies = recorded.segments[0::2], recorded.segments[1::2]
@@ -216,6 +220,8 @@ async def replay(loop: EnvLoop, env: Environment | None, t: Trajectory, recorded
         add_model_turn(t, Completion(said.ids, said.log_probs or [], versions, "stop"), text, 0)
         at = len(t.messages)
         answer, over = await loop.answer(t, env, text, False)
+        if env is not None and env.failure is not None:
+            return t
         ids = [] if over else loop.renderer.continuation_ids(t.messages, answer)
         if over or ids != reply.ids or answer != recorded.messages[at:at + len(answer)]:
             source = "its tool calls" if loop.tools is not None and loop.tools.calls_in(text) is not None else who

@@ -17,6 +17,18 @@ import torch
 from grpoflow.data.batch import Batch
 from grpoflow.rollout.protocol import left_pad
 
+# Why a trajectory ended (Trajectory.ended; logged as shares rollout/ending/<reason>):
+END_REASONS = (
+    "stop",          # the model ended its turn and nothing answers (no environment, no tool call)
+    "eos",           # the model ended with EOS (a single-turn sample's stop token), not the end-of-turn token
+    "max_turns",     # rollout.multi_turn.max_turns model turns
+    "token_budget",  # rollout.max_new_tokens ran out (a turn cut, or no room for a reply and one more token)
+    "env_done",      # the environment said the conversation is over
+    "error",         # user code (environment, agent program) raised or returned nonsense
+    "timeout",       # user code ran past its limit (rollout.multi_turn.env_timeout_s, rollout.agent.timeout_s)
+    "paused",        # rollout.partial stopped it unfinished, to go on in a later rollout
+)
+
 
 @dataclass
 class Segment:
@@ -45,6 +57,7 @@ class Trajectory:
     done: bool = False
     prefilled: int = 0                     # prompt tokens the engine computed for its turns (the rest reused)
     context: int = 0                       # prompt tokens of its turns: what re-prefilling every turn would compute
+    ended: str = ""                        # why it ended (END_REASONS; "" while it runs)
 
     @property
     def version(self) -> int:

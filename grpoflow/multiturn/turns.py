@@ -69,12 +69,13 @@ class SampleInfo:
     paused: bool = False    # rollout.partial: stopped unfinished, to continue in a later rollout
     finished_at: int = -1   # rollout.partial: the batcher tick it finished at in this rollout (-1: not in it)
     progress: Any = None    # rollout.partial: the sample so far as plain data (multiturn/partial.Progress)
+    ended: str = ""         # why it ended (trajectory.END_REASONS)
 
 
 def info_of(t: Trajectory, **extra: Any) -> SampleInfo:
     return SampleInfo(turns=t.turns, tool_calls=t.tool_calls, tool_errors=t.tool_errors,
                       tool_timeouts=t.tool_timeouts, rewards=dict(t.rewards), prefilled=t.prefilled,
-                      context=t.context, **extra)
+                      context=t.context, ended=t.ended, **extra)
 
 
 def joined(head: Completion, c: Completion) -> Completion:
@@ -149,9 +150,12 @@ def opening_messages(messages: list[dict]) -> list[dict]:
 
 def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, episodes: int,
                     env_tokens: int, tokens: int, truncated: int) -> dict[str, float]:
-    """multi_turn/*, tools/*, agent/* and reward parts of a step's samples (tools/* and errors are totals)."""
+    """rollout/ending/<reason> (the share of samples that ended so, trajectory.END_REASONS), and multi_turn/*,
+    tools/*, agent/* and reward parts of a step's samples (tools/* and errors are totals)."""
+    ended = [i.ended for i in infos if i.ended]
+    endings = {f"rollout/ending/{r}": ended.count(r) / len(ended) for r in sorted(set(ended))}
     if not multi_turn or not infos:
-        return {}
+        return endings
     turns = torch.tensor([i.turns for i in infos], dtype=torch.float32)
     out = {"multi_turn/turns/mean": turns.mean().item(), "multi_turn/turns/max": turns.max().item(),
            "multi_turn/env_token_share": env_tokens / max(tokens, 1),
@@ -169,4 +173,4 @@ def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, e
                     "agent/timeouts": float(sum(s == "timeout" for s in status.values()))})
     for part in sorted({k for i in infos for k in i.rewards}):
         out[f"reward/{part}/mean"] = sum(i.rewards.get(part, 0.0) for i in infos) / len(infos)
-    return out
+    return {**out, **endings}

@@ -6,7 +6,10 @@
   (`regex:<pattern>`) or a user function (`path/to/file.py:name`, text -> float | None); with
   `max_score`, the reply is divided by it and a value outside [0, max_score] is unparsable.
 - `OpenAIJudge`: any OpenAI-compatible `/v1/chat/completions` URL through the `openai` client, at most
-  `max_concurrency` calls in flight, each bounded by `timeout_s` and retried `retries` times.
+  `max_concurrency` calls in flight, each bounded by `timeout_s` and retried `retries` times. Its first failed
+  call is a warning naming the URL; after `max_concurrency` calls in a row have failed every attempt, the rest of
+  the batch fails at once with the same error (a circuit breaker: a dead judge costs one wave of calls, not the
+  whole batch's timeouts). An API key is sent only when `api_key_env` names a variable for it (reward.judge).
 - `judge_scores`: replies -> scores; a failed call or an unparsable reply scores `error_score` and is
   counted in `JudgeStats` (logged as reward/judge/*), so a judge never hangs or crashes a step.
 
@@ -19,6 +22,7 @@ combines with rule rewards by `reward.weights` and routes by `data_source` like 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import re
@@ -30,6 +34,7 @@ from grpoflow.errors import MissingExtraError, UserError
 from grpoflow.plugins import is_file_spec, load_from_file
 from grpoflow.rewards.functions import register_reward
 
+log = logging.getLogger("grpoflow.judge")
 JUDGE_COLUMN = "judge_score"  # the row column that carries a sample's judge score to the `judge` reward
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
@@ -126,15 +131,23 @@ def judge_scores(replies: list[str | None], parser: ScoreParser, error_score: fl
 class OpenAIJudge:
     """Chat completions from an OpenAI-compatible server: one user message per judged sample."""
 
-    def __init__(self, url: str, *, model: str, api_key_env: str, max_concurrency: int, timeout_s: float,
+    def __init__(self, url: str, *, model: str, api_key_env: str | None, max_concurrency: int, timeout_s: float,
                  retries: int, max_tokens: int, temperature: float) -> None:
-        self.url, self.model, self.api_key = url, model, os.environ.get(api_key_env) or "EMPTY"
+        """`api_key_env`: the variable holding this judge's key (None: no key is sent, "EMPTY" in its place)."""
+        self.url, self.model = url, model
+        self.api_key = (os.environ.get(api_key_env) if api_key_env else None) or "EMPTY"
         self.max_concurrency, self.timeout_s, self.retries = max_concurrency, timeout_s, retries
         self.max_tokens, self.temperature = max_tokens, temperature
+        self.errors: list[str | None] = []  # the last batch's: why each call failed (None: it did not)
+        self.warned = False
+        self._in_a_row = 0                  # calls in a row that failed every attempt
+        self._tripped: str | None = None    # the error that opened the circuit (this batch)
 
     def complete(self, texts: list[str], stats: JudgeStats) -> list[str | None]:
-        """The reply to each text (None: every attempt failed), in order; never longer than about
-        ceil(len / max_concurrency) x (retries + 1) x timeout_s."""
+        """The reply to each text (None: every attempt failed; `errors` says why), in order; never longer than
+        about ceil(len / max_concurrency) x (retries + 1) x timeout_s, and about (retries + 1) x timeout_s more
+        than the calls until the circuit breaker opened (module docstring)."""
+        self._in_a_row, self._tripped = 0, None
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -150,17 +163,23 @@ class OpenAIJudge:
         client = AsyncOpenAI(base_url=self.url, api_key=self.api_key, max_retries=0, timeout=self.timeout_s)
         gate = asyncio.Semaphore(self.max_concurrency)
 
-        async def one(text: str) -> str | None:
+        async def one(text: str) -> tuple[str | None, str | None]:
             async with gate:
                 return await self._one(client, text, stats)
 
         try:
-            return list(await asyncio.gather(*(one(t) for t in texts)))
+            done = list(await asyncio.gather(*(one(t) for t in texts)))
         finally:
             await client.close()
+        self.errors = [error for _, error in done]
+        return [reply for reply, _ in done]
 
-    async def _one(self, client: Any, text: str, stats: JudgeStats) -> str | None:
+    async def _one(self, client: Any, text: str, stats: JudgeStats) -> tuple[str | None, str | None]:
+        """(the reply, None) or (None, why every attempt failed)."""
+        error = "no attempt was made"
         for attempt in range(self.retries + 1):
+            if self._tripped is not None:
+                return None, self._tripped
             if attempt:
                 stats.retries += 1
                 await asyncio.sleep(min(0.1 * 2 ** attempt, 2.0))
@@ -168,10 +187,26 @@ class OpenAIJudge:
                 reply = await asyncio.wait_for(client.chat.completions.create(
                     model=self.model, messages=[{"role": "user", "content": text}], max_tokens=self.max_tokens,
                     temperature=self.temperature), self.timeout_s)
-                return reply.choices[0].message.content or ""
+                self._in_a_row = 0
+                return reply.choices[0].message.content or "", None
             except asyncio.TimeoutError:
                 stats.timeouts += 1
+                error = f"gave no reply within reward.judge.timeout_s={self.timeout_s:g} s"
             except Exception as e:  # connection refused, HTTP 5xx, a malformed reply: retried, then counted
                 if "timed out" in str(e).lower():
                     stats.timeouts += 1
-        return None
+                error = f"failed: {type(e).__name__}: {str(e)[:300]}"
+        self._failed(error)
+        return None, error
+
+    def _failed(self, error: str) -> None:
+        """Warn at the first failed call; open the circuit after `max_concurrency` failed calls in a row."""
+        if not self.warned:
+            self.warned = True
+            log.warning("the judge at %s (reward.judge.url) %s, after %d attempt(s); its sample scores "
+                        "reward.error_score (counted in reward/judge/failed).", self.url, error, self.retries + 1)
+        self._in_a_row += 1
+        if self._in_a_row >= self.max_concurrency and self._tripped is None:
+            self._tripped = error
+            log.warning("the judge at %s failed %d calls in a row (%s): the rest of this batch is not sent.",
+                        self.url, self._in_a_row, error)

@@ -28,6 +28,7 @@ from grpoflow.rewards.reasoning_gym_reward import task_dataset
 PREFIX = "reasoning_gym:"
 DEFAULT_SIZE = 500
 VAL_SIZE = 100
+MAX_SIZE = 100_000  # rows of one spec: generating is in-process and takes memory (a typo of 10**8 would hang)
 
 
 def is_reasoning_gym(spec: object) -> bool:
@@ -48,6 +49,11 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     except (ValueError, yaml.YAMLError) as e:
         raise UserError(f"data file {spec!r}: its options {query!r} are not key=value pairs joined by & ({e}); "
                         "write e.g. reasoning_gym:chain_sum?size=500&seed=1&min_terms=2.") from None
+    size, seed = options["size"], options["seed"]
+    if not (type(size) is int and 1 <= size <= MAX_SIZE):
+        raise UserError(f"data file {spec!r}: size={size!r}; give a whole number of rows from 1 to {MAX_SIZE}.")
+    if type(seed) is not int:
+        raise UserError(f"data file {spec!r}: seed={seed!r}; give a whole number.")
     return task, options
 
 
@@ -58,10 +64,17 @@ def format_spec(task: str, options: dict[str, Any]) -> str:
 def reasoning_gym_rows(spec: str) -> list[dict]:
     """The rows of a `reasoning_gym:TASK?...` spec (module docstring)."""
     task, options = parse_spec(spec)
-    dataset = task_dataset(task, options)
+    try:
+        dataset = task_dataset(task, options)
+        entries = [dataset[index] for index in range(len(dataset))]
+    except UserError:
+        raise
+    except Exception as e:  # reasoning-gym checks its options with asserts, or fails on them while generating
+        raise UserError(f"data file {spec!r}: reasoning-gym refused its options ({type(e).__name__}: "
+                        f"{str(e)[:300] or 'no message'}); check them against the task's config class "
+                        f"(reasoning_gym.factory.DATASETS[{task!r}][1]).") from None
     rows = []
-    for index in range(len(dataset)):
-        entry = dataset[index]
+    for index, entry in enumerate(entries):
         question = [{"role": "user", "content": entry["question"]}]
         rows.append({"prompt": question, "answer": str(entry["answer"]),
                      "demo": question + [{"role": "assistant", "content": str(entry["answer"])}],

@@ -60,12 +60,10 @@ class JsonlFile:
         at = self._read_to
         for line in chunk[:end].split(b"\n")[:-1]:
             at += len(line) + 1
-            if line.strip():
-                try:
-                    self.records.append(json.loads(line))
-                    self.offsets.append(at)
-                except json.JSONDecodeError:
-                    continue  # a damaged line (a crash mid-write long ago) is skipped, not fatal
+            record = _record(line)
+            if record is not None:  # a damaged line or one that is not an object (`3`, `[]`) is skipped
+                self.records.append(record)
+                self.offsets.append(at)
         self._read_to += end
 
     def _reset(self, identity: tuple[int, int] | None) -> None:
@@ -81,6 +79,72 @@ class JsonlFile:
         return self.records[count:], False
 
 
+def _record(line: bytes) -> dict | None:
+    """A JSON-lines line as a record: a JSON object (None: blank, damaged, or not an object)."""
+    if not line.strip():
+        return None
+    try:
+        value = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@dataclass
+class StepIndex:
+    """Where each step's records of a JSON-lines file are (byte ranges), so that one step's records are read without
+    holding the file: train_samples.jsonl holds every logged group of a run and may be larger than memory. Read on
+    from where the last read stopped, in blocks; a file that shrank or was replaced is indexed again."""
+
+    path: Path
+    spans: dict[int, list[tuple[int, int]]] = field(default_factory=dict)   # step -> [(offset, length)]
+    block: int = 1 << 20
+    _identity: tuple[int, int] | None = None
+    _read_to: int = 0
+
+    def refresh(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.spans, self._read_to, self._identity = {}, 0, None
+            return
+        identity = (st.st_ino, st.st_dev)
+        if identity != self._identity or st.st_size < self._read_to:
+            self.spans, self._read_to, self._identity = {}, 0, identity
+        with open(self.path, "rb") as f:
+            f.seek(self._read_to)
+            remaining, carry = st.st_size - self._read_to, b""
+            while remaining > 0:
+                chunk = f.read(min(self.block, remaining))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+                lines = (carry + chunk).split(b"\n")
+                carry = lines.pop()  # a line not complete yet (in this block, or still being written)
+                for line in lines:
+                    record = _record(line)
+                    step = record.get("step") if record is not None else None
+                    if isinstance(step, int) and not isinstance(step, bool):
+                        self.spans.setdefault(step, []).append((self._read_to, len(line)))
+                    self._read_to += len(line) + 1
+
+    def steps(self) -> list[int]:
+        self.refresh()
+        return sorted(self.spans)
+
+    def records(self, step: int) -> list[dict]:
+        """The records of `step`, in file order."""
+        self.refresh()
+        out = []
+        with open(self.path, "rb") as f:
+            for offset, length in self.spans.get(step, []):
+                f.seek(offset)
+                record = _record(f.read(length))
+                if record is not None:
+                    out.append(record)
+        return out
+
+
 class RunFolder:
     """One run folder's files, each followed as the run writes it."""
 
@@ -91,7 +155,7 @@ class RunFolder:
                                         f"run (e.g. runs/default).")
         self.metrics = JsonlFile(self.path / METRICS)
         self.val_samples = JsonlFile(self.path / VAL_SAMPLES)
-        self.train_samples = JsonlFile(self.path / TRAIN_SAMPLES)
+        self.train_samples = StepIndex(self.path / TRAIN_SAMPLES)
         self.restarts = JsonlFile(self.path / RESTARTS)
 
     @property
@@ -100,16 +164,14 @@ class RunFolder:
 
     def rollout_steps(self) -> dict[str, list[int]]:
         """The steps that have rollouts to read: training groups and validation samples."""
-        self.train_samples.refresh()
         self.val_samples.refresh()
-        return {"train": sorted({int(r["step"]) for r in self.train_samples.records}),
-                "val": sorted({int(r["step"]) for r in self.val_samples.records})}
+        return {"train": self.train_samples.steps(),
+                "val": sorted({r["step"] for r in self.val_samples.records if isinstance(r.get("step"), int)})}
 
     def groups(self, kind: str, step: int) -> list[dict]:
         """The groups of `step`: training groups as written, or validation samples grouped by prompt."""
         if kind == "train":
-            self.train_samples.refresh()
-            return [with_group_stats(r) for r in self.train_samples.records if r.get("step") == step]
+            return [with_group_stats(r) for r in self.train_samples.records(step)]
         if kind == "val":
             self.val_samples.refresh()
             return validation_groups([r for r in self.val_samples.records if r.get("step") == step])

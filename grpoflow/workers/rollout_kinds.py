@@ -9,7 +9,7 @@ from typing import Any, Callable
 from grpoflow.config import Config
 from grpoflow.errors import UserError
 from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import guarded, load_env, with_system_prompt
+from grpoflow.multiturn.env import load_env, with_system_prompt
 from grpoflow.multiturn.loop import EnvLoop, SingleTurn
 from grpoflow.multiturn.rollout import Kind
 from grpoflow.multiturn.tool_runner import ToolRunner
@@ -89,6 +89,6 @@ def build_env_loop(cfg: Config, tokenizer: Any) -> EnvLoop:
                             memory_mb=r.tool_memory_mb, workers=r.tool_workers)
         tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
-    return EnvLoop(renderer, env_cls=guarded(env_cls, dict(r.env_args)) if env_cls else None, tools=tools,
+    return EnvLoop(renderer, env_cls=env_cls, env_args=dict(r.env_args), env_timeout_s=r.env_timeout_s, tools=tools,
                    max_turns=r.max_turns, opening=opening_of(cfg), system_prompt=cfg.data.system_prompt,
                    max_prompt_length=cfg.data.max_prompt_length)

@@ -146,3 +146,36 @@ def test_the_renderer_cache_is_bounded(served):
                                                    "parameters": {"type": "object", "properties": {}}}}]
         endpoint.renderer_for(tools)
     assert len(endpoint._renderers) <= 32
+
+
+# ---------------------------------------------------------------- issue 36: surrogates and stalled clients
+
+
+def test_a_lone_surrogate_is_a_json_400_not_a_plain_500(served):
+    endpoint, engine = served
+    (episode,) = open_episodes(endpoint, 1)
+    try:
+        body = '{"model": "policy", "messages": [{"role": "user", "content": "hi \\ud800"}]}'
+        assert_openai_error(post(endpoint, episode, body), 400)
+        assert post(endpoint, episode, chat("fine")).status_code == 200  # the episode goes on
+    finally:
+        endpoint.close_session()
+
+
+def test_a_stalled_client_gets_a_408_and_its_half_body_is_dropped():
+    import socket
+
+    tok = build_char_tokenizer()
+    with serving(EchoEngine(tok), tok, body_timeout_s=0.5) as endpoint:
+        host, port = endpoint.url.split("//")[1].split("/")[0].split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 1000\r\n\r\n{\"model\": ")  # then nothing more
+            start, reply = time.monotonic(), ""
+            while "request_timeout" not in reply and time.monotonic() - start < 10:  # headers and body may come apart
+                chunk = s.recv(65536).decode()
+                if not chunk:
+                    break
+                reply += chunk
+        assert time.monotonic() - start < 10
+        assert reply.startswith("HTTP/1.1 408") and '"code":"request_timeout"' in reply.replace(" ", ""), reply

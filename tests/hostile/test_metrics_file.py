@@ -54,3 +54,15 @@ def test_a_bad_line_elsewhere_names_the_file_and_the_line(finished, tmp_path):
     (out / "metrics.jsonl").write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
     with pytest.raises(ValueError, match=r"metrics\.jsonl, line 2, is not a metrics record"):
         read_metrics(out)
+
+
+def test_the_torn_line_warning_says_whether_a_checkpoint_is_behind_it(tmp_path, caplog):
+    """Issue 36: the warning checks the checkpoints instead of asserting that none is behind the torn line."""
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "critic/score/mean": 0.1}\n{"step": 2, "critic/sc')
+    with caplog.at_level(logging.WARNING, logger="grpoflow.metrics"):
+        read_metrics(tmp_path)
+        (tmp_path / "checkpoints" / "step_000002").mkdir(parents=True)
+        read_metrics(tmp_path)
+    first, second = [r.getMessage() for r in caplog.records]
+    assert "no checkpoint is behind it" in first
+    assert "the checkpoint of its step, step_000002, was written" in second and "no checkpoint" not in second

@@ -2,6 +2,7 @@
 served by uvicorn on 127.0.0.1 in its own process; tests/integration/openenv_server.py): the adapter's observations,
 rewards and seeds, then the tiny model trained end to end through grpoflow's environment loop."""
 
+import asyncio
 import json
 import random
 import socket
@@ -19,7 +20,7 @@ from grpoflow.config import ConfigError, load_config  # noqa: E402
 from grpoflow.controller.checks import check_multi_turn  # noqa: E402
 from grpoflow.controller.metrics import read_metrics  # noqa: E402
 from grpoflow.commands.run import sft_stage, train  # noqa: E402
-from grpoflow.multiturn.env import GuardedEnvironment, load_env  # noqa: E402
+from grpoflow.multiturn.env import GuardedEnvironment, StepResult, load_env  # noqa: E402
 from grpoflow.multiturn.openenv_env import observation_text  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -61,14 +62,18 @@ def test_observation_text():
 def test_the_adapter_plays_a_real_openenv_server(server_url):
     env = GuardedEnvironment(load_env("openenv"), {"url": server_url})
     secret = random.Random(7).randint(1, 8)  # the server's environment draws it from the seed it is reset with
-    assert env.reset(seed=7) == [{"role": "user", "content": "Guess 1-8"}]
-    wrong = 1 if secret != 1 else 2
-    messages, done, reward = env.step(f"{wrong}")
-    assert (messages, done, reward) == ([{"role": "user", "content": "higher" if wrong < secret else "lower"}],
-                                        False, 0.0)
-    assert env.step(str(secret)) == ([], True, 1.0)
-    assert env.get_reward() == 1.0 and env.failure is None
-    env.close()
+
+    async def play():
+        await env.start()
+        assert await env.reset({}, seed=7) == [{"role": "user", "content": "Guess 1-8"}]
+        wrong = 1 if secret != 1 else 2
+        assert await env.step(f"{wrong}") == StepResult(
+            [{"role": "user", "content": "higher" if wrong < secret else "lower"}], False, 0.0)
+        assert await env.step(str(secret)) == StepResult([], True, 1.0)
+        assert await env.reward() == {"env": 1.0} and env.failure is None
+        await env.close()
+
+    asyncio.run(play())
 
 
 def test_a_missing_url_is_a_config_error_before_anything_starts():
@@ -78,7 +83,9 @@ def test_a_missing_url_is_a_config_error_before_anything_starts():
         check_multi_turn(load_config(None, ["rollout.multi_turn.env_args={url: http://127.0.0.1:1}"]))
     check_multi_turn(load_config(None, ["rollout.multi_turn.env=openenv",
                                         "rollout.multi_turn.env_args={url: http://127.0.0.1:1}"]))
-    assert "rollout.multi_turn.env_args={url:" in GuardedEnvironment(load_env("openenv"), {"url": ""}).failure
+    env = GuardedEnvironment(load_env("openenv"), {"url": ""})
+    asyncio.run(env.start())
+    assert "rollout.multi_turn.env_args={url:" in env.failure
 
 
 def test_grpoflow_trains_through_an_openenv_server(server_url, tmp_path):

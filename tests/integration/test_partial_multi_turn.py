@@ -17,7 +17,6 @@ from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, load_state
 from grpoflow.errors import UserError
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
-from grpoflow.multiturn.env import guarded
 from grpoflow.multiturn.loop import RolloutItem
 from grpoflow.multiturn.partial import PartialEnvLoop, Progress
 from grpoflow.multiturn.rollout import played_batch, run_rollout
@@ -200,7 +199,7 @@ class Moody:
 def test_an_environment_whose_replies_are_not_replayable_stops_with_the_reason(guess_model):
     engine, tok = engine_of(guess_model)
     loop = build_env_loop(load_config("guess_number", BASE), tok)
-    loop.env_cls = guarded(Moody)
+    loop.env_cls = Moody
     rows = [{**row, "short": k < 3} for k, row in enumerate(guess_number_splits()[0][:6])]
     items = requests(rows, tok)
     for quota in (3, 1, 2, 4, 5):  # 3: the short groups; the others in case some long sample spent its budget

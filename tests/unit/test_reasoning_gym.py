@@ -1,13 +1,15 @@
 """reasoning-gym as a task source (tasks/reasoning_gym_tasks.py), its verifier as the `reasoning_gym` reward and
 the retrying environment, against the real reasoning-gym package."""
 
+import asyncio
+
 import pytest
 
 reasoning_gym = pytest.importorskip("reasoning_gym")
 
 from grpoflow.config import ConfigError, load_config  # noqa: E402
 from grpoflow.commands.run import read_rows, val_files  # noqa: E402
-from grpoflow.multiturn.env import GuardedEnvironment, load_env, reset_env  # noqa: E402
+from grpoflow.multiturn.env import GuardedEnvironment, load_env, reset_kwargs  # noqa: E402
 from grpoflow.rewards import REWARD_FUNCTIONS  # noqa: E402
 from grpoflow.tasks.reasoning_gym_tasks import default_val_spec, parse_spec  # noqa: E402
 
@@ -76,16 +78,22 @@ def test_bad_specs_name_the_problem(spec, message):
 def test_the_environment_lets_the_model_retry_after_wrong():
     row = read_rows([SPEC])[1]
     env = GuardedEnvironment(load_env("reasoning_gym"))
-    assert env.reset(seed=0, **row) is None  # the dataset prompt opens the conversation
-    wrong = str(int(row["answer"]) + 1)
-    messages, done, _ = env.step(f"<answer>{wrong}</answer>")
-    assert (messages, done) == ([{"role": "user", "content": "That is not right. Try again."}], False)
-    assert env.get_reward() == 0.0
-    messages, done, _ = env.step(f"<answer>{row['answer']}</answer>")
-    assert (messages, done, env.get_reward()) == ([], True, 1.0)
+
+    async def play():
+        await env.start()
+        assert await env.reset(row, seed=0) is None  # the dataset prompt opens the conversation
+        wrong = str(int(row["answer"]) + 1)
+        stepped = await env.step(f"<answer>{wrong}</answer>")
+        assert (stepped.messages, stepped.done) == ([{"role": "user", "content": "That is not right. Try again."}],
+                                                    False)
+        assert await env.reward() == {"env": 0.0}
+        stepped = await env.step(f"<answer>{row['answer']}</answer>")
+        assert (stepped.messages, stepped.done, await env.reward()) == ([], True, {"env": 1.0})
+
+    asyncio.run(play())
 
 
 def test_the_environment_needs_reasoning_gym_rows():
     env = load_env("reasoning_gym")()
     with pytest.raises(ValueError, match="reasoning_gym column"):
-        reset_env(env, {"prompt": "2+2", "answer": "4"}, seed=0)
+        env.reset(**reset_kwargs(env.reset, {"prompt": "2+2", "answer": "4"}, seed=0))

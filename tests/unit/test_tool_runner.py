@@ -4,6 +4,7 @@ Wall-time bounds are loose (limit + SLACK) so a loaded 2-core machine does not m
 they catch is a turn that waits for a hung call, which would never end.
 """
 
+import json
 import os
 import textwrap
 import time
@@ -97,8 +98,8 @@ def test_ok_results_in_order_and_json_for_dicts(runner):
                      ("python", {"code": "print('hi')\n1 + 1"}), ("trusted", {"how": "b"}))
     assert [r.status for r in results] == ["ok"] * 5
     assert [results[i].content for i in (0, 1, 3, 4)] == ["a", "42", "hi\n2\n", "b"]
-    assert results[2].content == f'{{"pid": {runner.worker_pids[0]}, "ok": true}}' or \
-        results[2].content == f'{{"pid": {runner.worker_pids[1]}, "ok": true}}'  # ran in a worker process
+    pid = json.loads(results[2].content)["pid"]  # ran in a process forked by a worker for this call alone
+    assert pid not in [os.getpid()] + runner.worker_pids
 
 
 def test_trusted_tools_run_in_this_process(runner):

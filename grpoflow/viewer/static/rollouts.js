@@ -151,7 +151,9 @@ function sampleRow(s, g, query) {
       : s.trained_tokens !== undefined && s.trained_tokens !== s.length ? `${s.length} (${s.trained_tokens} trained)`
       : s.length}),
     el("td", {class: "num", text: s.policy_version ?? "–"}),
-    el("td", {}, s.truncated ? el("span", {class: "cut", title: "hit the token budget before it ended", text: "✂ cut"}) : null),
+    el("td", {}, s.truncated ? el("span", {class: "cut", title: "hit the token budget before it ended", text: "✂ cut"})
+      : ["error", "timeout", "max_turns"].includes(s.ended) ? el("span", {class: "cut", title: "why it ended", text: s.ended})
+      : null),
     el("td", {class: "completion"}, ...sampleBody(s, query)));
 }
 

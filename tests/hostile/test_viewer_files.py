@@ -1,0 +1,40 @@
+"""Issue 36, finding 6 (viewer): one line of metrics.jsonl that is JSON but not an object (`3`, `[]`, `"x"`) must
+not blank the run's curves, and train_samples.jsonl is read by step (an index of byte ranges), never held whole."""
+
+from __future__ import annotations
+
+import json
+
+from grpoflow.viewer.run_folder import RunFolder, StepIndex
+
+
+def write(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+def test_a_non_object_metrics_line_is_skipped_not_fatal(tmp_path):
+    write(tmp_path / "metrics.jsonl", [json.dumps({"step": 1, "critic/score/mean": 0.5, "timing_s/step": 1.0}),
+                                       "3", "[]", '"text"', "null",
+                                       json.dumps({"step": 2, "critic/score/mean": 0.7, "timing_s/step": 1.0})])
+    run = RunFolder(tmp_path)
+    records, _ = run.metrics.since(0, run.metrics.generation)
+    assert [r["step"] for r in records] == [1, 2]
+    assert run.facts()["last_step"] == 2
+
+
+def test_train_samples_are_read_by_step_through_an_index(tmp_path):
+    groups = [{"step": s, "group": g, "samples": [{"completion": "x" * 300, "score": float(g)}]}
+              for s in (1, 2, 3) for g in range(4)]
+    write(tmp_path / "train_samples.jsonl", [json.dumps(g) for g in groups] + ["[1, 2]", '{"step": "2"}'])
+    with open(tmp_path / "train_samples.jsonl", "a") as f:
+        f.write('{"step": 4, "group": 0, "samp')   # being written
+    index = StepIndex(tmp_path / "train_samples.jsonl", block=100)   # lines longer than a block
+    assert index.steps() == [1, 2, 3]
+    assert index.records(2) == groups[4:8]
+    assert sum(len(v) for v in index.spans.values()) == 12  # byte ranges, not records
+    with open(tmp_path / "train_samples.jsonl", "a") as f:
+        f.write('les": []}\n')
+    assert index.steps() == [1, 2, 3, 4] and index.records(4) == [{"step": 4, "group": 0, "samples": []}]
+    run = RunFolder(tmp_path)
+    assert [g["group"] for g in run.groups("train", 3)] == [0, 1, 2, 3]
+    assert run.rollout_steps()["train"] == [1, 2, 3, 4]

@@ -102,11 +102,29 @@ def test_a_slow_environment_does_not_hold_up_another_trajectorys_environment():
     assert batch.env_rewards.tolist() == [1.0, 1.0]
 
 
+HALF_HUNG = textwrap.dedent('''
+    import itertools
+    import time
+
+    CALLS = itertools.count()
+
+    class HalfHung:
+        """Every other first step never answers (half the trajectories: a run whose every trajectory failed
+        stops, controller/reward_health.py); the others end the conversation."""
+        def reset(self, *, seed, **row):
+            return "Guess 1-8"
+        def step(self, text):
+            if next(CALLS) % 2 == 0:
+                time.sleep(3600)
+            return None, True, 0.0
+''')
+
+
 def test_a_hung_environment_does_not_hang_the_run(tmp_path):
-    (tmp_path / "hung.py").write_text(HUNG)
+    (tmp_path / "hung.py").write_text(HALF_HUNG)
     cfg = load_config("guess_number", [
         f"trainer.output_dir={tmp_path / 'run'}", "model.path=builtin:tiny-0.5m", "sft.steps=2",
-        f"rollout.multi_turn.env={tmp_path / 'hung.py'}:HungStep", "rollout.multi_turn.env_timeout_s=1",
+        f"rollout.multi_turn.env={tmp_path / 'hung.py'}:HalfHung", "rollout.multi_turn.env_timeout_s=1",
         "data.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=16", "rollout.multi_turn.max_turns=2",
         "trainer.total_steps=1", "trainer.save_every=0", "trainer.val_every=0", "reward.error_score=-1",
         "trainer.log_train_every=1", "trainer.log_train_groups=2"])
@@ -116,7 +134,7 @@ def test_a_hung_environment_does_not_hang_the_run(tmp_path):
     assert timed_out >= 1 and record["reward/env/errors"] == timed_out, record
     logged = [json.loads(line) for line in (tmp_path / "run" / "train_samples.jsonl").read_text().splitlines()]
     ended = [s["ended"] for g in logged for s in g["samples"]]  # what `grpoflow view` shows beside each sample
-    assert ended.count("timeout") == timed_out and set(ended) <= {"timeout", "token_budget", "eos"}, ended
+    assert ended.count("timeout") == timed_out and set(ended) <= {"timeout", "token_budget", "eos", "env_done"}, ended
 
 
 class Greedy:

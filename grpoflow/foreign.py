@@ -218,6 +218,15 @@ class Translation:
     missing: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
 
+    def set_aside(self, key: str, value: Any, category: str | None, missing: dict[str, str]) -> None:
+        """Record a key that sets nothing here: n/a, missing (with why, from `missing`) or unknown (None)."""
+        if category == "n/a":
+            self.not_applicable.append(key)
+        elif category == "missing":
+            self.missing.append(f"{key}={value} ({missing[key]})")
+        else:
+            self.unknown.append(key)
+
     def note(self, framework: str) -> str:
         """The one-line notes a run prints about the foreign keys it took."""
         lines = []
@@ -261,12 +270,8 @@ def translate_verl(pairs: list[tuple[str, Any]], ours: dict[str, Any] | None = N
                 known[key] = value
             else:
                 put(*mapped, key)
-        elif category == "n/a":
-            t.not_applicable.append(key)
-        elif category == "missing":
-            t.missing.append(f"{key}={value} ({VERL_MISSING[key]})")
-        elif category is None:
-            t.unknown.append(key)
+        elif category != "converted":
+            t.set_aside(key, value, category, VERL_MISSING)
     for key, value in pairs:
         if verl_category(key) == "converted":
             _convert_verl(key, value, given, known, put, t)
@@ -449,12 +454,8 @@ def translate_trl(fields: dict[str, Any]) -> Translation:
                 put(target, value, f"{key}={value}")
                 if key == "epsilon" and "epsilon_high" not in fields:
                     put("actor.clip_ratio_high", value, f"{key}={value}")
-        elif category == "n/a":
-            t.not_applicable.append(key)
-        elif category == "missing":
-            t.missing.append(f"{key}={value} ({TRL_MISSING[key]})")
-        elif category is None:
-            t.unknown.append(key)
+        elif category != "converted":
+            t.set_aside(key, value, category, TRL_MISSING)
     _convert_trl(fields, put, t)
     return t
 

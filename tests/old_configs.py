@@ -5,11 +5,17 @@ Written out by hand, not derived from config_moved.MOVED, so the tests that use 
 import copy
 
 
+NEWER_THAN_THE_MOVE = ("env_timeout_s",)
+
+
 def old_flat(tree: dict) -> dict:
     """`tree` (a resolved config as config.yaml holds it) with the flat keys an older grpoflow wrote."""
     old = copy.deepcopy(tree)
     rollout = old["rollout"]
-    rollout.update(rollout.pop("multi_turn"))  # env, env_args, tools, max_turns, tool_parser, tool_* ...
+    section = rollout.pop("multi_turn")
+    for key in NEWER_THAN_THE_MOVE:  # keys born in the section: an older grpoflow never wrote them
+        section.pop(key, None)
+    rollout.update(section)  # env, env_args, tools, max_turns, tool_parser, tool_* ...
     agent = rollout.pop("agent")
     rollout.update(agent=agent["program"], agent_args=agent["args"], agent_timeout_s=agent["timeout_s"],
                    agent_model=agent["model"])

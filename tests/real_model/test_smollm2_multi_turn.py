@@ -39,5 +39,7 @@ def test_sampled_log_probs_are_the_teacher_forced_ones_over_whole_conversations(
         forced, _ = response_log_probs(model, batch.prompt_ids, batch.prompt_mask, batch.response_ids,
                                        batch.response_attention)
     on = batch.response_mask.bool()
-    assert torch.allclose(forced[on], batch.rollout_log_probs[on], atol=1e-3)
+    diff = (forced[on] - batch.rollout_log_probs[on]).abs()
+    print(f"\nmulti-turn sampled vs teacher-forced log-probs: max |diff| {diff.max():.2e} over {int(on.sum())} tokens")
+    assert diff.max() <= 1e-3, (diff.max(), int((diff > 1e-3).sum()), int(on.sum()))
 

@@ -34,6 +34,20 @@ def test_the_measured_run_lies_in_its_own_range(name, headlines):
     assert headlines.out_of_range(entry["measured"], entry) == []
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_ci_runs_each_command_whole_or_shortened_within_the_quoted_range(name, headlines):
+    """`ci: full`, or overrides that shorten the run and a range that the whole run's `before` lies in (a shortened
+    run checks the warm start, so its range can be no stranger to the measured one)."""
+    entry = headlines.load()[name]
+    if entry["ci"] == "full":
+        return
+    assert set(entry["ci"]) == {"overrides", "accept"}, entry["ci"]
+    assert any(o.startswith("trainer.total_steps=") for o in entry["ci"]["overrides"]), entry["ci"]
+    only_before = {"accept": entry["ci"]["accept"]}
+    assert headlines.out_of_range(entry["measured"], only_before) == []
+    assert "after" not in entry["ci"]["accept"] and "min_gain" not in entry["ci"]["accept"]
+
+
 def test_every_doc_line_with_a_recipe_command_and_a_figure_quotes_the_data(headlines):
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     for name, entry in headlines.load().items():

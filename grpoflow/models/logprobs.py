@@ -124,7 +124,7 @@ def fused_head(model: torch.nn.Module) -> torch.nn.Linear | None:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None  # type: ignore[operator]
     if getattr(config, "model_type", None) not in FUSED_HEAD_MODEL_TYPES or _several_ranks():
         return None
-    return head if type(head) is torch.nn.Linear and head.bias is None else None
+    return head if head is not None and type(head) is torch.nn.Linear and head.bias is None else None
 
 
 def response_outputs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,

@@ -1,8 +1,9 @@
 """The README's tiny-model headline commands, run as a user runs them (slow stage): `make train` (`grpoflow train`)
 whole against the range bench/headlines.yaml accepts, the range the README's figure came from; `grpoflow train
-guess_number` and `grpoflow train calculator_tool` shortened by their `ci` overrides (a GRPO step on fewer held-out
-prompts) and checked against their `ci` range: the warm start's figure and every metric the docs quote. Their whole
-runs, with the figures after GRPO: `python bench/headlines.py --all` (bench/headlines.py says why).
+guess_number` and `grpoflow train calculator_tool`, whose warm starts alone take 4-12 minutes in float32 on a 2-core
+CPU, end to end on a one-step warm start, a GRPO step or two and two held-out prompts (their `ci` overrides): every
+metric the docs quote must be logged. Their whole runs, with the figures: `python bench/headlines.py --all`
+(bench/headlines.py says why).
 
 `-s` shows each run's output and its `measured:` block (bench/headlines.py)."""
 

@@ -3,8 +3,8 @@ GGUF file dequantizes to (the stage's cached folder: `model.path=$GRPOFLOW_SMOLL
 overrides in bench/headlines.yaml: `smollm2_addition` for one GRPO step, its base model's figure on all 100
 held-out prompts against the `ci` range; `smollm2_calculator` and `smollm2_guess_number`, whose warm starts alone
 take 5-7 minutes in float32 here, end to end on a one-step warm start, one GRPO step and two held-out prompts.
-Every metric the docs quote must be logged. That GRPO raises a real model's reward: test_smollm2_training.py. The whole runs, with the figures after
-GRPO: `python bench/headlines.py --all` (about 35 minutes on a 2-core CPU without bf16 units; bench/headlines.py).
+Every metric the docs quote must be logged. That GRPO raises a real model's reward: test_smollm2_training.py. The
+whole runs, with the figures after GRPO: `python bench/headlines.py --all` (bench/headlines.py).
 
 `-s` shows each run's `measured:` block (bench/headlines.py)."""
 

@@ -174,12 +174,12 @@ def main() -> None:
     if args.all == bool(args.recipe):
         parser.error("name one recipe, or --all")
     names = sorted(load()) if args.all else [args.recipe]
+    if args.all and not os.environ.get("GRPOFLOW_SMOLLM2"):   # before the first hour of runs, not after it
+        parser.error("--all needs GRPOFLOW_SMOLLM2 (the SmolLM2 folder .ci/real_model_stage prepare makes)")
     failed = []
     for name in names:
         overrides = tuple(args.overrides)
         if args.all and name.startswith("smollm2_"):
-            if not os.environ.get("GRPOFLOW_SMOLLM2"):
-                parser.error("--all needs GRPOFLOW_SMOLLM2 (the SmolLM2 folder .ci/real_model_stage prepare makes)")
             overrides += (f"model.path={os.environ['GRPOFLOW_SMOLLM2']}",)
         with tempfile.TemporaryDirectory() as tmp:
             measured = run_headline(name, Path(tmp) / "run", overrides)

@@ -116,12 +116,17 @@ class RunLoop:
                     metrics.update(last)
                 self.log(step, metrics, force_print=step == t.total_steps)
                 done = step
-                if (t.save_every and (step % t.save_every == 0 or step == t.total_steps)) or stop.requested:
+                if t.save_every and (step % t.save_every == 0 or step == t.total_steps):
                     c.save_checkpoint(step)
                     saved = step
                 bar.set_postfix(reward=f"{metrics['critic/score/mean']:.3f}")
             bar.close()
             if stop.requested and done < t.total_steps:
+                # Saved here, after the loop, not inside it: a signal that lands after a step's save decision
+                # (in the progress bar's refresh, say) still gets that step its checkpoint.
+                if done > saved:
+                    c.save_checkpoint(done)
+                    saved = done
                 stopped = {"signal": stop.signal_name, "step": done,
                            "checkpoint": c.checkpoints.root / step_dir_name(saved) if saved else None}
             c.drain()

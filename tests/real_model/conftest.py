@@ -38,6 +38,17 @@ def smollm2_gguf() -> str:
 
 
 @pytest.fixture(scope="session")
+def tinker_cookbook():
+    """The tinker-cookbook package, whose recipes run unchanged against `grpoflow serve tinker` (docs/tinker.md)."""
+    try:
+        import tinker_cookbook
+    except ImportError as e:
+        _absent(f"tinker_cookbook is not importable ({e}): .ci/real_model_stage installs tinker-cookbook==0.6.1 "
+                "with --no-deps and the packages its recipes import")
+    return tinker_cookbook
+
+
+@pytest.fixture(scope="session")
 def smollm2(smollm2_path):
     """(model, tokenizer), loaded once per session, in eval mode, float32."""
     import torch

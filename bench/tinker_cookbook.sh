@@ -4,9 +4,9 @@
 #
 #   flock /tmp/grpoflow-heavy.lock bash bench/tinker_cookbook.sh [MODEL_DIR] [STEPS]
 #
-# Needs tinker-cookbook 0.6.1 and its math-rl extra in .venv (pip install --no-deps tinker-cookbook==0.6.1 chz
-# blobfile pyrage termcolor tiktoken sympy pylatexenc math-verify: its tml-renderers dependency, used only by
-# Thinking Machines' own models, has no release on PyPI that satisfies it). The recipe's hub downloads have local
+# Needs tinker-cookbook 0.6.1 and what its recipes import in .venv, as .ci/real_model_stage installs them (the
+# cookbook with --no-deps: its tml-renderers dependency, used only by Thinking Machines' own models, has no release
+# on PyPI that satisfies it; the rest with their dependencies: blobfile without lxml fails to import). The recipe's hub downloads have local
 # equivalents written by bench/tinker_workdir.py: a one-digit-addition `openai/gsm8k` folder and the model folder
 # linked under the hub name `meta-llama/Llama-3.2-1B` (the cookbook's renderer table knows hub names only).
 set -euo pipefail

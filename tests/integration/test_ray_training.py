@@ -51,21 +51,28 @@ def assert_close(a: dict, b: dict, tol: float) -> None:
         assert abs(a[k] - b[k]) <= tol * max(1.0, abs(a[k])), (k, a[k], b[k])
 
 
-def test_two_fsdp_ranks_match_local_on_the_first_step(tmp_path, warm_model):
-    # fp32 compute: with bf16 autocast, each rank's half-batch weight gradient is rounded to bf16
-    # before the ranks' sum, so 1e-5 only holds in fp32 (bf16 agrees to bf16 precision).
-    fp32 = "model.compute_dtype=float32"
-    local = run(tmp_path, warm_model, "local", fp32)
-    ray2 = run(tmp_path, warm_model, "ray2", fp32, "backend=ray", "resources.devices_per_node=2")
+# fp32 compute: with bf16 autocast, each rank's half-batch weight gradient is rounded to bf16
+# before the ranks' sum, so 1e-5 only holds in fp32 (bf16 agrees to bf16 precision).
+FP32 = "model.compute_dtype=float32"
+
+
+@pytest.fixture(scope="module")
+def colocated(tmp_path_factory, warm_model) -> list[dict]:
+    """Two FSDP2 ranks, actor and rollout colocated: the run two tests compare with (made once, ~12 s)."""
+    return run(tmp_path_factory.mktemp("ray"), warm_model, "colocated", FP32, "backend=ray",
+               "resources.devices_per_node=2")
+
+
+def test_two_fsdp_ranks_match_local_on_the_first_step(tmp_path, warm_model, colocated):
+    local = run(tmp_path, warm_model, "local", FP32)
     assert first_step(local)["actor/grad_norm"] > 0.01  # a real update (score = response length varies)
-    assert_close(first_step(local), first_step(ray2), 1e-5)
-    assert len(ray2) == 3 and all(r["timing_s/dispatch"] >= 0 for r in ray2)
+    assert_close(first_step(local), first_step(colocated), 1e-5)
+    assert len(colocated) == 3 and all(r["timing_s/dispatch"] >= 0 for r in colocated)
 
 
-def test_colocated_and_split_placement_give_the_same_first_step(tmp_path, warm_model):
-    colocated = run(tmp_path, warm_model, "colocated", "backend=ray", "resources.devices_per_node=2")
-    split = run(tmp_path, warm_model, "split", "backend=ray", "resources.devices_per_node=2", "placement=split",
-                "rollout.workers=2")
+def test_colocated_and_split_placement_give_the_same_first_step(tmp_path, warm_model, colocated):
+    split = run(tmp_path, warm_model, "split", FP32, "backend=ray", "resources.devices_per_node=2",
+                "placement=split", "rollout.workers=2")
     assert_close(first_step(colocated), first_step(split), 1e-5)
 
 

@@ -1,6 +1,6 @@
 """What an older grpoflow wrote in a run folder's config.yaml: the multi-turn and agent settings as flat rollout.*
-keys, before they moved into the sections rollout.multi_turn and rollout.agent (grpoflow/config_moved.py).
-Written out by hand, not derived from config_moved.MOVED, so the tests that use it check the mapping."""
+keys, before they moved into the sections rollout.multi_turn and rollout.agent (grpoflow/config/moved.py).
+Written out by hand, not derived from config.moved.MOVED, so the tests that use it check the mapping."""
 
 import copy
 

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from grpoflow.config import Config, ConfigError, help_text, load_config, saved_config, to_yaml
-from grpoflow.config_moved import MOVED, translate_moved
+from grpoflow.config.moved import MOVED, translate_moved
 from grpoflow.viewer.run_folder import read_config, schedule_line, summary
 from old_configs import NEWER_THAN_THE_MOVE, old_flat
 

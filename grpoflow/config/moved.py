@@ -1,8 +1,8 @@
-"""Config keys that moved, and the names other frameworks' users bring; kept out of config.py (its size bound).
+"""Config keys that moved, and the names other frameworks' users bring.
 
 The multi-turn and agent settings were flat `rollout.*` keys until they became the sections `rollout.multi_turn`
 and `rollout.agent` (MOVED lists each old key and its new name). An old key in a recipe or on the command line
-must not silently do nothing, so `moved_key_message` names the new key and `config._set` raises it. The one
+must not silently do nothing, so `moved_key_message` names the new key and `loading._set` raises it. The one
 exception is a run folder's saved config.yaml written by an older grpoflow: resuming it must not fail, so
 `translate_moved` rewrites such a config to the new keys (the caller prints a warning naming them).
 

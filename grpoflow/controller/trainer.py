@@ -119,10 +119,10 @@ class Controller:
         self.rollouts.group = self.rollout
         sampler, per_step = build_sampler(cfg, len(self.train_items)), cfg.data.prompts_per_step
         self.queue: RolloutQueue | PartialQueue
-        if r.partial:  # groups carried from step to step, unfinished samples paused (controller/partial.py)
+        if r.partial.enable:  # groups carried from step to step, unfinished samples paused (controller/partial.py)
             self.queue = PartialQueue(self.rollouts, self.train_items, sampler, prompts_per_step=per_step,
-                                      params=self.sampling, oversample=r.partial_oversample,
-                                      max_staleness=r.partial_max_staleness, seed_of=self.step_seed,
+                                      params=self.sampling, oversample=r.partial.oversample,
+                                      max_staleness=r.partial.max_staleness, seed_of=self.step_seed,
                                       version=lambda: self.version, pad_token_id=self.pad_token_id,
                                       decode=decoder(self.model_path) if r.multi_turn.enabled else None)
         else:

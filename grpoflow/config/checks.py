@@ -7,8 +7,9 @@ keys whose default depends on other keys (`actor.rollout_is`) are resolved befor
 The start-up check of a run is wider: `grpoflow.controller.checks.check_config` runs `validate`, then resolves
 every registry-backed name (estimators, losses, rewards, engines, environments, tools, agents; user files are
 imported there) and marks the config checked (`mark_checked`). It runs once per `grpoflow train`, at the edge
-(commands/run.py); the controller only asks `require_checked`, so nothing is checked, and no user file imported,
-twice.
+(commands/run.py); the controller only asks `require_checked` instead of checking again. (`validate` alone also
+runs in `load_config`, so that a typo fails before torch is imported: pure and cheap. The reward spec is resolved
+once more to build the scorer; a user's file executes once, plugins keeping it in sys.modules.)
 
 `batch_schedule` resolves the batch algebra of one step (DESIGN.md section 3) and refuses what does not divide.
 """

@@ -47,8 +47,9 @@ def medians(run: Path) -> dict[str, float]:
 
 def keys_of(code: Path, overrides: list[str]) -> list[str]:
     """`overrides` as the code at `code` names them: before rollout.multi_turn was a section (no
-    grpoflow/config_moved.py there), its keys were flat (rollout.multi_turn.env -> rollout.env)."""
-    if (code / "grpoflow" / "config_moved.py").exists():
+    grpoflow/config_moved.py there, since grpoflow/config/moved.py), its keys were flat (rollout.multi_turn.env ->
+    rollout.env)."""
+    if (code / "grpoflow" / "config_moved.py").exists() or (code / "grpoflow" / "config" / "moved.py").exists():
         return list(overrides)
     return [o.replace("rollout.multi_turn.", "rollout.", 1) for o in overrides]
 

@@ -14,9 +14,10 @@ first turn, a group in five runs to rollout.multi_turn.max_turns (M, default 8; 
 conversations continue by replay (docs/partial-rollout.md).
 
 Both: the same warm start for both runs, then `grpoflow train` runs K GRPO steps of 16 prompts x 8, once with
-rollout.partial=false and once with rollout.partial=true (oversample X, default 1.5; staleness <= V, default 2); the
-runs alternate when repeated. Prints, per setting, the medians over steps 2..K of the step time and the generation
-stage, the mean score over the steps, the held-out score after the last step, and the partial-rollout metrics.
+rollout.partial.enable=false and once with rollout.partial.enable=true (oversample X, default 1.5; staleness <= V,
+default 2); the runs alternate when repeated. Prints, per setting, the medians over steps 2..K of the step time and
+the generation stage, the mean score over the steps, the held-out score after the last step, and the partial-rollout
+metrics.
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ def run(task: list[str], out: Path, partial: bool, a: argparse.Namespace) -> Non
     steps = a.steps
     grpoflow(["train", *task, "data.prompts_per_step=16", "rollout.n=8", f"trainer.total_steps={steps}",
               f"trainer.val_every={steps}", "trainer.save_every=0", "trainer.log_train_every=0",
-              f"trainer.output_dir={out}", "trainer.resume=never", f"rollout.partial={str(partial).lower()}",
-              f"rollout.partial_oversample={a.oversample}", f"rollout.partial_max_staleness={a.max_staleness}"],
+              f"trainer.output_dir={out}", "trainer.resume=never", f"rollout.partial.enable={str(partial).lower()}",
+              f"rollout.partial.oversample={a.oversample}", f"rollout.partial.max_staleness={a.max_staleness}"],
              a.threads)
 
 
@@ -111,8 +112,8 @@ def main() -> None:
     p.add_argument("--task", choices=["lengths", "skewed_turns"], default="lengths")
     p.add_argument("--sft-steps", type=int, default=0, help="warm-start steps (0: the task's default)")
     p.add_argument("--max-turns", type=int, default=8, help="skewed_turns: rollout.multi_turn.max_turns")
-    p.add_argument("--oversample", type=float, default=1.5, help="rollout.partial_oversample")
-    p.add_argument("--max-staleness", type=int, default=2, help="rollout.partial_max_staleness")
+    p.add_argument("--oversample", type=float, default=1.5, help="rollout.partial.oversample")
+    p.add_argument("--max-staleness", type=int, default=2, help="rollout.partial.max_staleness")
     a = p.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="grpoflow-partial-bench-"))
     task = task_args(folder, a)
@@ -129,7 +130,8 @@ def main() -> None:
           f"{a.max_staleness}; medians of steps 2..{a.steps}")
     for partial, rows in results.items():
         merged = {k: statistics.median(row[k] for row in rows) for k in rows[0]}
-        print(f"rollout.partial={str(partial).lower():5s} " + "  ".join(f"{k} {v:.3f}" for k, v in merged.items()))
+        print(f"rollout.partial.enable={str(partial).lower():5s} "
+              + "  ".join(f"{k} {v:.3f}" for k, v in merged.items()))
     off, on = (statistics.median(row["step_s"] for row in results[x]) for x in (False, True))
     print(f"step time: {off / on:.2f}x faster with rollout.partial")
 

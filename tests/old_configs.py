@@ -1,6 +1,7 @@
-"""What an older grpoflow wrote in a run folder's config.yaml: the multi-turn and agent settings as flat rollout.*
-keys, before they moved into the sections rollout.multi_turn and rollout.agent (grpoflow/config_moved.py).
-Written out by hand, not derived from config_moved.MOVED, so the tests that use it check the mapping."""
+"""What an older grpoflow wrote in a run folder's config.yaml: the multi-turn, agent and partial-rollout settings as
+flat rollout.* keys, before they moved into the sections rollout.multi_turn, rollout.agent and rollout.partial
+(grpoflow/config/moved.py).
+Written out by hand, not derived from config.moved.MOVED, so the tests that use it check the mapping."""
 
 import copy
 
@@ -19,4 +20,7 @@ def old_flat(tree: dict) -> dict:
     agent = rollout.pop("agent")
     rollout.update(agent=agent["program"], agent_args=agent["args"], agent_timeout_s=agent["timeout_s"],
                    agent_model=agent["model"])
+    partial = rollout.pop("partial")
+    rollout.update(partial=partial["enable"], partial_oversample=partial["oversample"],
+                   partial_max_staleness=partial["max_staleness"])
     return old

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from grpoflow.commands.sft import run_sft
 from grpoflow.commands.traps import RunFacts, config_traps
-from grpoflow.config import Config, ConfigError, batch_schedule
+from grpoflow.config import Config, ConfigError, batch_schedule, resolve_total_steps
 from grpoflow.controller.checks import check_config
 from grpoflow.controller.fit import RunLoop
 from grpoflow.controller.run_folder import RunFolder, open_run_folder, write_config
@@ -176,7 +176,7 @@ def train(cfg: Config) -> dict:
     start = time.perf_counter()
     auto_dtype = cfg.model.compute_dtype in (None, "auto")  # resolved by this machine: may differ on resume
     cfg = with_compute_dtype(cfg)  # model.compute_dtype None/auto: this machine's, before config.yaml
-    check_config(cfg)
+    check_config(cfg)  # the one start-up check of the run (user files imported here); the Controller requires it
     schedule = batch_schedule(cfg)
     check_trackers(cfg.trainer.loggers)
     scorer = build_scorer(cfg)
@@ -207,10 +207,9 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
     tqdm.write(f"data: {stats.kept} of {stats.total} training prompts kept ({stats.missing_prompt} without a prompt, "
                f"{stats.overlong} over {d.max_prompt_length} tokens); {len(val_items)} validation prompts")
     if cfg.trainer.total_epochs is not None:  # verl's trainer.total_epochs, TRL's num_train_epochs
-        steps = cfg.trainer.total_epochs * -(-stats.kept // d.prompts_per_step)
-        tqdm.write(f"trainer.total_epochs={cfg.trainer.total_epochs}: {steps} steps of {d.prompts_per_step} of "
-                   f"the {stats.kept} training prompts (trainer.total_steps)")
-        cfg = dataclasses.replace(cfg, trainer=dataclasses.replace(cfg.trainer, total_steps=steps))
+        cfg = resolve_total_steps(cfg, stats.kept)  # the checked config, with total_steps from the epochs
+        tqdm.write(f"trainer.total_epochs={cfg.trainer.total_epochs}: {cfg.trainer.total_steps} steps of "
+                   f"{d.prompts_per_step} of the {stats.kept} training prompts (trainer.total_steps)")
     facts = RunFacts(chat_template=bool(getattr(tokenizer, "chat_template", None)), prompts_total=stats.total,
                      prompts_overlong=stats.overlong)
     for trap in config_traps(cfg, facts):

@@ -4,7 +4,11 @@ before any model loads, so a typo costs seconds and names the key.
 `config.validate` checks plain values (choices, ranges, the batch schedule) without importing
 torch; this adds what needs the registries: advantage estimators, policy losses, loss
 aggregation modes, KL estimators and controllers, reward functions, rollout engines, and the
-combinations that make no sense.
+combinations that make no sense. User files (reward functions, environments, tools, agents) are
+imported here.
+
+It runs once per `grpoflow train`, at the edge (`commands.run.train`), and marks the config it passed
+(`config.mark_checked`); the `Controller` requires that mark instead of checking again.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Callable
 
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES,
                                  required_inputs)
-from grpoflow.config import Config, ConfigError, validate
+from grpoflow.config import Config, ConfigError, mark_checked, validate
 from grpoflow.multiturn.env import load_env
 from grpoflow.plugins import Registry
 from grpoflow.controller.judging import check_judge
@@ -33,7 +37,8 @@ def resolve(registry: Registry, key: str, name: str) -> Callable:
 
 
 def check_config(cfg: Config) -> None:
-    """Everything that can be checked without a model; raises ConfigError naming the key and the fix."""
+    """Everything that can be checked without a model; raises ConfigError naming the key and the fix. Never
+    changes `cfg`'s values; marks it checked (`config.is_checked`) when every check passed."""
     validate(cfg)
     a, alg = cfg.actor, cfg.algorithm
     estimator = resolve(ADVANTAGE_ESTIMATORS, "algorithm.adv_estimator", alg.adv_estimator)
@@ -62,7 +67,7 @@ def check_config(cfg: Config) -> None:
                           f"not {a.loss_agg_mode!r}; set actor.loss_agg_mode={modes[0]}.")
     if a.rollout_is in ("token", "sequence") and cfg.rollout.top_p < 1:
         why = " (trainer.mode=async turns it on for stale samples)" if cfg.trainer.mode == "async" else \
-            " (rollout.partial turns it on for stale samples)" if cfg.rollout.partial else ""
+            " (rollout.partial turns it on for stale samples)" if cfg.rollout.partial.enable else ""
         raise ConfigError(f"actor.rollout_is={a.rollout_is}{why} needs the engine's full-distribution log-probs; with "
                           "rollout.top_p < 1 they are not the sampling probabilities. Set rollout.top_p=1 or "
                           "actor.rollout_is=off.")
@@ -71,6 +76,7 @@ def check_config(cfg: Config) -> None:
     if "baselines" in required_inputs(estimator) and alg.filter_groups.enable:
         raise ConfigError("algorithm.filter_groups needs groups of samples with different rewards; an estimator "
                           "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
+    mark_checked(cfg)
 
 
 

@@ -2,13 +2,13 @@
 
 `PartialQueue` stands in for `RolloutQueue` (sync mode). It keeps a pool of groups in flight across steps:
 
-1. New prompts top the pool up to ceil(rollout.partial_oversample x data.prompts_per_step) groups, after the
+1. New prompts top the pool up to ceil(rollout.partial.oversample x data.prompts_per_step) groups, after the
    carried-over ones (which the batcher therefore admits first).
-2. A group is *due* when its oldest token is `rollout.partial_max_staleness` versions behind the weights the
+2. A group is *due* when its oldest token is `rollout.partial.max_staleness` versions behind the weights the
    engines hold (those step t trains; with staleness 0, every group): one more step would make it too stale.
 3. The rollout workers play every unfinished sample and pause once data.prompts_per_step groups are complete and
    every due group is (none is played when that is already so). So a long sample is never starved: it finishes
-   within partial_max_staleness + 1 rollouts of its start, and the data keeps its long answers.
+   within rollout.partial.max_staleness + 1 rollouts of its start, and the data keeps its long answers.
 4. The step trains data.prompts_per_step complete groups: the due ones first, then in the order they completed
    (step, batcher tick, pool position); every other group, finished samples included, stays for step t+1.
 5. A group still too stale at the next step (more due groups were complete than a step trains) is restarted:

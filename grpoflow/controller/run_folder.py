@@ -14,7 +14,8 @@
 - for a resume, compares the settings that change training with those the checkpoint was written with (the
   checkpoint's own config.yaml, else the run folder's), and refuses with the list of differences unless
   `trainer.resume_config_changes=allow`. A config.yaml written by an older grpoflow, whose keys have moved since
-  (config_moved.py: the flat multi-turn and agent keys), is compared under the new names, with a warning.
+  (config/moved.py: the flat multi-turn, agent and partial-rollout keys), is compared under the new names, with a
+  warning.
 
 `write_config(folder, cfg)` then writes `config.yaml` once all input checks have passed, and only on a fresh
 start: a resume keeps the run's original config.yaml (each checkpoint holds the config it was written with).
@@ -35,7 +36,7 @@ from typing import Any
 import yaml
 
 from grpoflow.config import Config, ConfigError, to_yaml
-from grpoflow.config_moved import translate_moved
+from grpoflow.config.moved import translate_moved
 from grpoflow.controller.checkpoint import TMP_PREFIX, CheckpointManager
 
 log = logging.getLogger("grpoflow.run_folder")
@@ -170,8 +171,9 @@ def check_resume_config(cfg: Config, checkpoint: Path, *, auto_dtype: bool = Fal
                           f"trainer.resume_config_changes=allow to resume without comparing settings.") from None
     moved = translate_moved(saved)
     if moved:
-        log.warning("%s was written by an older grpoflow whose multi-turn and agent keys have since moved into the "
-                    "sections rollout.multi_turn and rollout.agent; resuming, comparing them under their new names "
+        log.warning("%s was written by an older grpoflow whose multi-turn, agent and partial-rollout keys have since "
+                    "moved into the sections rollout.multi_turn, rollout.agent and rollout.partial; resuming, "
+                    "comparing them under their new names "
                     "(%s). The file is left as it is; new commands take the new names.", saved_file, ", ".join(moved))
     changes = config_changes(_flat(saved), _flat(cfg.to_dict()))
     resumed_dtype = None

@@ -25,9 +25,8 @@ from tqdm import tqdm
 
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with_available, groups_with_signal,
                                  required_inputs)
-from grpoflow.config import Config, to_yaml
+from grpoflow.config import Config, require_checked, to_yaml
 from grpoflow.controller.checkpoint import CheckpointManager, load_state, rng_state, save_state, set_rng_state
-from grpoflow.controller.checks import check_config
 from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.controller.distill import SELF, Distiller, resolve_teacher
 from grpoflow.controller.judging import Judging, judged, resolve_judge_path
@@ -64,7 +63,7 @@ class Controller:
 
     def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list,
                  scorer: RewardScorer | None, run_dir: str | Path) -> None:
-        check_config(cfg)
+        require_checked(cfg, "Controller")  # checked once, at the edge (commands.run.train: check_config)
         if cfg.model.compute_dtype is None:  # the default: bf16 on a GPU with native bf16, else float32
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(
                 cfg.model, compute_dtype=this_machines_compute_dtype(None)))
@@ -120,10 +119,10 @@ class Controller:
         self.rollouts.group = self.rollout
         sampler, per_step = build_sampler(cfg, len(self.train_items)), cfg.data.prompts_per_step
         self.queue: RolloutQueue | PartialQueue
-        if r.partial:  # groups carried from step to step, unfinished samples paused (controller/partial.py)
+        if r.partial.enable:  # groups carried from step to step, unfinished samples paused (controller/partial.py)
             self.queue = PartialQueue(self.rollouts, self.train_items, sampler, prompts_per_step=per_step,
-                                      params=self.sampling, oversample=r.partial_oversample,
-                                      max_staleness=r.partial_max_staleness, seed_of=self.step_seed,
+                                      params=self.sampling, oversample=r.partial.oversample,
+                                      max_staleness=r.partial.max_staleness, seed_of=self.step_seed,
                                       version=lambda: self.version, pad_token_id=self.pad_token_id,
                                       decode=decoder(self.model_path) if r.multi_turn.enabled else None)
         else:

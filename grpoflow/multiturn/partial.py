@@ -239,7 +239,7 @@ def not_replayable(what: str, recorded: str, item: RolloutItem, j: int) -> UserE
         f"rollout.partial continues a paused conversation (dataset index {item.index}, sample {j}) by replaying it "
         f"on a fresh environment, and on replay {what} differently from {recorded}: rollout.partial needs "
         "environments and tools whose replies depend only on the row, the seed and the model's turns (draw any "
-        "randomness from reset's seed, not from an unseeded random or the clock), or unset rollout.partial.")
+        "randomness from reset's seed, not from an unseeded random or the clock), or unset rollout.partial.enable.")
 
 
 def partial_kind(kind: Any, tokenizer: Any, quota: int) -> PartialSingleTurn | PartialEnvLoop:
@@ -249,4 +249,4 @@ def partial_kind(kind: Any, tokenizer: Any, quota: int) -> PartialSingleTurn | P
     if isinstance(kind, SingleTurn):
         return PartialSingleTurn(tokenizer, quota)
     raise UserError("rollout.partial cannot pause agent episodes (rollout.agent.program): their state is the agent "
-                    "program's, which a checkpoint cannot hold; unset rollout.partial or rollout.agent.program.")
+                    "program's, which a checkpoint cannot hold; unset rollout.partial.enable or rollout.agent.program.")

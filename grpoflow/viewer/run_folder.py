@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from grpoflow.config_moved import translate_moved
+from grpoflow.config.moved import translate_moved
 from grpoflow.errors import UserFileNotFoundError
 
 METRICS, VAL_SAMPLES = "metrics.jsonl", "samples.jsonl"

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from grpoflow.config import ConfigError, load_config
+from grpoflow.controller.checks import check_config
 from grpoflow.controller.distill import TeacherError, resolve_teacher, teacher_prompts
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.commands.run import build_scorer, train
@@ -32,6 +33,7 @@ def weights_after_one_step(run_dir, student: str, overrides: list[str]) -> tuple
     """The student's parameters after one RL step of the real controller, and that step's metrics."""
     cfg = load_config(None, [f"trainer.output_dir={run_dir}", *STEP, *overrides])
     items, _ = prepare_prompts(addition_splits()[0][:16], load_tokenizer(student))
+    check_config(cfg)
     controller = Controller(cfg, model_path=student, train_items=items, val_items=[], scorer=build_scorer(cfg),
                             run_dir=run_dir)
     try:

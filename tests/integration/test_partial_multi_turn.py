@@ -224,8 +224,8 @@ RUN = ["model.path=builtin:tiny-0.5m", "sft.steps=60", "sft.batch_size=16", "dat
        f"rollout.multi_turn.env={SKEWED}:SkewedTurns", "rollout.multi_turn.env_args={long_share: 0.5}",
        "rollout.max_new_tokens=160",
        "rollout.multi_turn.max_turns=6", "trainer.total_steps=5", "trainer.save_every=1", "trainer.keep_last=0",
-       "trainer.val_every=0", "trainer.log_every=1", "rollout.partial=true", "rollout.partial_oversample=2",
-       "rollout.partial_max_staleness=2"]
+       "trainer.val_every=0", "trainer.log_every=1", "rollout.partial.enable=true", "rollout.partial.oversample=2",
+       "rollout.partial.max_staleness=2"]
 
 
 def start(out):

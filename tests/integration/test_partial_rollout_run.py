@@ -13,7 +13,7 @@ from kills import comparable, kill_at_step, train_process, train_to_end
 ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4", "rollout.n=4",
         "rollout.max_new_tokens=8", "trainer.total_steps=6", "trainer.save_every=2", "trainer.keep_last=0",
         "trainer.val_every=3", "data.val_max_prompts=8", "actor.minibatches=2", "trainer.log_every=1",
-        "rollout.partial=true", "rollout.partial_oversample=1.5", "rollout.partial_max_staleness=1"]
+        "rollout.partial.enable=true", "rollout.partial.oversample=1.5", "rollout.partial.max_staleness=1"]
 
 
 def start(out):
@@ -37,7 +37,7 @@ def test_partial_runs_carry_samples_across_versions_and_repeat_exactly(uninterru
     out, metrics = uninterrupted
     steps = [m for m in metrics if "rollout/partial/staleness/max" in m]
     assert [m["step"] for m in steps] == [1, 2, 3, 4, 5, 6]
-    # samples that spanned two versions were trained, none older than partial_max_staleness
+    # samples that spanned two versions were trained, none older than rollout.partial.max_staleness
     assert any(m["rollout/partial/multi_version_frac"] > 0 for m in steps)
     assert max(m["rollout/partial/staleness/max"] for m in steps) == 1
     assert all(m["rollout/partial/new_groups"] + m["rollout/partial/carried_groups"] >= 4 for m in steps)

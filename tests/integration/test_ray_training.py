@@ -11,6 +11,7 @@ import pytest
 
 from grpoflow.config import load_config
 from grpoflow.commands.run import sft_stage, train
+from grpoflow.controller.checks import check_config
 from grpoflow.controller.fit import RunLoop
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import prepare_prompts
@@ -97,6 +98,7 @@ def test_killing_a_worker_mid_run_stops_the_controller_naming_it(tmp_path, warm_
     (tmp_path / "k").mkdir()
     tokenizer = load_tokenizer(warm_model)
     items = prepare_prompts(addition_splits()[0][:200], tokenizer)[0]
+    check_config(cfg)
     controller = Controller(cfg, model_path=warm_model, train_items=items, val_items=[], scorer=None,
                             run_dir=tmp_path / "k")
     controller.rewards.scorer = _ConstantScorer()

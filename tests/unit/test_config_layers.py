@@ -61,7 +61,7 @@ def test_describe_layers_names_each_source_in_order():
     text = describe_layers("grpo", ["rollout.n=4"])
     lines = text.splitlines()
     assert lines[0].startswith("#") and "later ones win" in lines[0]
-    assert "defaults (grpoflow/config.py)" in lines[1]
+    assert "defaults (grpoflow/config/schema.py)" in lines[1]
     assert lines[2].endswith("builtin.yaml") and lines[3].endswith("grpo.yaml")
     assert lines[4].endswith("command line: rollout.n=4")
     assert "builtin.yaml" not in describe_layers(None, ["model.path=/m"])

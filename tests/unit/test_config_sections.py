@@ -1,12 +1,13 @@
-"""The config sections rollout.multi_turn and rollout.agent: they resolve from overrides, YAML recipes and the
-shipped presets; the flat keys they replaced are an error naming the new key (never silently ignored), except in a
-run folder's saved config.yaml, which is read under the new names; verl's names point to ours."""
+"""The config sections rollout.multi_turn, rollout.agent and rollout.partial: they resolve from overrides, YAML
+recipes and the shipped presets; the flat keys they replaced are an error naming the new key (never silently
+ignored), except in a run folder's saved config.yaml, which is read under the new names; verl's names point to
+ours."""
 
 import pytest
 import yaml
 
 from grpoflow.config import Config, ConfigError, help_text, load_config, saved_config, to_yaml
-from grpoflow.config_moved import MOVED, translate_moved
+from grpoflow.config.moved import MOVED, translate_moved
 from grpoflow.viewer.run_folder import read_config, schedule_line, summary
 from old_configs import NEWER_THAN_THE_MOVE, old_flat
 
@@ -27,6 +28,9 @@ OLD_KEYS = [
     ("rollout.agent_args={agent: {harness: {id: null}}}", "rollout.agent.args"),
     ("rollout.agent_timeout_s=60", "rollout.agent.timeout_s"),
     ("rollout.agent_model=policy", "rollout.agent.model"),
+    ("rollout.partial=true", "rollout.partial.enable"),
+    ("rollout.partial_oversample=2", "rollout.partial.oversample"),
+    ("rollout.partial_max_staleness=3", "rollout.partial.max_staleness"),
 ]
 
 
@@ -54,6 +58,20 @@ def test_agent_keys_resolve_from_a_yaml_recipe(tmp_path):
     a = cfg.rollout.agent
     assert (a.program, a.timeout_s, a.args, a.model) == ("a.py:run", 30.0, {"x": 1}, "policy")
     assert a.enabled and cfg.rollout.multi_turn.max_turns == 2 and cfg.rollout.n == 4
+
+
+def test_partial_keys_resolve_from_overrides_and_a_yaml_recipe(tmp_path):
+    p = load_config(None, ["rollout.partial.enable=true", "rollout.partial.oversample=2",
+                           "rollout.partial.max_staleness=3"]).rollout.partial
+    assert (p.enable, p.oversample, p.max_staleness) == (True, 2.0, 3)
+    cfg = load_config(_write(tmp_path, "rollout:\n  partial:\n    enable: true\n    oversample: 1.25\n"),
+                      ["rollout.partial.max_staleness=0"])
+    assert (cfg.rollout.partial.enable, cfg.rollout.partial.oversample, cfg.rollout.partial.max_staleness) == \
+        (True, 1.25, 0)
+    assert cfg.actor.rollout_is == "token"  # stale samples: resolved on by the section's switch
+    assert not Config().rollout.partial.enable and load_config().actor.rollout_is == "off"
+    with pytest.raises(ConfigError, match="rollout.partial.oversample must be >= 1"):
+        load_config(None, ["rollout.partial.oversample=0.5"])
 
 
 def test_an_override_wins_over_the_recipe_inside_a_section(tmp_path):
@@ -99,6 +117,8 @@ def test_a_section_is_not_a_switch():
         bool(cfg.rollout.agent)
     with pytest.raises(TypeError, match="rollout.multi_turn.enabled"):
         bool(cfg.rollout.multi_turn)
+    with pytest.raises(TypeError, match="rollout.partial.enable"):  # `if r.partial:` was the old switch
+        bool(cfg.rollout.partial)
 
 
 # ---------------------------------------------------------------- the old flat keys
@@ -122,6 +142,8 @@ def test_an_old_flat_key_on_the_command_line_names_its_new_key(override, new):
     ("rollout:\n  env: guess_number\n  n: 4\n", "rollout.env", "rollout.multi_turn.env"),
     ("rollout:\n  agent: a.py:run\n", "rollout.agent", "rollout.agent.program"),
     ("rollout:\n  agent_timeout_s: 30\n", "rollout.agent_timeout_s", "rollout.agent.timeout_s"),
+    ("rollout:\n  partial: true\n", "rollout.partial", "rollout.partial.enable"),
+    ("rollout:\n  partial_oversample: 2\n", "rollout.partial_oversample", "rollout.partial.oversample"),
 ])
 def test_an_old_flat_key_in_a_yaml_recipe_names_its_new_key(tmp_path, text, old, new):
     with pytest.raises(ConfigError) as err:
@@ -134,6 +156,7 @@ def test_an_empty_agent_entry_is_the_empty_section(tmp_path):
     # `agent: null` meant "no agent" before and means the section's defaults now: the same run, not an error
     assert not load_config(_write(tmp_path, "rollout:\n  agent:\n")).rollout.agent.enabled
     assert not load_config(None, ["rollout.agent=null"]).rollout.agent.enabled
+    assert not load_config(_write(tmp_path, "rollout:\n  partial:\n")).rollout.partial.enable
 
 
 @pytest.mark.parametrize("override, ours", [
@@ -159,7 +182,8 @@ def test_a_verl_key_name_points_to_ours(override, ours):
     (["rollout.agent.timeout_s=0"], "rollout.agent.timeout_s must be > 0"),
     (["rollout.agent.program=a.py:run", "rollout.multi_turn.env=guess_number"],
      "leave rollout.multi_turn.env and rollout.multi_turn.tools empty"),
-    (["rollout.partial=true", "rollout.agent.program=a.py:run"], "an agent episode (rollout.agent.program) holds"),
+    (["rollout.partial.enable=true", "rollout.agent.program=a.py:run"],
+     "an agent episode (rollout.agent.program) holds"),
 ])
 def test_validation_messages_name_the_section_keys(overrides, fragment):
     with pytest.raises(ConfigError) as err:
@@ -180,6 +204,8 @@ def test_translate_moved_reads_an_old_config_under_the_new_names():
     assert old == new
     assert "rollout.max_turns -> rollout.multi_turn.max_turns" in moved
     assert "rollout.agent -> rollout.agent.program" in moved and len(moved) == len(MOVED)
+    assert "rollout.partial -> rollout.partial.enable" in moved
+    assert "rollout.partial_oversample -> rollout.partial.oversample" in moved
     assert translate_moved(old) == []  # a config of this version: nothing to move
 
 
@@ -187,6 +213,16 @@ def test_translate_moved_keeps_a_key_already_in_its_section():
     tree = {"rollout": {"max_turns": 2, "multi_turn": {"max_turns": 5}, "agent": None}}
     translate_moved(tree)
     assert tree == {"rollout": {"multi_turn": {"max_turns": 5}, "agent": {"program": None}}}
+
+
+def test_an_old_run_folders_partial_keys_are_read_under_the_section():
+    cfg = saved_config({"rollout": {"partial": True, "partial_oversample": 2.0, "partial_max_staleness": 1}})
+    assert (cfg.rollout.partial.enable, cfg.rollout.partial.oversample, cfg.rollout.partial.max_staleness) == \
+        (True, 2.0, 1)
+    assert cfg.actor.rollout_is == "token"
+    tree = {"rollout": {"partial_oversample": 2.0, "partial": {"oversample": 3.0}}}  # the section's value wins
+    assert translate_moved(tree) == ["rollout.partial_oversample -> rollout.partial.oversample"]
+    assert tree == {"rollout": {"partial": {"oversample": 3.0}}}
 
 
 def test_an_old_run_folders_config_loads_and_shows_in_the_viewer(tmp_path):

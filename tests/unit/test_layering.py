@@ -3,9 +3,8 @@
     errors, plugins, user_code -> algorithms, rewards -> data, models -> training | rollout -> multiturn -> workers
         -> distributed -> controller -> commands -> cli
 
-`training` and `rollout` sit side by side and never import each other; `config` imports only `config_rules`,
-`config_moved` (the keys that moved; stdlib only), `foreign` (verl's and TRL's keys; stdlib only), `plugins` and
-`errors`.
+`training` and `rollout` sit side by side and never import each other; `config` imports only `foreign` (verl's
+and TRL's keys; stdlib only) and `errors`, and inside it `schema <- checks <- loading` (`moved`: stdlib only).
 `errors` (the user-error types, stdlib only) sits under everything.
 `user_code` (processes that run reward functions and tools under limits) is standard library + `plugins`,
 `user_code_child` (its child side) and `sandbox` (what a sandboxed worker gives up; stdlib only).
@@ -30,7 +29,7 @@ UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "
                  "tinker_server", "cli", "plotting", "viewer"}
 EVERY_PART = {"errors", "plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards",
               "data", "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
-              "commands", "tinker_server", "config", "config_rules", "config_moved", "foreign", "cli", "viewer",
+              "commands", "tinker_server", "config", "foreign", "cli", "viewer",
               "local_http"}
 FORBIDDEN_PARTS = {
     "errors": None,  # None: nothing from any other grpoflow part (the user-error types; stdlib only)
@@ -41,7 +40,7 @@ FORBIDDEN_PARTS = {
     # reads metrics.jsonl via controller.metrics
     "plotting": {"training", "rollout", "workers", "distributed", "commands", "tinker_server", "cli"},
     # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
-    "viewer": EVERY_PART - {"errors", "plugins", "config", "config_moved", "viewer", "local_http"},
+    "viewer": EVERY_PART - {"errors", "plugins", "config", "viewer", "local_http"},
     "local_http": EVERY_PART - {"local_http"},  # stdlib only: the local servers' Host and body-type checks
     "algorithms": EVERY_PART - {"errors", "plugins", "algorithms"},
     "rewards": EVERY_PART - {"errors", "plugins", "user_code", "rewards"},
@@ -62,13 +61,16 @@ FORBIDDEN_PARTS = {
     "commands": {"cli"},
     # the Tinker API server, on the engines and checkpoints; `grpoflow serve tinker` (commands/serve.py) starts it
     "tinker_server": {"commands", "cli", "workers", "distributed", "multiturn"},
-    # the schema: plain values, no torch, no registries
-    "config": EVERY_PART - {"errors", "plugins", "config", "config_rules", "config_moved", "foreign"},
-    "config_rules": EVERY_PART - {"errors", "config", "config_rules", "foreign"},  # validate's newer checks
+    # schema, checks and loading of plain values: no torch, no registries (CONFIG_ORDER inside it)
+    "config": EVERY_PART - {"errors", "config", "foreign"},
     "foreign": EVERY_PART - {"foreign"},  # verl's keys and TRL's fields -> ours; stdlib only
-    "config_moved": EVERY_PART - {"config_moved"},  # old key -> new key; stdlib only (the viewer reads it too)
     "cli": set(),
 }
+# The modules of the config package, in import order: each imports only modules before it (no circle); none imports
+# the package itself (its __init__ imports them all). `moved` is stdlib only, so run-folder readers can use it.
+CONFIG_ORDER = ("grpoflow.config.moved", "grpoflow.config.schema", "grpoflow.config.checks",
+                "grpoflow.config.loading")
+CONFIG_STDLIB_ONLY = ("grpoflow.config.moved",)
 # third-party modules that the pure parts never touch
 PURE_PARTS_NEVER_IMPORT = ("torch.distributed", "ray", "vllm", "grpoflow.config")
 
@@ -179,6 +181,39 @@ def test_dependency_direction(module, part, path):
     assert not bad, f"{module} ({part}) must not import {bad}; see DESIGN.md section 2"
 
 
+def _config_siblings(module: str, path: Path) -> set[str]:
+    """The config package's modules (or the package itself) that `module` imports."""
+    found = set()
+    for name in _imports(module, path):
+        if not _matches(name, "grpoflow.config"):
+            continue
+        found.add(next((m for m in CONFIG_ORDER if _matches(name, m)), "grpoflow.config"))
+    return found - {module}
+
+
+def test_every_config_module_is_placed_in_the_import_order():
+    modules = {m for m, part, _ in all_modules() if part == "config"} - {"grpoflow.config"}
+    assert modules == set(CONFIG_ORDER), f"place {sorted(modules - set(CONFIG_ORDER))} in CONFIG_ORDER"
+
+
+@pytest.mark.parametrize("module", CONFIG_ORDER)
+def test_the_config_modules_import_one_way(module):
+    path = next(p for m, _, p in all_modules() if m == module)
+    earlier = set(CONFIG_ORDER[:CONFIG_ORDER.index(module)])
+    siblings = _config_siblings(module, path)
+    assert siblings <= earlier, (f"{module} imports {sorted(siblings - earlier)}: a config module imports only those "
+                                 f"before it in {CONFIG_ORDER} (the package's docstring)")
+    if module in CONFIG_STDLIB_ONLY:
+        assert not {n for n in _imports(module, path) if part_of(n)}, f"{module} is stdlib only"
+
+
+def test_the_config_order_check_sees_a_circle(tmp_path):
+    # so that a pass above means something: checks importing loading (which imports checks) is caught
+    path = tmp_path / "checks.py"
+    path.write_text("from grpoflow.config.loading import load_config\nfrom grpoflow.config import Config\n")
+    assert _config_siblings("grpoflow.config.checks", path) == {"grpoflow.config.loading", "grpoflow.config"}
+
+
 @pytest.mark.parametrize("part", ["algorithms", "rewards"])
 def test_pure_parts_never_import_distributed_ray_vllm_or_config(part):
     bad = []
@@ -197,7 +232,7 @@ def test_only_controller_commands_cli_and_workers_import_the_config():
     TinkerConfig section)."""
     bad = []
     for module, part, path in all_modules():
-        if part in ("controller", "commands", "cli", "config", "config_rules", "workers", "viewer", "tinker_server"):
+        if part in ("controller", "commands", "cli", "config", "workers", "viewer", "tinker_server"):
             continue
         bad += [f"{module} -> {name}" for name in _imports(module, path) if _matches(name, "grpoflow.config")]
     assert not bad, bad

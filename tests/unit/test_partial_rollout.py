@@ -220,26 +220,26 @@ def test_a_due_group_is_trained_before_one_that_completed_earlier(rollout_group)
     ("rollout.engine=sglang", "use rollout.engine=hf"),
     ("rollout.engine=vllm rollout.multi_turn.tools=[calculator]", "vllm pauses single-turn samples only"),
     ("algorithm.filter_groups.enable=true", "use one of them"),
-    ("rollout.partial_oversample=0.9", "rollout.partial_oversample must be >= 1"),
+    ("rollout.partial.oversample=0.9", "rollout.partial.oversample must be >= 1"),
 ])
 def test_the_config_refuses_what_partial_rollout_cannot_do(override, says):
     with pytest.raises(ConfigError, match=says):
-        load_config(None, ["rollout.partial=true", *override.split()])
+        load_config(None, ["rollout.partial.enable=true", *override.split()])
 
 
 @pytest.mark.parametrize("multi_turn", ["rollout.multi_turn.tools=[calculator]", "rollout.multi_turn.env=guess_number"])
 def test_conversations_with_environments_and_tools_may_pause(multi_turn):
-    assert load_config(None, ["rollout.partial=true", multi_turn]).rollout.partial
+    assert load_config(None, ["rollout.partial.enable=true", multi_turn]).rollout.partial.enable
 
 
 def test_top_p_below_one_is_refused_since_the_importance_weights_need_the_full_distribution():
     from grpoflow.controller.checks import check_config
     with pytest.raises(ConfigError, match=r"rollout.partial turns it on.*rollout.top_p=1 or actor.rollout_is=off"):
-        check_config(load_config(None, ["rollout.partial=true", "rollout.top_p=0.9"]))
+        check_config(load_config(None, ["rollout.partial.enable=true", "rollout.top_p=0.9"]))
 
 
 def test_async_mode_is_refused_and_token_level_is_is_on():
     with pytest.raises(ConfigError, match="use trainer.mode=sync with rollout.partial"):
-        load_config(None, ["rollout.partial=true", "trainer.mode=async", "backend=ray", "placement=split"])
-    assert load_config(None, ["rollout.partial=true"]).actor.rollout_is == "token"
+        load_config(None, ["rollout.partial.enable=true", "trainer.mode=async", "backend=ray", "placement=split"])
+    assert load_config(None, ["rollout.partial.enable=true"]).actor.rollout_is == "token"
     assert load_config(None, []).actor.rollout_is == "off"

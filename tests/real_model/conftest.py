@@ -49,6 +49,16 @@ def tinker_cookbook():
 
 
 @pytest.fixture(scope="session")
+def cookbook_server(tmp_path_factory, smollm2_path, tinker_cookbook):
+    """One `grpoflow serve tinker` on SmolLM2 and its working folder, shared by the cookbook recipe tests."""
+    from cookbook_recipes import CookbookServer
+
+    server = CookbookServer(tmp_path_factory.mktemp("cookbook"), smollm2_path)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
 def smollm2(smollm2_path):
     """(model, tokenizer), loaded once per session, in eval mode, float32."""
     import torch

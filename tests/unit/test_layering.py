@@ -31,19 +31,20 @@ UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "
 EVERY_PART = {"errors", "plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards",
               "data", "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
               "commands", "tinker_server", "config", "foreign", "cli", "viewer",
-              "local_http", "atomic_folder"}
+              "local_http", "atomic_folder", "metrics_file"}
 FORBIDDEN_PARTS = {
     "errors": None,  # None: nothing from any other grpoflow part (the user-error types; stdlib only)
     "plugins": EVERY_PART - {"errors", "plugins"},  # registries, user-file loading; stdlib only
     "sandbox": EVERY_PART - {"sandbox"},  # stdlib only: what a sandboxed worker gives up, the reply format
     "user_code_child": EVERY_PART - {"sandbox", "user_code_child"},
     "user_code": EVERY_PART - {"errors", "plugins", "sandbox", "user_code_child", "user_code"},
-    # reads metrics.jsonl via controller.metrics
+    # reads metrics.jsonl via metrics_file
     "plotting": {"training", "rollout", "workers", "distributed", "commands", "tinker_server", "cli"},
     # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
-    "viewer": EVERY_PART - {"errors", "plugins", "config", "viewer", "local_http"},
+    "viewer": EVERY_PART - {"errors", "plugins", "config", "viewer", "local_http", "metrics_file"},
     "local_http": EVERY_PART - {"local_http"},  # stdlib only: the local servers' Host and body-type checks
     "atomic_folder": EVERY_PART - {"atomic_folder"},  # stdlib only: checkpoints' and saved states' publishing
+    "metrics_file": EVERY_PART - {"errors", "metrics_file"},  # metrics.jsonl read back: the controller's and viewer's
     "algorithms": EVERY_PART - {"errors", "plugins", "algorithms"},
     "rewards": EVERY_PART - {"errors", "plugins", "user_code", "rewards"},
     "data": UPPER_OF_DATA,

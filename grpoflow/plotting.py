@@ -15,7 +15,7 @@ import re
 import statistics
 from pathlib import Path
 
-from grpoflow.controller.metrics import read_metrics
+from grpoflow.metrics_file import read_metrics
 from grpoflow.errors import MissingExtraError, UserError, UserFileNotFoundError
 
 # group name (also the PNG's name) -> (title, metric keys or fnmatch patterns)

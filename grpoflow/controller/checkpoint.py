@@ -22,32 +22,31 @@ for `grpoflow export`) skips, with a warning, a folder with a missing, truncated
 unreadable controller.pt, and takes the one before it. A `latest` pointer that names no
 checkpoint folder (empty, garbage) is not trusted either: the newest valid folder is used, with
 a warning. Pruning (`keep_last`) counts steps, not names, and never removes the folder just written.
+
+The writing steps (temporary name, manifest, fsync, the pointer's atomic write) are grpoflow/atomic_folder.py's,
+shared with `grpoflow serve tinker`'s saved states.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import random
 import re
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
+from grpoflow.atomic_folder import (MANIFEST, against_manifest, atomic_write_text, fsync_tree, temporary_name,
+                                    write_manifest)
 from grpoflow.distributed.worker_group import WorkerError
 from grpoflow.errors import UserError, UserFileNotFoundError
 from grpoflow.training.engine import load_tensor_file
 
 LATEST = "latest"
-MANIFEST = "manifest.json"
-TMP_PREFIX = ".tmp-"
-OLD_SUFFIX = ".old"  # publish_folder: the folder it replaces, set aside until the new one is in place
 _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 
 log = logging.getLogger("grpoflow.checkpoint")
@@ -72,16 +71,16 @@ class CheckpointManager:
         Any failure on the way (write's own, or the file system's) removes the temporary folder, so a full
         disk gets its space back, and raises CheckpointWriteError; `latest` moves only after a complete write."""
         final = self.root / step_dir_name(step)
-        tmp = self.root / f"{TMP_PREFIX}{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp = temporary_name(final)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             write(tmp)
-            _write_manifest(tmp)
-            _fsync_tree(tmp)
+            write_manifest(tmp)
+            fsync_tree(tmp)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
-            _atomic_write_text(self.root / LATEST, final.name)
+            atomic_write_text(self.root / LATEST, final.name)
         except WorkerError:  # a rank died or hung while saving: not a storage fault (a restart may cure it)
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -163,7 +162,7 @@ def problem(folder: Path, *, verify: bool = False) -> str | None:
     file) and controller.pt loaded; with `verify`, every file's SHA-256 against the manifest too (it reads the
     whole checkpoint: done for the one that is loaded or exported)."""
     if (folder / MANIFEST).exists():
-        wrong = _against_manifest(folder, verify=verify)
+        wrong = against_manifest(folder, verify=verify)
         if wrong is not None:
             return wrong
     elif not (folder / "actor").is_dir():  # a checkpoint written before manifests existed
@@ -175,98 +174,12 @@ def problem(folder: Path, *, verify: bool = False) -> str | None:
     return None
 
 
-def _manifest_entries(data: dict) -> dict[str, tuple[int, str | None]]:
-    """name -> (size, sha256 or None) of a manifest: {"files": {name: {size, sha256}}}, or an older {name: size}."""
-    if "files" in data and isinstance(data["files"], dict):
-        return {name: (int(e["size"]), str(e["sha256"])) for name, e in data["files"].items()}
-    return {name: (int(size), None) for name, size in data.items()}
-
-
 def _read_pointer(pointer: Path) -> str | None:
     """The folder name `latest` holds, or None if it is missing or not text."""
     try:
         return pointer.read_text().strip()
     except (OSError, UnicodeDecodeError):
         return None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def publish_folder(final: Path, write: Callable[[Path], None]) -> Path:
-    """Call write(folder) on a temporary folder beside `final`, list its files in manifest.json, fsync them, then
-    put it in place of `final`: replace-then-remove, never remove-then-replace. An older `final` is renamed aside
-    (`.tmp-<name>-...old`), the new folder renamed in, and only then the old one removed, so a kill at any
-    moment leaves a complete folder under the final name or aside, which `recover_folders` puts back. For
-    folders other than a run's step checkpoints (grpoflow serve tinker's saved states); a failed write removes
-    the temporary folder and raises what writing raised."""
-    tmp = final.with_name(f"{TMP_PREFIX}{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    old = tmp.with_name(tmp.name + OLD_SUFFIX)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        write(tmp)
-        _write_manifest(tmp)
-        _fsync_tree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if final.exists():
-        os.replace(final, old)
-    try:
-        os.replace(tmp, final)
-    except BaseException:
-        if old.exists() and not final.exists():
-            os.replace(old, final)  # put the old one back
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _fsync_dir(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def recover_folders(parent: Path) -> int:
-    """Finish or undo the `publish_folder` calls in `parent` that a kill interrupted: an old folder set aside
-    whose new one never arrived goes back under its name, every other `.tmp-` leftover (an unfinished new
-    folder, an old one already replaced) is removed. How many leftovers there were. Call it before anything
-    else uses `parent` (at a server's start)."""
-    leftovers = sorted(parent.glob(f"{TMP_PREFIX}*"))
-    for path in leftovers:
-        if path.name.endswith(OLD_SUFFIX):
-            name = path.name[len(TMP_PREFIX):-len(OLD_SUFFIX)].rsplit("-", 2)[0]
-            final = parent / name
-            if not final.exists() and damaged_file(path) is None:
-                os.replace(path, final)
-                continue
-        shutil.rmtree(path, ignore_errors=True)
-    return len(leftovers)
-
-
-def damaged_file(folder: Path) -> str | None:
-    """What is wrong with a folder `publish_folder` wrote (a missing, truncated or changed file against its
-    manifest, SHA-256 included), or None."""
-    return _against_manifest(folder, verify=True)
-
-
-def _against_manifest(folder: Path, *, verify: bool) -> str | None:
-    """The first file of `folder` that is missing, truncated or (with `verify`) changed against its manifest."""
-    try:
-        files = _manifest_entries(json.loads((folder / MANIFEST).read_text()))
-    except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
-        return f"{MANIFEST} cannot be read ({e!r})"
-    for name, (size, digest) in files.items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} holds {path.stat().st_size} bytes, {size} were written (truncated or overwritten)"
-        if verify and digest is not None and _sha256(path) != digest:
-            return f"{name} does not match its checksum in {MANIFEST} (damaged in place)"
-    return None
 
 
 def rng_state() -> dict[str, Any]:
@@ -287,41 +200,5 @@ def load_state(path: Path) -> dict:
     return load_tensor_file(path)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _write_manifest(folder: Path) -> None:
-    files = {p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)}
-             for p in sorted(folder.rglob("*")) if p.is_file()}
-    (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
-
-
 def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
-
-
-def _fsync_tree(folder: Path) -> None:
-    for path in folder.rglob("*"):
-        if path.is_file():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the renames inside `folder` durable (a directory fsync; skipped where the OS cannot)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -35,9 +35,10 @@ from typing import Any
 
 import yaml
 
+from grpoflow.atomic_folder import TMP_PREFIX
 from grpoflow.config import Config, ConfigError, to_yaml
 from grpoflow.config.moved import translate_moved
-from grpoflow.controller.checkpoint import TMP_PREFIX, CheckpointManager
+from grpoflow.controller.checkpoint import CheckpointManager
 
 log = logging.getLogger("grpoflow.run_folder")
 

@@ -40,7 +40,7 @@ from grpoflow.multiturn.episode import EpisodeRecord, Placement
 from grpoflow.multiturn.openai_api import (APIError, ChatRequest, Reply, completion_body, model_object, models_body,
                                            parse_request, stream_events)
 from grpoflow.multiturn.tool_parser import parse_tool_calls
-from grpoflow.multiturn.turns import stream_seed
+from grpoflow.multiturn.turns import count_engine_work, stream_seed
 from grpoflow.rollout.batcher import EngineFailure
 from grpoflow.rollout.protocol import Completion, Request, SamplingParams
 
@@ -243,8 +243,7 @@ class Endpoint:
                                   out_of_budget=truncated and len(ids) >= placement.left,
                                   tool_calls=len(calls.calls) + len(calls.errors) if calls else 0,
                                   tool_errors=len(calls.errors) if calls else 0)
-                t.prefilled += out.prefilled
-                t.context += len(prompt_ids)
+                count_engine_work(t, out, len(prompt_ids))
         finish = "length" if truncated else "tool_calls" if calls is not None and calls.calls else "stop"
         return Reply(text, finish, len(prompt_ids),
                      [self.tokenizer.decode([i], skip_special_tokens=False) for i in ids] if request.logprobs else [],

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import GuardedEnvironment, with_system_prompt
 from grpoflow.multiturn.trajectory import Segment, Trajectory
-from grpoflow.multiturn.turns import (SampleInfo, ToolUse, add_model_turn, env_seeds, first_turn_seeds, info_of,
-                                     joined, stream_seed)
+from grpoflow.multiturn.turns import (SampleInfo, ToolUse, add_model_turn, count_engine_work, env_seeds,
+                                     first_turn_seeds, info_of, joined, stream_seed)
 from grpoflow.rollout.batcher import Client, RequestBatcher
 from grpoflow.rollout.protocol import Completion, Request, SamplingParams
 
@@ -163,7 +163,7 @@ class EnvLoop:
                                               position=len(before.ids)))
             c = joined(before, c)
             if c.finish == "paused":
-                t.prefilled, t.context = t.prefilled + c.prefilled, t.context + len(prompt)
+                count_engine_work(t, c, len(prompt))
                 t.ended = "paused"
                 return c
             text = self.renderer.decode(c.ids)

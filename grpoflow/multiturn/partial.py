@@ -206,7 +206,7 @@ async def replay(loop: EnvLoop, env: GuardedEnvironment | None, t: Trajectory, r
                  j: int) -> Trajectory:
     """`t`, a conversation `env.reset` just opened, brought to where `recorded` paused: each recorded model turn
     is added and answered again (the environment steps on it, or its tool calls run), and each reply must render
-    to the recorded ids (a UserError names the turn otherwise). The engine counts (prefilled, context) are the
+    to the recorded ids (a UserError names the turn otherwise). The engine counts (prefilled, context, KV reuse) are the
     recorded ones: nothing is sampled here. An environment that fails on replay (an error or a timeout) ends the
     conversation there, as it would have in an uninterrupted rollout."""
     who = env.name if env is not None else "the tools"
@@ -231,6 +231,7 @@ async def replay(loop: EnvLoop, env: GuardedEnvironment | None, t: Trajectory, r
     if t.step_reward != recorded.step_reward:
         raise not_replayable(f"{who}'s step rewards", "the recorded ones", item, j)
     t.prefilled, t.context = recorded.prefilled, recorded.context
+    t.kv_reused, t.kv_evicted = recorded.kv_reused, recorded.kv_evicted
     return t
 
 

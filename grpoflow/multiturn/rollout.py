@@ -20,10 +20,8 @@ from typing import Callable, Protocol
 import torch
 
 from grpoflow.data.batch import Batch
-from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.loop import Played, RolloutItem
 from grpoflow.multiturn.trajectory import to_batch
-from grpoflow.multiturn.turns import opening_messages
 from grpoflow.rollout.batcher import BatchCalls, RequestBatcher, StepEngine
 from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
 
@@ -81,8 +79,3 @@ def played_batch(played: Played, multi_turn: bool, *, pad_token_id: int,
     return batch.replace(group_ids=torch.tensor([g for g, _, _ in played], dtype=torch.long),
                          policy_version=torch.where(batch.policy_version < 0, newest, batch.policy_version),
                          infos=[info for _, _, info in played])
-
-
-def prompt_text(renderer: ChatRenderer, messages: list[dict]) -> str:
-    """The opening of a conversation as the template renders it (what a multi-turn sample's prompt says)."""
-    return renderer.render(opening_messages(messages), add_generation_prompt=True)

@@ -57,6 +57,8 @@ class Trajectory:
     done: bool = False
     prefilled: int = 0                     # prompt tokens the engine computed for its turns (the rest reused)
     context: int = 0                       # prompt tokens of its turns: what re-prefilling every turn would compute
+    kv_reused: int = 0                     # prompt tokens of its turns whose KV the engine kept from a turn before
+    kv_evicted: int = 0                    # other trajectories' kept KV caches that keeping its own pushed out
     ended: str = ""                        # why it ended (END_REASONS; "" while it runs)
 
     @property

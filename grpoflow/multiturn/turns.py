@@ -66,6 +66,8 @@ class SampleInfo:
     episode: int = 0        # the episode (or trajectory) it came from, numbered within the rollout
     prefilled: int = 0      # prompt tokens the engine computed for its turns (not reused, not shared)
     context: int = 0        # prompt tokens of its turns (what prefilling each turn from scratch would compute)
+    kv_reused: int = 0      # prompt tokens of its turns whose KV the engine kept from its turn before
+    kv_evicted: int = 0     # other trajectories' kept KV caches that keeping its own pushed out (HF engine)
     paused: bool = False    # rollout.partial: stopped unfinished, to continue in a later rollout
     finished_at: int = -1   # rollout.partial: the batcher tick it finished at in this rollout (-1: not in it)
     progress: Any = None    # rollout.partial: the sample so far as plain data (multiturn/partial.Progress)
@@ -75,14 +77,23 @@ class SampleInfo:
 def info_of(t: Trajectory, **extra: Any) -> SampleInfo:
     return SampleInfo(turns=t.turns, tool_calls=t.tool_calls, tool_errors=t.tool_errors,
                       tool_timeouts=t.tool_timeouts, rewards=dict(t.rewards), prefilled=t.prefilled,
-                      context=t.context, ended=t.ended, **extra)
+                      context=t.context, kv_reused=t.kv_reused, kv_evicted=t.kv_evicted, ended=t.ended, **extra)
 
 
 def joined(head: Completion, c: Completion) -> Completion:
     """`c`, the continuation of a turn paused after `head` (tokens of an earlier rollout), as one completion of
-    the whole turn; `prefilled` is `c`'s (the paused request's was counted when it paused)."""
+    the whole turn; the engine counts (`prefilled`, `reused`, `evicted`) are `c`'s (the paused request's were
+    counted when it paused)."""
     return Completion(list(head.ids) + list(c.ids), list(head.log_probs) + list(c.log_probs),
-                      list(head.versions) + list(c.versions), c.finish, c.prefilled)
+                      list(head.versions) + list(c.versions), c.finish, c.prefilled, c.reused, c.evicted)
+
+
+def count_engine_work(t: Trajectory, c: Completion, prompt_tokens: int) -> None:
+    """Add what the engine did for one request of `t` (asked with `prompt_tokens` of context) to its counts."""
+    t.prefilled += c.prefilled
+    t.context += prompt_tokens
+    t.kv_reused += c.reused
+    t.kv_evicted += c.evicted
 
 
 def add_model_turn(t: Trajectory, c: Completion, text: str, prompt_tokens: int) -> None:
@@ -90,8 +101,7 @@ def add_model_turn(t: Trajectory, c: Completion, text: str, prompt_tokens: int) 
     assistant message."""
     t.segments.append(Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0), list(c.versions)))
     t.turns += 1
-    t.prefilled += c.prefilled
-    t.context += prompt_tokens
+    count_engine_work(t, c, prompt_tokens)
     t.messages.append({"role": "assistant", "content": text})
 
 
@@ -142,12 +152,6 @@ class ToolUse:
         return replies
 
 
-def opening_messages(messages: list[dict]) -> list[dict]:
-    """The messages before the first assistant turn."""
-    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
-    return messages[:first]
-
-
 def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, episodes: int,
                     env_tokens: int, tokens: int, truncated: int) -> dict[str, float]:
     """rollout/ending/<reason> (the share of samples that ended so, trajectory.END_REASONS), and multi_turn/*,
@@ -162,6 +166,9 @@ def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, e
            "multi_turn/budget_truncated": truncated / len(infos),
            "multi_turn/prefilled_tokens": float(sum(i.prefilled for i in infos)),
            "multi_turn/context_tokens": float(sum(i.context for i in infos)),
+           # the HF engine's kept KV caches: prompt tokens served from them, caches dropped for memory (kv_reuse_mb)
+           "rollout/kv_reused_tokens": float(sum(i.kv_reused for i in infos)),
+           "rollout/kv_evicted": float(sum(i.kv_evicted for i in infos)),
            "tools/calls": float(sum(i.tool_calls for i in infos)),
            "tools/errors": float(sum(i.tool_errors for i in infos)),
            "tools/timeouts": float(sum(i.tool_timeouts for i in infos))}

@@ -214,7 +214,6 @@ class BatchCalls:
         self.engine = engine
         self.admitted: list[tuple[int, Request]] = []
         self.prefilled_tokens = 0
-        self.reused_tokens = 0
 
     @property
     def busy(self) -> bool:

@@ -52,6 +52,7 @@ class Row:
     request: Request
     fed: list[int]
     prefilled: int
+    reused: int = 0  # prompt tokens whose KV came from the trajectory's parked earlier turn
     ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
@@ -64,19 +65,21 @@ class ParkedKV:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes, self.used = max_bytes, 0
         self.entries: OrderedDict[int, tuple[list[int], list[tuple[Tensor, Tensor]], int]] = OrderedDict()
-        self.evicted = 0
 
-    def put(self, key: int, ids: list[int], kv: list[tuple[Tensor, Tensor]]) -> None:
+    def put(self, key: int, ids: list[int], kv: list[tuple[Tensor, Tensor]]) -> int:
+        """Park trajectory `key`'s KV; how many other parked caches it evicted (logged as rollout/kv_evicted)."""
         self.drop(key)
         size = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
         if size > self.max_bytes:
-            return
+            return 0
         self.entries[key] = (ids, kv, size)
         self.used += size
+        evicted = 0
         while self.used > self.max_bytes:
             _, (_, _, freed) = self.entries.popitem(last=False)
             self.used -= freed
-            self.evicted += 1
+            evicted += 1
+        return evicted
 
     def take(self, key: int | None, prompt: tuple[int, ...]) -> tuple[int, list[tuple[Tensor, Tensor]] | None]:
         """(columns reused, their KV) for a request of trajectory `key` with `prompt`: the parked ids' longest
@@ -128,7 +131,6 @@ class ContinuousSampler:
         self.peak_columns = 0              # the most token columns the cache held (slots x capacity)
         self.parked = ParkedKV(kv_reuse_bytes)
         self.prefilled_tokens = 0          # prompt tokens computed (not reused, not shared)
-        self.reused_tokens = 0             # prompt tokens whose KV came from a trajectory's earlier turn
 
     @property
     def busy(self) -> bool:
@@ -199,9 +201,8 @@ class ContinuousSampler:
                 first[q.prompt_ids] = slot
             else:
                 self.cache.load(slot, kv)
-                self.reused_tokens += reuse
             prefill.append((slot, reuse, list(q.prompt_ids[reuse:])))
-            self.rows[slot] = Row(rid, q, list(q.prompt_ids), prefilled=len(q.prompt_ids) - reuse)
+            self.rows[slot] = Row(rid, q, list(q.prompt_ids), prefilled=len(q.prompt_ids) - reuse, reused=reuse)
         self._prefill(prefill)
         if copies:
             src = torch.tensor([s for s, _ in copies], device=self.device)
@@ -249,9 +250,10 @@ class ContinuousSampler:
             q = row.request
             if token in q.stop_token_ids or len(row.ids) >= q.max_new_tokens:
                 finish = "stop" if token in q.stop_token_ids else "length"
-                finished.append((row.rid, Completion(row.ids, row.log_probs, row.versions, finish, row.prefilled)))
-                if q.key is not None:
-                    self.parked.put(q.key, row.fed + row.ids[:-1], self.cache.save(slot, len(row.fed)))
+                evicted = 0 if q.key is None else self.parked.put(q.key, row.fed + row.ids[:-1],
+                                                                  self.cache.save(slot, len(row.fed)))
+                finished.append((row.rid, Completion(row.ids, row.log_probs, row.versions, finish, row.prefilled,
+                                                     row.reused, evicted)))
                 self.rows[slot] = None
             else:
                 going.append(slot)
@@ -268,7 +270,8 @@ class ContinuousSampler:
         self.queue = []
         for slot, row in enumerate(self.rows):
             if row is not None:
-                paused.append((row.rid, Completion(row.ids, row.log_probs, row.versions, "paused", row.prefilled)))
+                paused.append((row.rid, Completion(row.ids, row.log_probs, row.versions, "paused", row.prefilled,
+                                                   row.reused)))
                 self.rows[slot] = None
         return paused
 

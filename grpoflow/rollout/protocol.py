@@ -67,6 +67,8 @@ class Completion:
     versions: list[int]
     finish: str
     prefilled: int = 0  # prompt tokens this request computed (the rest came from a reused or shared KV cache)
+    reused: int = 0     # prompt tokens whose KV came from its trajectory's earlier turn (parked by the HF engine)
+    evicted: int = 0    # other trajectories' parked KV caches that parking this request's pushed out (HF engine)
 
     @property
     def truncated(self) -> bool:

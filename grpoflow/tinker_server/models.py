@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from grpoflow.controller.checkpoint import damaged_file, publish_folder
+from grpoflow.atomic_folder import damaged_file, publish_folder
 from grpoflow.models.gguf import convert_gguf, is_gguf
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.lora import add_lora

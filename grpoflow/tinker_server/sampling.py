@@ -8,8 +8,9 @@ the engine loads them, bit for bit what the full merged snapshot would hold), a 
 One rollout engine per base model holds one set of weights at a time and is handed a session's snapshot
 (`update_weights`, an exact copy) before it samples for it, so a sample uses the saved weights bit for bit; the
 base model's own weights are the training models' shared copy (models.BaseModels.shared), not another one.
-Sampling goes through the engine's public `generate`; queued requests with the same weights and parameters
-run as one batch (futures.Runner).
+A sample ends at every id grpoflow's rollouts end at (`rollout.factory.end_ids`: the tokenizer's EOS and each
+`eos_token_id` of the model's generation_config.json). Sampling goes through the engine's public `generate`;
+queued requests with the same weights and parameters run as one batch (futures.Runner).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 from tinker import types
 
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
+from grpoflow.rollout.factory import end_ids
 from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.errors import UserError
@@ -136,7 +138,9 @@ class Samplers:
         if folder not in self._engines:
             model = load_causal_lm(folder)
             tokenizer = load_tokenizer(folder)
-            engine = HFRolloutEngine(model, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+            # every id a sample ends at, as grpoflow's own rollouts (the tokenizer's EOS and generation_config's)
+            engine = HFRolloutEngine(model, pad_token_id=tokenizer.pad_token_id,
+                                     eos_token_id=end_ids(folder, tokenizer))
             self._base_weights[folder] = ({n: p.detach().clone() for n, p in model.named_parameters()}
                                           if self._base_weights_of is None else self._base_weights_of(session.base))
             self._engines[folder] = (engine, tokenizer, f"base:{folder}")

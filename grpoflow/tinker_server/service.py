@@ -28,7 +28,7 @@ from tinker import types
 from tinker.types.checkpoint import ParsedCheckpointTinkerPath
 
 from grpoflow.config import TinkerConfig
-from grpoflow.controller.checkpoint import publish_folder, recover_folders
+from grpoflow.atomic_folder import publish_folder, recover_folders
 from grpoflow.tinker_server import sampling, training
 from grpoflow.errors import UserError
 from grpoflow.tinker_server.futures import Futures, Job, Outcome, Runner, SeqGate

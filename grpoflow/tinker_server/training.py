@@ -155,10 +155,7 @@ def check_adam(params: object) -> types.AdamParams:
 def optim_step(tm: TrainingModel, params: types.AdamParams) -> dict[str, float]:
     """One AdamW step with this request's hyper-parameters (Tinker's AdamW: decoupled decay, clip when > 0)."""
     params = check_adam(params)
-    for group in tm.engine.optimizer.param_groups:
-        group.update(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps,
-                     weight_decay=params.weight_decay)
-    tm.engine.scheduler.base_lrs = [params.learning_rate] * len(tm.engine.scheduler.base_lrs)
-    tm.engine.grad_clip = params.grad_clip_norm
+    tm.engine.set_hyperparameters(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps,
+                                  weight_decay=params.weight_decay, grad_clip=params.grad_clip_norm)
     norm = tm.engine.optimizer_step()
     return {"grad_norm:mean": norm, "learning_rate:mean": params.learning_rate}

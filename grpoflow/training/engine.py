@@ -225,6 +225,17 @@ class TrainEngine:
             self.compute_copy.mark_stale()
         return float(norm)
 
+    def set_hyperparameters(self, *, lr: float, betas: tuple[float, float], eps: float, weight_decay: float,
+                            grad_clip: float) -> None:
+        """AdamW's settings from the next `optimizer_step` on (the Tinker server's optim_step sends them with
+        each step). `lr` is the base rate: the step's rate is `lr` times the schedule's current multiplier (1
+        with no schedule), and later steps follow the schedule from `lr`. `grad_clip` <= 0: no clipping."""
+        scheduler = self.scheduler
+        scheduler.base_lrs = [lr] * len(self.optimizer.param_groups)
+        for group, schedule in zip(self.optimizer.param_groups, scheduler.lr_lambdas):
+            group.update(lr=lr * schedule(scheduler.last_epoch), betas=betas, eps=eps, weight_decay=weight_decay)
+        self.grad_clip = grad_clip
+
     @property
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]

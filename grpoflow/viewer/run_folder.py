@@ -14,14 +14,15 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 from grpoflow.config.moved import translate_moved
 from grpoflow.errors import UserFileNotFoundError
+from grpoflow.metrics_file import METRICS, metrics_record, warn_skipped
 
-METRICS, VAL_SAMPLES = "metrics.jsonl", "samples.jsonl"
+VAL_SAMPLES = "samples.jsonl"
 TRAIN_SAMPLES, RESTARTS = "train_samples.jsonl", "restarts.jsonl"
 CONFIG, CHECKPOINTS, LATEST, MANIFEST = "config.yaml", "checkpoints", "latest", "manifest.json"
 
@@ -32,14 +33,19 @@ class JsonlFile:
 
     A file that shrank or was replaced (a resumed run rewrites metrics.jsonl and train_samples.jsonl) is read
     from the start, and `generation` counts those restarts, so a client that asked from an offset knows to
-    drop what it had. A half-written last line waits for the next read."""
+    drop what it had. A half-written last line waits for the next read. `parse` says what a record is (None:
+    skip the line); `on_skipped(path, line number, line)` hears of each non-blank line skipped (metrics.jsonl:
+    metrics_file's rule and warning, those of every reader of it)."""
 
     path: Path
+    parse: Callable[[bytes], dict | None] = field(default=lambda line: _record(line))
+    on_skipped: Callable[[Path, int, bytes], None] | None = None
     records: list[dict] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)   # byte offset where each record's line ends
     generation: int = 0
     _identity: tuple[int, int] | None = None
     _read_to: int = 0
+    _lines: int = 0                                    # complete lines read so far
 
     def refresh(self) -> None:
         try:
@@ -60,14 +66,17 @@ class JsonlFile:
         at = self._read_to
         for line in chunk[:end].split(b"\n")[:-1]:
             at += len(line) + 1
-            record = _record(line)
+            self._lines += 1
+            record = self.parse(line)
             if record is not None:  # a damaged line or one that is not an object (`3`, `[]`) is skipped
                 self.records.append(record)
                 self.offsets.append(at)
+            elif self.on_skipped is not None and line.strip():
+                self.on_skipped(self.path, self._lines, line)
         self._read_to += end
 
     def _reset(self, identity: tuple[int, int] | None) -> None:
-        self.records, self.offsets, self._read_to, self._identity = [], [], 0, identity
+        self.records, self.offsets, self._read_to, self._identity, self._lines = [], [], 0, identity, 0
         self.generation += 1
 
     def since(self, count: int, generation: int) -> tuple[list[dict], bool]:
@@ -153,7 +162,7 @@ class RunFolder:
         if not self.path.is_dir():
             raise UserFileNotFoundError(f"run folder {str(path)!r} does not exist; give the trainer.output_dir of a "
                                         f"run (e.g. runs/default).")
-        self.metrics = JsonlFile(self.path / METRICS)
+        self.metrics = JsonlFile(self.path / METRICS, parse=metrics_record, on_skipped=warn_skipped)
         self.val_samples = JsonlFile(self.path / VAL_SAMPLES)
         self.train_samples = StepIndex(self.path / TRAIN_SAMPLES)
         self.restarts = JsonlFile(self.path / RESTARTS)

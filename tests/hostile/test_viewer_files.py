@@ -4,7 +4,9 @@ not blank the run's curves, and train_samples.jsonl is read by step (an index of
 from __future__ import annotations
 
 import json
+import logging
 
+from grpoflow.metrics_file import read_metrics
 from grpoflow.viewer.run_folder import RunFolder, StepIndex
 
 
@@ -12,14 +14,19 @@ def write(path, lines):
     path.write_text("".join(line + "\n" for line in lines))
 
 
-def test_a_non_object_metrics_line_is_skipped_not_fatal(tmp_path):
+def test_a_non_object_metrics_line_is_skipped_not_fatal(tmp_path, caplog):
     write(tmp_path / "metrics.jsonl", [json.dumps({"step": 1, "critic/score/mean": 0.5, "timing_s/step": 1.0}),
-                                       "3", "[]", '"text"', "null",
+                                       "3", "[]", '"text"', "null", '{"no": "step"}',
                                        json.dumps({"step": 2, "critic/score/mean": 0.7, "timing_s/step": 1.0})])
     run = RunFolder(tmp_path)
-    records, _ = run.metrics.since(0, run.metrics.generation)
+    with caplog.at_level(logging.WARNING, logger="grpoflow.metrics"):
+        records, _ = run.metrics.since(0, run.metrics.generation)
     assert [r["step"] for r in records] == [1, 2]
     assert run.facts()["last_step"] == 2
+    # the rule and the warnings of every metrics.jsonl reader (grpoflow/metrics_file.py): lines 2 to 6 named
+    assert [int(m.split(", line ")[1].split(",")[0]) for m in (r.getMessage() for r in caplog.records)] == \
+        [2, 3, 4, 5, 6]
+    assert read_metrics(tmp_path) == records
 
 
 def test_train_samples_are_read_by_step_through_an_index(tmp_path):

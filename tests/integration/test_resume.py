@@ -20,12 +20,12 @@ ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4
 CRASH_IN_SAVE = """
 import os, signal, sys
 import grpoflow.controller.checkpoint as ckpt
-real = ckpt._fsync_tree
+real = ckpt.fsync_tree
 def fsync_then_die(folder):
     real(folder)
     if folder.name.startswith(".tmp-step_000004-"):  # the writer's own name: .tmp-step_000004-<pid>-<random>
         os.kill(os.getpid(), signal.SIGKILL)
-ckpt._fsync_tree = fsync_then_die
+ckpt.fsync_tree = fsync_then_die
 from grpoflow.cli import main
 sys.exit(main(sys.argv[1:]))
 """

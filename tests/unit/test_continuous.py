@@ -102,6 +102,42 @@ def test_a_next_turn_reusing_its_kv_gives_the_log_probs_of_a_fresh_prefill():
     assert run(bounded, [[(1, Request(turn2, 8, stream=8, key=0))]])[0][1].prefilled == len(turn2)
 
 
+def test_kv_reuse_and_evictions_reach_the_rollout_metrics():
+    """Each completion says how many prompt tokens came from its trajectory's kept KV cache and how many other kept
+    caches keeping its own pushed out; summed over a step's samples they are rollout/kv_reused_tokens and
+    rollout/kv_evicted."""
+    from grpoflow.multiturn.trajectory import Trajectory
+    from grpoflow.multiturn.turns import count_engine_work, info_of, rollout_metrics
+
+    firsts = [Request(ids("Guess 1-8:"), 6, stream=7, key=0), Request(ids("Guess 2-9:"), 6, stream=9, key=1)]
+    unbounded = sampler()
+    sizes = []
+    for rid, q in enumerate(firsts):
+        before = unbounded.parked.used
+        run(unbounded, [[(rid, q)]])
+        sizes.append(unbounded.parked.used - before)
+    # room for either kept cache alone, not both: keeping trajectory 1's evicts trajectory 0's (the older)
+    s = sampler(kv_reuse_bytes=sum(sizes) - 1)
+    t0, t1 = Trajectory(list(firsts[0].prompt_ids), []), Trajectory(list(firsts[1].prompt_ids), [])
+    c0 = run(s, [[(0, firsts[0])]])[0][0]
+    c1 = run(s, [[(1, firsts[1])]])[0][1]
+    assert (c0.evicted, c1.evicted) == (0, 1)
+    turn2 = firsts[1].prompt_ids + tuple(c1.ids) + ids("higher:")
+    c2 = run(s, [[(2, Request(turn2, 8, stream=8, key=1))]])[0][2]
+    # trajectory 1 kept its prompt and what it sampled but the last token (never fed): 10 + len(c1.ids) - 1
+    assert c2.reused == len(firsts[1].prompt_ids) + len(c1.ids) - 1 and c2.reused + c2.prefilled == len(turn2)
+    turn2_of_0 = firsts[0].prompt_ids + tuple(c0.ids) + ids("lower:")
+    c3 = run(s, [[(3, Request(turn2_of_0, 8, stream=10, key=0))]])[0][3]
+    assert c3.reused == 0  # its cache was evicted: prefilled from scratch
+    for t, c, prompt in ((t0, c0, firsts[0].prompt_ids), (t1, c1, firsts[1].prompt_ids), (t1, c2, turn2),
+                         (t0, c3, turn2_of_0)):
+        count_engine_work(t, c, len(prompt))
+    metrics = rollout_metrics([info_of(t0), info_of(t1)], multi_turn=True, agent=False, episodes=2, env_tokens=0,
+                              tokens=1, truncated=0)
+    assert metrics["rollout/kv_reused_tokens"] == c2.reused
+    assert metrics["rollout/kv_evicted"] == sum(c.evicted for c in (c0, c1, c2, c3)) >= 1
+
+
 def test_slots_and_columns_grow_past_their_first_allocation():
     s = sampler()
     long = Request(tuple(TOK.encode("9" * 150, add_special_tokens=False)), 20, stream=5)

@@ -5,7 +5,8 @@
 
 `training` and `rollout` sit side by side and never import each other; `config` imports only `foreign` (verl's
 and TRL's keys; stdlib only) and `errors`, and inside it `schema <- checks <- loading` (`moved`: stdlib only).
-`errors` (the user-error types, stdlib only) sits under everything.
+`errors` (the user-error types, stdlib only) sits under everything, and so does `atomic_folder` (folders published
+whole, stdlib only: the run's checkpoints and the Tinker server's saved states).
 `user_code` (processes that run reward functions and tools under limits) is standard library + `plugins`,
 `user_code_child` (its child side) and `sandbox` (what a sandboxed worker gives up; stdlib only).
 
@@ -30,18 +31,20 @@ UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "
 EVERY_PART = {"errors", "plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards",
               "data", "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
               "commands", "tinker_server", "config", "foreign", "cli", "viewer",
-              "local_http"}
+              "local_http", "atomic_folder", "metrics_file"}
 FORBIDDEN_PARTS = {
     "errors": None,  # None: nothing from any other grpoflow part (the user-error types; stdlib only)
     "plugins": EVERY_PART - {"errors", "plugins"},  # registries, user-file loading; stdlib only
     "sandbox": EVERY_PART - {"sandbox"},  # stdlib only: what a sandboxed worker gives up, the reply format
     "user_code_child": EVERY_PART - {"sandbox", "user_code_child"},
     "user_code": EVERY_PART - {"errors", "plugins", "sandbox", "user_code_child", "user_code"},
-    # reads metrics.jsonl via controller.metrics
+    # reads metrics.jsonl via metrics_file
     "plotting": {"training", "rollout", "workers", "distributed", "commands", "tinker_server", "cli"},
     # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
-    "viewer": EVERY_PART - {"errors", "plugins", "config", "viewer", "local_http"},
+    "viewer": EVERY_PART - {"errors", "plugins", "config", "viewer", "local_http", "metrics_file"},
     "local_http": EVERY_PART - {"local_http"},  # stdlib only: the local servers' Host and body-type checks
+    "atomic_folder": EVERY_PART - {"atomic_folder"},  # stdlib only: checkpoints' and saved states' publishing
+    "metrics_file": EVERY_PART - {"errors", "metrics_file"},  # metrics.jsonl read back: the controller's and viewer's
     "algorithms": EVERY_PART - {"errors", "plugins", "algorithms"},
     "rewards": EVERY_PART - {"errors", "plugins", "user_code", "rewards"},
     "data": UPPER_OF_DATA,
@@ -59,8 +62,9 @@ FORBIDDEN_PARTS = {
     "controller": {"commands", "cli", "tinker_server"},
     # train, sft, eval, export, serve: build what the config asks for and run it; only the cli calls them
     "commands": {"cli"},
-    # the Tinker API server, on the engines and checkpoints; `grpoflow serve tinker` (commands/serve.py) starts it
-    "tinker_server": {"commands", "cli", "workers", "distributed", "multiturn"},
+    # the Tinker API server, on the engines and atomic folders; `grpoflow serve tinker` (commands/serve.py) starts
+    # it. It sits beside the controller, not above it: nothing of the RL step or its checkpoints
+    "tinker_server": {"commands", "cli", "workers", "distributed", "multiturn", "controller"},
     # schema, checks and loading of plain values: no torch, no registries (CONFIG_ORDER inside it)
     "config": EVERY_PART - {"errors", "config", "foreign"},
     "foreign": EVERY_PART - {"foreign"},  # verl's keys and TRL's fields -> ours; stdlib only

@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from grpoflow.controller import checkpoint
-from grpoflow.controller.checkpoint import TMP_PREFIX, damaged_file, publish_folder, recover_folders
+from grpoflow import atomic_folder
+from grpoflow.atomic_folder import TMP_PREFIX, damaged_file, publish_folder, recover_folders
 
 
 def state(text: str):
@@ -33,8 +33,8 @@ def publish_killed_at(final, step: int) -> None:
                     os.kill(os.getpid(), signal.SIGKILL)
                 return real(*args, **kwargs)
             return call
-        checkpoint.os.replace = dying(os.replace)        # the child's own copy of the module: gone with it
-        checkpoint.shutil.rmtree = dying(shutil.rmtree)
+        atomic_folder.os.replace = dying(os.replace)        # the child's own copy of the module: gone with it
+        atomic_folder.shutil.rmtree = dying(shutil.rmtree)
         try:
             publish_folder(final, state("new"))
         finally:

@@ -90,3 +90,35 @@ def test_an_adapter_snapshot_loads_the_same_merged_weights_bit_for_bit(tiny_mode
     samplers.remember("mem:s:train:1:sampler:1", full)        # another client's: kept beside it
     samplers.remember("mem:s:train:0:sampler:2", snapshot)    # the same client's newer one replaces it
     assert set(samplers._memory) == {"mem:s:train:1:sampler:1", "mem:s:train:0:sampler:2"}
+
+
+def test_a_sample_ends_at_every_eos_id_of_the_generation_config(tiny_model_path, tmp_path):
+    """The server's sampler stops where grpoflow's rollouts stop (rollout.factory.end_ids): at the tokenizer's EOS
+    and at each other `eos_token_id` of generation_config.json (Llama-3-Instruct and Qwen2.5 list several)."""
+    import json
+    import shutil
+
+    from grpoflow.models.loading import load_tokenizer
+    from grpoflow.rollout.protocol import SamplingParams
+
+    params = SamplingParams(n=1, max_new_tokens=12, temperature=1.0)  # seeded below: the same draws each time
+    prompt = [5, 6, 7]
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_path, folder)
+    plain, _ = Samplers(keep_in_memory=1).engine_for(Session("a", BaseModel(str(folder), str(folder)),
+                                                             f"base:{folder}", None))
+    free = plain.generate([prompt], params, seeds=[3]).response_ids[0].tolist()
+    eos = load_tokenizer(str(folder)).eos_token_id
+    # the second EOS id: a token the free sample reaches after a few tokens, not earlier and not the tokenizer's EOS
+    at = next(i for i, t in enumerate(free) if i >= 2 and t != eos and t not in free[:i])
+    second = free[at]
+    config_file = folder / "generation_config.json"
+    config = json.loads(config_file.read_text()) if config_file.exists() else {}
+    config_file.write_text(json.dumps({**config, "eos_token_id": [eos, second]}))
+
+    engine, _ = Samplers(keep_in_memory=1).engine_for(Session("b", BaseModel(str(folder), str(folder)),
+                                                              f"base:{folder}", None))
+    out = engine.generate([prompt], params, seeds=[3])
+    kept = out.response_ids[0][out.response_mask[0].bool()].tolist()
+    assert kept == free[:at + 1]          # the same tokens, up to and including the second EOS id
+    assert not bool(out.truncated[0])     # ended by that id, not by max_new_tokens

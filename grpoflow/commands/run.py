@@ -168,7 +168,9 @@ def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None 
                    batch_size=cfg.sft.batch_size, prompt_key=cfg.data.prompt_key,
                    response_key=cfg.sft.response_key, seed=cfg.trainer.seed,
                    system_prompt=cfg.data.system_prompt if conversations else None,
-                   tools=tool_schemas(cfg) if conversations else None, compute_dtype=cfg.model.compute_dtype)
+                   tools=tool_schemas(cfg) if conversations else None, compute_dtype=cfg.model.compute_dtype,
+                   until_accuracy=cfg.sft.until_accuracy, probe_rows=cfg.sft.probe_rows,
+                   check_every=cfg.sft.check_every)
 
 
 def train(cfg: Config) -> dict:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from grpoflow.commands.sft_probe import Probe, greedy_accuracy
 from grpoflow.data.dataset import render_prompt
 from grpoflow.errors import UserError
 from grpoflow.training.engine import TrainEngine
@@ -83,10 +84,13 @@ def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tenso
 
 def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: int, lr: float, batch_size: int,
             prompt_key: str = "prompt", response_key: str = "answer", seed: int = 0, system_prompt: str | None = None,
-            tools: list[dict] | None = None, compute_dtype: str | None = "float32") -> str:
+            tools: list[dict] | None = None, compute_dtype: str | None = "float32", until_accuracy: float | None = None,
+            probe_rows: int = 200, check_every: int = 25) -> str:
     """Train `steps` supervised steps from `model_path`, save to `out_dir` (HF folder); return it.
     `system_prompt` and `tools` render conversation targets as the rollout renders its prompts (sft_examples);
-    `compute_dtype` (model.compute_dtype) is the autocast of the forward, as in RL.
+    `compute_dtype` (model.compute_dtype) is the autocast of the forward, as in RL. `until_accuracy`: hold back
+    `probe_rows` rows (never trained on) and stop at the first check, every `check_every` steps, where the greedy
+    completions of at least that share are exactly their targets (sft_probe.py); `steps` is then the most.
 
     If `out_dir` already holds a warm start with the same settings (a resumed run), it is reused."""
     rows_hash = hashlib.sha1(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
@@ -95,23 +99,43 @@ def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: in
     settings.update({k: v for k, v in (("system_prompt", system_prompt), ("tools", tools)) if v is not None})
     if compute_dtype != "float32":
         settings["compute_dtype"] = compute_dtype
+    if until_accuracy is not None:
+        settings.update(until_accuracy=until_accuracy, probe_rows=probe_rows, check_every=check_every)
     if finished_sft(out_dir, settings):
         tqdm.write(f"sft: reusing the warm start in {out_dir}")
         return str(out_dir)
     tokenizer = load_tokenizer(model_path)
     model = load_causal_lm(model_path)
     examples = sft_examples(rows, tokenizer, prompt_key, response_key, system_prompt=system_prompt, tools=tools)
-    engine = TrainEngine(model, lr=lr, grad_clip=1.0)
     gen = torch.Generator().manual_seed(seed)
-    start, loss = time.perf_counter(), float("nan")
-    bar = tqdm(range(steps), desc="sft", unit="step", leave=False)
-    for _ in bar:
+    probe: Probe = []
+    if until_accuracy is not None:
+        examples, probe = hold_back(examples, rows, response_key, probe_rows, gen)
+    engine = TrainEngine(model, lr=lr, grad_clip=1.0)
+    start, loss, done, accuracy = time.perf_counter(), float("nan"), 0, None
+    bar = tqdm(total=steps, desc="sft", unit="step", leave=False)
+    for done in range(1, steps + 1):
         idx = torch.randint(len(examples), (batch_size,), generator=gen).tolist()
         batch = collate([examples[i] for i in idx], tokenizer.pad_token_id)
         metrics = engine.forward_backward([batch], lambda m, b: _ce(m, b, compute_dtype))
         engine.optimizer_step()
         loss = metrics["loss"]
+        bar.update()
         bar.set_postfix(loss=f"{loss:.3f}")
+        if probe and (done % check_every == 0 or done == steps):
+            accuracy = greedy_accuracy(model, probe, pad_token_id=tokenizer.pad_token_id,
+                                       eos_token_id=tokenizer.eos_token_id)
+            bar.set_postfix(loss=f"{loss:.3f}", probe=f"{accuracy:.1%}")
+            if until_accuracy is not None and accuracy >= until_accuracy:
+                break
+    bar.close()
+    if accuracy is not None and until_accuracy is not None and accuracy >= until_accuracy:
+        tqdm.write(f"sft: stopped after {done} steps: greedy accuracy {accuracy:.1%} on {len(probe)} held-back rows "
+                   f"(sft.until_accuracy={until_accuracy})")
+    elif accuracy is not None:
+        tqdm.write(f"WARNING: sft: greedy accuracy {accuracy:.1%} on {len(probe)} held-back rows after all "
+                   f"sft.steps={steps}, below sft.until_accuracy={until_accuracy}; RL starts from there (raise "
+                   "sft.steps or sft.lr to get further).")
     # written aside and renamed, so a folder that exists is complete (a resumed run reuses it)
     tmp = Path(f"{out_dir}.tmp")
     if tmp.exists():
@@ -122,11 +146,26 @@ def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: in
     if Path(out_dir).exists():
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
-    tqdm.write(f"sft: {steps} steps in {time.perf_counter() - start:.1f}s, final loss {loss:.3f} -> {out_dir}")
+    tqdm.write(f"sft: {done} steps in {time.perf_counter() - start:.1f}s, final loss {loss:.3f} -> {out_dir}")
     return str(out_dir)
 
 
 SFT_MARKER = "grpoflow_sft.json"
+
+
+def hold_back(examples: list[Example], rows: list[dict], response_key: str, count: int, gen: torch.Generator
+              ) -> tuple[list[Example], Probe]:
+    """(the examples to train on, the probe): `count` examples drawn by `gen`, held back as (prompt ids, target
+    ids without EOS). Only plain string targets can be probed; conversations are refused."""
+    if any(isinstance(lookup(row, response_key), list) for row in rows):
+        raise UserError("sft.until_accuracy checks greedy completions against string targets, and this warm start's "
+                        f"`{response_key}` holds conversations: set sft.until_accuracy=null (a fixed sft.steps).")
+    if not 0 < count < len(examples):
+        raise UserError(f"sft.probe_rows={count} must be between 1 and the {len(examples)} warm-start rows minus "
+                        "one (the rest are trained on).")
+    order = torch.randperm(len(examples), generator=gen).tolist()
+    probe = [(examples[i][0], examples[i][1][:-1]) for i in order[:count]]
+    return [examples[i] for i in order[count:]], probe
 
 
 def finished_sft(out_dir: str | Path, settings: dict) -> bool:

@@ -111,6 +111,10 @@ def validate(cfg: Config) -> None:
          "dividing (default 1e-6), not TRL's clip epsilon: for PPO clipping set actor.clip_ratio_low and "
          "actor.clip_ratio_high."),
         *foreign_value_checks(cfg),
+        (cfg.sft.until_accuracy is None or 0 < cfg.sft.until_accuracy <= 1,
+         f"sft.until_accuracy={cfg.sft.until_accuracy} is a share of held-back rows answered right: use a value in "
+         "(0, 1], e.g. 0.4, or null for a fixed sft.steps."),
+        (cfg.sft.probe_rows >= 1 and cfg.sft.check_every >= 1, "sft.probe_rows and sft.check_every must be >= 1."),
         (cfg.actor.minibatches >= 1, "actor.minibatches must be >= 1."),
         (cfg.actor.clip_ratio_c > 1, "actor.clip_ratio_c must be > 1."),
         (cfg.actor.kl_coef >= 0, "actor.kl_coef must be >= 0."),

@@ -424,6 +424,11 @@ class SFTConfig:
     batch_size: int = opt(64, "Examples per warm-start step.")
     response_key: str = opt("answer", "Column with the target completion (dotted paths such as "
                             "reward_model.ground_truth work).")
+    until_accuracy: Optional[float] = opt(None, "Stop the warm start at the first check where the greedy completions "
+                                          "of this share of sft.probe_rows held-back rows (never trained on) "
+                                          "equal their targets; sft.steps is then the most. None: run sft.steps.")
+    probe_rows: int = opt(200, "Rows held back from the warm start to check sft.until_accuracy on.")
+    check_every: int = opt(25, "Warm-start steps between sft.until_accuracy checks.")
 
 
 @dataclass

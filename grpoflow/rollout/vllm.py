@@ -12,8 +12,8 @@ temperature-only distribution — the controller refuses importance sampling wit
 
 LoRA adapters unmerged (rollout.lora_sync=adapter, `lora` given): vLLM starts with `enable_lora` on the
 base model, and each sync receives the adapter tensors only; they are written as a peft adapter folder
-(`adapter_model.safetensors` + `adapter_config.json`, `adapter_v<version>`) and every later generate
-call passes a `LoRARequest` for the engine's current version. The last `lora_versions` adapters stay
+(`adapter_model.safetensors` + `adapter_config.json`, `adapter_v<version>`) and every later request
+passes a `LoRARequest` for the engine's current version. The last `lora_versions` adapters stay
 loaded (vLLM's `max_loras`), older ones are removed from vLLM and from disk, so an async run's queued
 generations use the version they were scheduled after. The base weights never move.
 
@@ -137,7 +137,7 @@ class VLLMRolloutEngine:
         return self.step_engine.pause()
 
     def end_rollout(self) -> None:
-        """Abort what a failed or cancelled rollout left running (LLM.generate would otherwise step it too)."""
+        """Abort what a failed or cancelled rollout left running (the next rollout's steps would step it too)."""
         self.step_engine.abort()
 
     def _adapter(self) -> Any:

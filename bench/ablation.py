@@ -34,6 +34,7 @@ import argparse
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -260,8 +261,11 @@ def main(argv: list[str] | None = None) -> None:
     path = Path(args.model) if args.model else warm
     if not path.is_dir():
         sys.exit(f"{path} is missing: run bench/compare_trl.py --sizes {args.size} once to build and warm-start it.")
+    from grpoflow.rollout.whole_batch import generate_batch
+
     gen, engine = generation_variants(path, args.group_size, args.max_new_tokens)
-    variants = {**gen, **update_variants(path, engine.generate, args.group_size, args.max_new_tokens),
+    variants = {**gen, **update_variants(path, partial(generate_batch, engine), args.group_size,
+                                         args.max_new_tokens),
                 **optimizer_variants(path)}
     title = (f"{args.size}{' base' if args.base else ''}, 8 prompts x {args.group_size} samples, <= "
              f"{args.max_new_tokens} new tokens, {args.threads} threads, {args.repeats} repeats")

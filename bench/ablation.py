@@ -34,6 +34,7 @@ import argparse
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -45,6 +46,7 @@ def generation_variants(path: Path, size_n: int, max_new_tokens: int):
     """name -> a function that samples one step's rollouts (8 prompts x n) with a fresh seed."""
     from grpoflow.rollout.hf import HFRolloutEngine
     from grpoflow.rollout.protocol import Generation, SamplingParams, eos_response_mask, left_pad
+    from grpoflow.rollout.whole_batch import generate_batch
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.tasks.addition import addition_splits
 
@@ -72,12 +74,12 @@ def generation_variants(path: Path, size_n: int, max_new_tokens: int):
     kept = HFRolloutEngine(load_causal_lm(path), **kw, compact_fraction=10**6)  # finished rows' slots stay
 
     def keep_finished_rows(prompts):
-        return kept.generate(prompts, params)
+        return generate_batch(kept, prompts, params)
 
     samplers = {"sampling: HF generate, fp32": hf_generate(load_causal_lm(path).eval()),
                 "sampling: continuous batching, fp32, finished rows kept": keep_finished_rows,
-                "sampling: continuous batching, fp32": lambda prompts: fp32.generate(prompts, params),
-                "sampling: continuous batching, bf16 weights": lambda prompts: bf16.generate(prompts, params)}
+                "sampling: continuous batching, fp32": lambda prompts: generate_batch(fp32, prompts, params),
+                "sampling: continuous batching, bf16 weights": lambda prompts: generate_batch(bf16, prompts, params)}
     counter = iter(range(10**9))
 
     def with_fresh_prompts(sampler):
@@ -133,6 +135,7 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.rollout.hf import HFRolloutEngine
     from grpoflow.rollout.protocol import SamplingParams
+    from grpoflow.rollout.whole_batch import generate_batch
     from grpoflow.tasks.chat_addition import chat_addition_splits
     from grpoflow.training.microbatch import plan_microbatches
     from grpoflow.training.mixed_precision import ComputeCopy
@@ -143,7 +146,7 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     engine = HFRolloutEngine(load_causal_lm(path, dtype=torch.bfloat16), pad_token_id=tok.pad_token_id,
                              eos_token_id=tok.eos_token_id)
     seeds = list(range(len(prompts)))
-    gen = engine.generate(prompts, params, seeds=seeds)
+    gen = generate_batch(engine, prompts, params, seeds=seeds)
     model = load_causal_lm(path).train()
     grouped = attention.register()
     # the micro-batches that the default token budget (4,096 padded tokens) makes of this step
@@ -178,7 +181,7 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     def sampling(attn: str):
         def run():
             engine.model.set_attn_implementation(grouped if attn == "grouped" else "sdpa")
-            engine.generate(prompts, params, seeds=seeds)
+            generate_batch(engine, prompts, params, seeds=seeds)
             engine.model.set_attn_implementation("sdpa")
         return run
 
@@ -189,7 +192,7 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
                                 compact_fraction=fraction)
 
         def run():
-            other.generate(prompts, params, seeds=seeds)
+            generate_batch(other, prompts, params, seeds=seeds)
         return run
 
     return {"update: logits path, sdpa, fp32": update(False, "sdpa", None, chunk=1024),
@@ -258,8 +261,11 @@ def main(argv: list[str] | None = None) -> None:
     path = Path(args.model) if args.model else warm
     if not path.is_dir():
         sys.exit(f"{path} is missing: run bench/compare_trl.py --sizes {args.size} once to build and warm-start it.")
+    from grpoflow.rollout.whole_batch import generate_batch
+
     gen, engine = generation_variants(path, args.group_size, args.max_new_tokens)
-    variants = {**gen, **update_variants(path, engine.generate, args.group_size, args.max_new_tokens),
+    variants = {**gen, **update_variants(path, partial(generate_batch, engine), args.group_size,
+                                         args.max_new_tokens),
                 **optimizer_variants(path)}
     title = (f"{args.size}{' base' if args.base else ''}, 8 prompts x {args.group_size} samples, <= "
              f"{args.max_new_tokens} new tokens, {args.threads} threads, {args.repeats} repeats")

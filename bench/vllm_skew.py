@@ -1,4 +1,4 @@
-"""A skewed rollout through vLLM: per-request steps (rollout/vllm_steps.py) vs whole-batch calls (BatchCalls).
+"""A skewed rollout through vLLM: per-request steps (rollout/vllm_steps.py) vs whole-batch calls (as BatchCalls).
 
 Trajectories over one RequestBatcher: most take one short turn, a few take several long ones (the shape of a
 multi-turn task where most episodes end at turn 1). Whole-batch calls make each tick wait for its longest
@@ -20,9 +20,30 @@ import time
 from transformers import AutoTokenizer
 
 from grpoflow.models.tiny import save_tiny_model
-from grpoflow.rollout.batcher import BatchCalls, RequestBatcher
-from grpoflow.rollout.protocol import Request
+from grpoflow.rollout.batcher import RequestBatcher
+from grpoflow.rollout.protocol import EngineAbilities, Request
 from grpoflow.rollout.vllm import VLLMRolloutEngine
+from grpoflow.rollout.whole_batch import run_to_end
+
+
+class WholeBatchCalls:
+    """The engine served as SGLang's whole-batch calls are (`whole_batch.BatchCalls`): the requests admitted at a
+    tick run to their end in that tick."""
+    abilities = EngineAbilities(stepping=True)
+
+    def __init__(self, engine: VLLMRolloutEngine) -> None:
+        self.engine, self.admitted = engine, []
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.admitted)
+
+    def admit(self, requests: list) -> None:
+        self.admitted += requests
+
+    def step(self, version: int) -> list:
+        admitted, self.admitted = self.admitted, []
+        return list(run_to_end(self.engine, admitted, version).items())
 
 
 async def trajectory(batcher: RequestBatcher, k: int, turns: int, tokens: int) -> int:
@@ -68,8 +89,8 @@ def main() -> None:
     engine = VLLMRolloutEngine(path, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                                gpu_memory_utilization=0.1)
     play(engine, shapes[:2])  # warm-up
-    for name, step_engine in (("per-request (VLLMSteps)", engine), ("whole-batch calls (BatchCalls)",
-                                                                    BatchCalls(engine))):
+    for name, step_engine in (("per-request (VLLMSteps)", engine), ("whole-batch calls",
+                                                                    WholeBatchCalls(engine))):
         before = engine.step_engine.steps
         wall, ticks, ends = play(step_engine, shapes)
         short_end = max(ends[args.long:])

@@ -10,13 +10,14 @@ from grpoflow.controller.rollouts import metrics_of
 from grpoflow.multiturn.loop import RolloutItem
 from grpoflow.multiturn.rollout import run_rollout
 from grpoflow.rollout.batcher import RequestBatcher
-from grpoflow.rollout.protocol import Completion, SamplingParams
+from grpoflow.rollout.protocol import Completion, EngineAbilities, SamplingParams
 
 
 class ScriptedEngine:
     """Replies `policy(conversation text)` + `end_id` (the end-of-turn token, or EOS), cut at the request's
     max_new_tokens; the log-prob of the t-th sampled token is -(t + 1) / 100. Every request is served in the tick
     it is admitted; `calls` holds the requests admitted at each tick."""
+    abilities = EngineAbilities(stepping=True)
 
     def __init__(self, tok, policy, end_id, version=3):
         self.tok, self.policy, self.end_id, self.version = tok, policy, end_id, version
@@ -41,6 +42,9 @@ class ScriptedEngine:
             out.append((rid, Completion(ids, [-(t + 1) / 100 for t in range(len(ids))], [version] * len(ids), finish,
                                         len(q.prompt_ids))))
         return out
+
+    def end_rollout(self):
+        pass
 
 
 def play(kind, engine, prompts, params, seed, *, agent=False):

@@ -60,6 +60,7 @@ class SingleTurn:
     """One sample per (prompt, j): a single request, no chat template needed."""
     multi_turn = False
     agent = False
+    admission_wait_s = None  # the batcher waits for every trajectory between turns (deterministic)
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
@@ -91,6 +92,7 @@ class EnvLoop:
     """Conversations with an environment (`rollout.multi_turn.env`) and/or tools (`rollout.multi_turn.tools`)."""
     multi_turn = True
     agent = False
+    admission_wait_s = None  # the batcher waits for every trajectory between turns (deterministic)
 
     def __init__(self, renderer: ChatRenderer, *, env_cls: type | None, tools: ToolUse | None,
                  max_turns: int, opening: Callable[[dict], list[dict]], system_prompt: str | None = None,

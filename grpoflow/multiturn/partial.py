@@ -140,6 +140,7 @@ class PartialSingleTurn:
     """Single-turn samples that go on from their `RolloutItem.carried` progress (the module docstring)."""
     multi_turn = False
     agent = False
+    admission_wait_s = None  # the batcher waits for every trajectory between turns (deterministic)
 
     def __init__(self, tokenizer: Any, quota: int) -> None:
         self.tokenizer, self.quota = tokenizer, quota
@@ -167,6 +168,7 @@ class PartialEnvLoop:
     replayed on a fresh environment, then its open turn continues (the module docstring)."""
     multi_turn = True
     agent = False
+    admission_wait_s = None  # the batcher waits for every trajectory between turns (deterministic)
 
     def __init__(self, loop: EnvLoop, quota: int) -> None:
         self.loop, self.quota = loop, quota

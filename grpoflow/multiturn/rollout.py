@@ -22,13 +22,18 @@ import torch
 from grpoflow.data.batch import Batch
 from grpoflow.multiturn.loop import Played, RolloutItem
 from grpoflow.multiturn.trajectory import to_batch
-from grpoflow.rollout.batcher import BatchCalls, RequestBatcher, StepEngine
+from grpoflow.rollout.batcher import RequestBatcher
 from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
 
 
 class Kind(Protocol):
     multi_turn: bool
     agent: bool
+
+    @property
+    def admission_wait_s(self) -> float | None:
+        """The batcher's `max_wait_s`: None, or short for agents (their time between calls is their own)."""
+        ...
 
     async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
                    seed: int | None) -> Played: ...
@@ -41,11 +46,9 @@ def run_rollout(kind: Kind, engine: RolloutEngine, items: list[RolloutItem], par
                 decode: Callable[[list[int]], str] | None = None) -> Batch:
     """`params.n` trajectories of each item, played over `engine` (prompt-major; an agent episode may give
     several samples). `decode(ids)`: prompt texts of multi-turn samples."""
-    step_engine: StepEngine = engine if hasattr(engine, "admit") else BatchCalls(engine)  # type: ignore[assignment]
-
     async def main() -> Played:
-        batcher = RequestBatcher(step_engine, version=lambda: engine.version, deterministic=deterministic,
-                                 max_wait_s=getattr(kind, "admission_wait_s", None))
+        batcher = RequestBatcher(engine, version=lambda: engine.version, deterministic=deterministic,
+                                 max_wait_s=kind.admission_wait_s)
         server = asyncio.ensure_future(batcher.serve())
         try:
             played = await kind.play(batcher, items, params, seed)
@@ -61,9 +64,7 @@ def run_rollout(kind: Kind, engine: RolloutEngine, items: list[RolloutItem], par
     try:
         played = asyncio.run(main())
     finally:
-        end = getattr(engine, "end_rollout", None)
-        if end is not None:
-            end()
+        engine.end_rollout()
     return played_batch(played, kind.multi_turn, pad_token_id=pad_token_id, decode=decode)
 
 

@@ -17,15 +17,16 @@ concurrently). `deterministic=False` admits whatever has arrived at each tick an
 Pausing (rollout.partial). `pause()` asks the batcher to stop: at the next point where it would tick (in
 deterministic mode: once every live trajectory waits for the engine or is done, a point set by token
 counts), every request running or waiting is handed back with what it sampled so far and finish "paused",
-and so is every request made after that. The engine must have `pause()` (the HF engine's continuous
+and so is every request made after that. The engine must declare `abilities.pausing` (the HF engine's continuous
 sampler, vLLM's per-request engine); a trajectory keeps the paused tokens and continues them in a later rollout.
 
-The engines: the HF engine's `continuous.ContinuousSampler` (slots of a KV cache); vLLM's per-request
-`LLMEngine` (`vllm_steps.VLLMSteps`: each tick adds the admitted requests and runs one engine step, so requests
-join and leave vLLM's running batch). SGLang, whose engine offers no step of its own (its scheduler runs in
-subprocesses on its own clock, its per-request `async_generate` on the event loop the engine was built on), is
-served by `BatchCalls`: the requests admitted at a tick form one whole-batch `generate` call, so a call never
-waits for a trajectory that is still in its environment, but each call waits for its own longest sample.
+The engines, as `whole_batch.stepper` makes them step: the HF engine's `continuous.ContinuousSampler` (slots of a
+KV cache); vLLM's per-request `LLMEngine` (`vllm_steps.VLLMSteps`: each tick adds the admitted requests and runs one
+engine step, so requests join and leave vLLM's running batch). SGLang, whose engine offers no step of its own (its
+scheduler runs in subprocesses on its own clock, its per-request `async_generate` on the event loop the engine was
+built on), declares no stepping and is served by `whole_batch.BatchCalls`: the requests admitted at a tick form one
+whole-batch `generate` call, so a call never waits for a trajectory that is still in its environment, but each call
+waits for its own longest sample.
 """
 
 from __future__ import annotations
@@ -34,23 +35,10 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable
 
-from grpoflow.rollout.protocol import Completion, Request, RolloutEngine, SamplingParams
-
-
-class StepEngine(Protocol):
-    """What the batcher drives: `admit` new requests, `step` once (returns those that finished)."""
-
-    @property
-    def busy(self) -> bool: ...
-
-    def admit(self, requests: list[tuple[int, Request]]) -> None: ...
-
-    def step(self, version: int) -> list[tuple[int, Completion]]: ...
-
-    # Engines that can stop their running requests at a token boundary (RequestBatcher.pause) also have
-    # pause() -> list[tuple[int, Completion]]: every running request with finish "paused".
+from grpoflow.rollout.protocol import Completion, Request, RolloutEngine
+from grpoflow.rollout.whole_batch import stepper
 
 
 class EngineFailure(RuntimeError):
@@ -66,13 +54,14 @@ class _Waiting:
 
 
 class RequestBatcher:
-    """Serves the `Client`s of one rollout from one `StepEngine` (see the module docstring)."""
+    """Serves the `Client`s of one rollout from one engine, stepped as its declaration says (module docstring)."""
 
-    def __init__(self, engine: StepEngine, *, version: Callable[[], int], deterministic: bool = True,
+    def __init__(self, engine: RolloutEngine, *, version: Callable[[], int], deterministic: bool = True,
                  max_wait_s: float | None = None) -> None:
         """`max_wait_s` (deterministic mode): the longest a tick with work waits for trajectories still between turns
         (None: as long as they take; agent programs, whose time between calls is their own, get a short one)."""
-        self.engine, self.version, self.deterministic, self.max_wait_s = engine, version, deterministic, max_wait_s
+        self.engine, self.abilities, self.engine_name = stepper(engine), engine.abilities, type(engine).__name__
+        self.version, self.deterministic, self.max_wait_s = version, deterministic, max_wait_s
         self.thinking: set[int] = set()          # open clients with no request waiting or running
         self.open: set[int] = set()
         self.waiting: list[_Waiting] = []
@@ -176,11 +165,10 @@ class RequestBatcher:
         for w in waiting:
             self.running[w.seq] = (w.order, w.future)
         if self.engine.busy:
-            pause = getattr(self.engine, "pause", None)
-            if pause is None:
-                raise RuntimeError(f"{type(self.engine).__name__} cannot stop its requests at a token boundary "
-                                   "(no pause()); rollout.partial needs rollout.engine=hf or vllm.")
-            stopped += pause()
+            if not self.abilities.pausing:
+                raise RuntimeError(f"{self.engine_name} cannot stop its requests at a token boundary (it declares no "
+                                   "pausing); rollout.partial needs rollout.engine=hf or vllm.")
+            stopped += self.engine.pause()
         self._hand_back(stopped)
 
     def _hand_back(self, finished: list[tuple[int, Completion]]) -> None:
@@ -204,45 +192,3 @@ class Client:
     def done(self) -> None:
         """The trajectory is over (no more requests): call it always, also when the trajectory failed."""
         self.batcher._done(self.order)
-
-
-class BatchCalls:
-    """A `StepEngine` over an engine whose `generate` decodes a whole batch per call (SGLang, a user engine with no
-    `admit`): the requests admitted at one tick are one call, n=1 each, with their own seeds."""
-
-    def __init__(self, engine: RolloutEngine) -> None:
-        self.engine = engine
-        self.admitted: list[tuple[int, Request]] = []
-        self.prefilled_tokens = 0
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.admitted)
-
-    def admit(self, requests: list[tuple[int, Request]]) -> None:
-        self.admitted += requests
-
-    def step(self, version: int) -> list[tuple[int, Completion]]:
-        admitted, self.admitted = self.admitted, []
-        out: list[tuple[int, Completion]] = []
-        kinds = sorted({(q.temperature, q.top_p, q.stop_token_ids) for _, q in admitted})
-        for temperature, top_p, stops in kinds:
-            group = [(rid, q) for rid, q in admitted if (q.temperature, q.top_p, q.stop_token_ids)
-                     == (temperature, top_p, stops)]
-            params = SamplingParams(n=1, max_new_tokens=max(q.max_new_tokens for _, q in group),
-                                    temperature=temperature, top_p=top_p, stop_token_ids=stops)
-            gen = self.engine.generate([list(q.prompt_ids) for _, q in group], params,
-                                       seeds=[q.stream for _, q in group])
-            for row, (rid, q) in enumerate(group):
-                length = min(int(gen.response_mask[row].sum()), q.max_new_tokens)
-                ids = gen.response_ids[row, :length].tolist()
-                stopped = bool(ids) and ids[-1] in set(stops) | set(_eos(self.engine))
-                self.prefilled_tokens += len(q.prompt_ids)
-                out.append((rid, Completion(ids, gen.log_probs[row, :length].tolist(), [self.engine.version] * length,
-                                            "stop" if stopped else "length", len(q.prompt_ids))))
-        return out
-
-
-def _eos(engine: RolloutEngine) -> list[int]:
-    eos = getattr(engine, "eos_token_id", None)
-    return [] if eos is None else list(eos) if isinstance(eos, (list, tuple)) else [eos]

@@ -4,6 +4,8 @@ A builder takes the model folder, the tokenizer's pad/eos ids, the dtype and see
 engine options (plain values from `RolloutConfig`; builders ignore the ones that do not apply).
 vllm and sglang are imported only when chosen. A user engine registers itself with
 `@register_rollout_engine("name")` or is named by its file, `rollout.engine=my_engine.py:build`.
+Whatever a builder returns is checked here, once (`checked_engine`): it declares its abilities
+(`EngineAbilities`) and has the verbs they promise, so no caller ever probes an engine.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 from grpoflow.errors import UserError
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.plugins import Registry
-from grpoflow.rollout.protocol import RolloutEngine
+from grpoflow.rollout.protocol import BatchEngine, EngineAbilities, RolloutEngine, SteppingEngine
 
 ROLLOUT_ENGINES = Registry("rollout engine")
 
@@ -114,8 +116,27 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
     except ValueError as e:
         raise UserError(f"rollout.engine={name!r}: {e}") from None
     adapters = {"lora": lora, "lora_versions": lora_versions} if lora is not None else {}
-    return builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids(model_path, tokenizer),
-                   dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
-                   tensor_parallel_size=tensor_parallel_size, enforce_eager=enforce_eager,
-                   free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s, kv_reuse_mb=kv_reuse_mb,
-                   kv_cache_mb=kv_cache_mb, longest_request=longest_request, **adapters)
+    engine = builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids(model_path, tokenizer),
+                     dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
+                     tensor_parallel_size=tensor_parallel_size, enforce_eager=enforce_eager,
+                     free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s, kv_reuse_mb=kv_reuse_mb,
+                     kv_cache_mb=kv_cache_mb, longest_request=longest_request, **adapters)
+    return checked_engine(name, engine)
+
+
+def checked_engine(name: str, engine: object) -> RolloutEngine:
+    """`engine` if it declares its abilities (`abilities`, an `EngineAbilities`) and has the verbs every engine has
+    and those its declaration promises (rollout/protocol.py), else a UserError naming what to add. The one check of
+    an engine's shape: callers read `engine.abilities` and never probe."""
+    what = f"rollout.engine={name!r} built a {type(engine).__name__}"
+    if not isinstance(engine, RolloutEngine) or not isinstance(engine.abilities, EngineAbilities):
+        raise UserError(f"{what}, which is not a rollout engine: give it `abilities = EngineAbilities(stepping=..., "
+                        "pausing=..., sleeping=...)` (grpoflow.rollout.protocol), `version`, `pad_token_id`, "
+                        "`eos_token_id`, `update_weights`, `sleep`, `wake` and `end_rollout`.")
+    if engine.abilities.stepping and not isinstance(engine, SteppingEngine):
+        raise UserError(f"{what}, which declares stepping but lacks a verb of it: give it `busy`, `admit`, `step` and "
+                        "`pause` (rollout.protocol.StepEngine), or declare stepping=False and give it `generate`.")
+    if not engine.abilities.stepping and not isinstance(engine, BatchEngine):
+        raise UserError(f"{what}, which declares no stepping but has no `generate(prompts, params, seeds)` "
+                        "(rollout.protocol.BatchEngine).")
+    return engine

@@ -1,8 +1,8 @@
 """The transformers rollout engine: continuous batching over an HF causal LM (`rollout.continuous`).
 
-It is a `StepEngine` for the request batcher (`admit` / `step`: requests join and leave the running
-decode batch, a trajectory's next turn reuses its KV cache) and keeps the batch `generate` of the
-engine protocol, served by the same sampler (every request admitted at once, stepped to the end).
+It declares stepping, pausing and sleeping (`EngineAbilities`): the request batcher drives it (`admit` / `step`:
+requests join and leave the running decode batch, a trajectory's next turn reuses its KV cache), and whole-batch
+generation (`whole_batch.generate_batch`: the judge, the Tinker sampler) steps the same sampler to the end.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import torch
 from torch import Tensor
 
 from grpoflow.rollout.continuous import COMPACT_FRACTION, ContinuousSampler
-from grpoflow.rollout.protocol import (Completion, Generation, Request, SamplingParams, eos_response_mask, left_pad,
-                                       stop_ids)
-from grpoflow.rollout.random_streams import row_seeds
+from grpoflow.rollout.protocol import Completion, EngineAbilities, Request, SamplingParams, stop_ids
 
 
 class HFRolloutEngine:
@@ -25,12 +23,12 @@ class HFRolloutEngine:
     The engine computes in the dtype of the model it is given, and keeps its KV cache in it: a rollout copy
     loaded in bfloat16 decodes in bfloat16 and receives the trainer's float32 weights cast on copy.
 
-    Colocated with the actor it sleeps while the actor trains (`can_sleep`): `sleep` frees the KV cache, which
-    the next rollout rebuilds. The weights stay where they are: a bf16 copy is 2 bytes per parameter next to the
-    actor's 16 or more, and moving it off the device and back each step would cost more than it frees.
+    Colocated with the actor it sleeps while the actor trains (`abilities.sleeping`): `sleep` frees the KV cache,
+    which the next rollout rebuilds. The weights stay where they are: a bf16 copy is 2 bytes per parameter next to
+    the actor's 16 or more, and moving it off the device and back each step would cost more than it frees.
     """
 
-    can_sleep = True
+    abilities = EngineAbilities(stepping=True, pausing=True, sleeping=True)
 
     def __init__(self, model: torch.nn.Module, *, pad_token_id: int, eos_token_id: int | list[int],
                  kv_reuse_mb: int = 1024, compact_fraction: int = COMPACT_FRACTION,
@@ -71,32 +69,6 @@ class HFRolloutEngine:
     def end_rollout(self) -> None:
         """Forget the KV caches parked for trajectories' next turns."""
         self.sampler.clear()
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
-                 ) -> Generation:
-        """n samples per prompt; with `seeds` (one per prompt) each sample has its own random stream (else
-        streams drawn from torch's global generator)."""
-        prompt_ids, prompt_mask = left_pad(prompts, self.pad_token_id)
-        stops = stop_ids(self.eos_token_id, params)
-        if seeds is None:
-            seeds = torch.randint(0, 1 << 32, (len(prompts),), dtype=torch.long).tolist()
-        streams = row_seeds(torch.tensor(seeds, dtype=torch.long), params.n).tolist()
-        requests = [(r, Request(tuple(prompts[r // params.n]), params.max_new_tokens, streams[r], tuple(stops),
-                                params.temperature, params.top_p)) for r in range(len(streams))]
-        done: dict[int, Completion] = {}
-        self.sampler.admit(requests)
-        while self.sampler.busy:
-            done.update(self.sampler.step(self.version))
-        width = max([len(c.ids) for c in done.values()] + [1])
-        response_ids = torch.full((len(streams), width), self.pad_token_id, dtype=torch.long)
-        log_probs = torch.zeros((len(streams), width))
-        for r, c in done.items():
-            response_ids[r, :len(c.ids)] = torch.tensor(c.ids, dtype=torch.long)
-            log_probs[r, :len(c.ids)] = torch.tensor(c.log_probs)
-        response_mask = eos_response_mask(response_ids, stops)
-        truncated = torch.tensor([done[r].truncated for r in range(len(streams))], dtype=torch.bool)
-        return Generation(prompt_ids.repeat_interleave(params.n, 0), prompt_mask.repeat_interleave(params.n, 0),
-                          response_ids, response_mask, log_probs, truncated)
 
     @torch.no_grad()
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None:

@@ -3,7 +3,7 @@
 The engine holds the base model wrapped with the policy's adapter layout (same rank, alpha and target
 modules, `models.lora.add_lora`); each weight sync copies only the adapter tensors, under peft's names,
 into it. The base weights never move after start: the actor's are frozen and equal to the model folder's.
-Generation, sleep and wake are the plain HF engine's (composition, not a subclass).
+Sampling (stepping, pausing), sleep and wake are the plain HF engine's (composition, not a subclass).
 """
 
 from __future__ import annotations
@@ -15,19 +15,20 @@ from torch import Tensor
 
 from grpoflow.models.lora import add_lora, is_adapter_weight
 from grpoflow.rollout.hf import HFRolloutEngine
-from grpoflow.rollout.protocol import Completion, Generation, Request, SamplingParams
+from grpoflow.rollout.protocol import Completion, Request
 
 
 class HFAdapterEngine:
     """HF sampling on base model + LoRA adapters; `update_weights` receives adapter tensors only."""
 
-    can_sleep = True  # the plain engine's: its KV cache is freed while the actor trains
+    abilities = HFRolloutEngine.abilities  # the plain engine's: it steps, pauses and sleeps (frees its KV cache)
 
     def __init__(self, model: torch.nn.Module, *, lora: dict, pad_token_id: int, eos_token_id: int | list[int],
                  kv_reuse_mb: int = 1024, kv_budget_columns: int | None = None) -> None:
         adapted = add_lora(model, rank=lora["rank"], alpha=lora["alpha"], target_modules=lora["target_modules"])
         self.inner = HFRolloutEngine(adapted, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
                                      kv_reuse_mb=kv_reuse_mb, kv_budget_columns=kv_budget_columns)
+        self.pad_token_id, self.eos_token_id = pad_token_id, eos_token_id
         self.adapters = {n: p for n, p in adapted.named_parameters() if is_adapter_weight(n)}
         self.last_sync_bytes = 0
 
@@ -38,10 +39,6 @@ class HFAdapterEngine:
     @version.setter
     def version(self, value: int) -> None:
         self.inner.version = value
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
-                 ) -> Generation:
-        return self.inner.generate(prompts, params, seeds)
 
     # the request batcher's StepEngine: the plain engine's continuous batching
     @property

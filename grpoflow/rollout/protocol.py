@@ -1,18 +1,48 @@
-"""The rollout engine protocol: sampling parameters, the `Generation` an engine returns, padding helpers.
+"""The rollout engine protocol: what an engine declares it can do, its two ways of sampling, the requests and
+`Generation`s that go in and out, padding helpers.
 
-An engine takes prompt token ids and returns `n` samples per prompt as padded tensors with the
-sampling log-probs. Engines hold their own copy of the weights (possibly in another dtype or
-on another device) and receive the actor's weights one tensor at a time, with a version.
+An engine holds its own copy of the weights (possibly in another dtype or on another device), receives the
+actor's weights one tensor at a time with a version, and declares its abilities (`EngineAbilities`) instead of
+being probed for them. It samples in one of two ways, which its `abilities.stepping` names:
+
+    stepping (SteppingEngine)   requests join and leave a running decode batch: `admit`, `step`, `busy`
+                                (the HF engine's continuous sampler, vLLM's per-request engine)
+    whole batch (BatchEngine)   `generate` decodes a batch of prompts per call (SGLang, whose scheduler runs
+                                on its own clock); `whole_batch.BatchCalls` serves it as a stepping engine
+
+Every caller samples through a stepping engine (`whole_batch.stepper`): rollouts through the request batcher,
+whole-batch work (the judge, the Tinker sampler) through `whole_batch.generate_batch`, so each engine has one
+sampling path and one seeding scheme (each request's own stream, `Request.stream`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Iterable, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
+
+@dataclass(frozen=True)
+class EngineAbilities:
+    """What an engine can do, declared by the engine (callers branch on it, never on `hasattr`).
+
+    stepping: requests join and leave a running decode batch (`SteppingEngine`: `busy`, `admit`, `step`); False:
+        the engine decodes whole batches (`BatchEngine.generate`), served one call per batcher tick.
+    pausing: `pause()` stops every running request at a token boundary and hands back what each sampled
+        (rollout.partial); needs stepping.
+    sleeping: `sleep()` frees the engine's memory while a colocated actor trains (the controller calls it only
+        then); False: `sleep` and `wake` are no-ops the controller skips.
+    """
+    stepping: bool
+    pausing: bool = False
+    sleeping: bool = False
+
+    def __post_init__(self) -> None:
+        if self.pausing and not self.stepping:
+            raise ValueError("EngineAbilities(pausing=True) needs stepping=True: only requests in a running decode "
+                             "batch can stop at a token boundary.")
 
 
 @dataclass
@@ -75,23 +105,61 @@ class Completion:
         return self.finish == "length"
 
 
+@runtime_checkable
 class RolloutEngine(Protocol):
-    """What the rollout worker drives. An engine may also say `can_sleep = True`: then, colocated with the
-    trainer, `sleep()` frees its memory while the actor trains (vllm and sglang with rollout.free_cache_engine on
-    a GPU); an engine without the attribute is never put to sleep."""
+    """What every engine has, whichever way it samples (`abilities.stepping`): the worker drives these."""
+    abilities: EngineAbilities
     version: int
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
-                 ) -> Generation:
-        """`seeds`: one per prompt, so that a prompt's samples do not depend on its batch (engines
-        that cannot promise it say so); None: the engine draws from torch's global generator."""
-        ...
+    pad_token_id: int
+    eos_token_id: int | list[int]
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None: ...
 
-    def sleep(self) -> None: ...
+    def sleep(self) -> None:
+        """Free memory while a colocated actor trains (where `abilities.sleeping`)."""
+        ...
 
     def wake(self) -> None: ...
+
+    def end_rollout(self) -> None:
+        """A rollout is over (finished, failed or cancelled): drop what it left (parked KV, running requests)."""
+        ...
+
+
+@runtime_checkable
+class StepEngine(Protocol):
+    """Requests that join and leave a running decode batch: what the request batcher drives (rollout/batcher.py)."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def admit(self, requests: list[tuple[int, Request]]) -> None: ...
+
+    def step(self, version: int) -> list[tuple[int, Completion]]:
+        """One decode step of every running request; returns (request id, completion) of those that finished."""
+        ...
+
+    def pause(self) -> list[tuple[int, Completion]]:
+        """Every running request stopped at a token boundary, finish "paused" (called only where the engine declares
+        `abilities.pausing`)."""
+        ...
+
+
+@runtime_checkable
+class SteppingEngine(RolloutEngine, StepEngine, Protocol):
+    """An engine that declares `abilities.stepping`."""
+
+
+@runtime_checkable
+class BatchEngine(RolloutEngine, Protocol):
+    """An engine that decodes whole batches (`abilities.stepping` False)."""
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
+                 ) -> Generation:
+        """`params.n` samples per prompt, prompt-major; `seeds` one per prompt (`BatchCalls` sends n=1 prompts,
+        each with its request's stream). Engines whose samples depend on the batch whatever the seed (SGLang) say
+        so."""
+        ...
 
 
 def stop_ids(eos_token_id: int | list[int], params: SamplingParams) -> list[int]:

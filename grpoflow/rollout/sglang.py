@@ -10,6 +10,10 @@ tensors and loads its shard), the radix cache flushed once at the end. Memory (G
 rollout.free_cache_engine, which starts the engine with `enable_memory_saver`): `sleep()`
 releases weights and KV cache; a sync while asleep resumes the weights, loads, then resumes the
 KV cache.
+
+Abilities: it declares no stepping (its scheduler runs on its own clock and offers no step to call), so it is
+served by whole-batch calls (`whole_batch.BatchCalls`) and cannot pause; it declares sleeping with
+rollout.free_cache_engine.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from torch import Tensor
 
 from grpoflow.errors import UserError
 from grpoflow.rollout.external import import_engine, pack_samples, weight_buckets
-from grpoflow.rollout.protocol import Generation, SamplingParams, stop_ids
+from grpoflow.rollout.protocol import EngineAbilities, Generation, SamplingParams, stop_ids
 
 INSTALL_HINT = "rollout.engine=sglang needs SGLang and a GPU: pip install 'grpoflow[sglang]' (docs/rollout-engines.md)."
 
@@ -44,7 +48,7 @@ class SGLangRolloutEngine:
         self.sync_timeout_s, self.bucket_bytes = sync_timeout_s, bucket_bytes
         self.version = 0
         self._memory_saver = free_cache_engine
-        self.can_sleep = free_cache_engine
+        self.abilities = EngineAbilities(stepping=False, sleeping=free_cache_engine)
         self._asleep = False
         self._broken: str | None = None
         self._device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
@@ -70,6 +74,9 @@ class SGLangRolloutEngine:
         responses, log_probs = samples_from_sglang(outputs)
         return pack_samples(prompts, params.n, responses, log_probs, pad_token_id=self.pad_token_id,
                             eos_token_id=eos)
+
+    def end_rollout(self) -> None:
+        """Nothing to drop: each whole-batch call is over when it returns."""
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None:
         """Send the actor's weights (HF names) bucket by bucket within `sync_timeout_s`, then flush the

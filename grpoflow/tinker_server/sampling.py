@@ -9,8 +9,9 @@ One rollout engine per base model holds one set of weights at a time and is hand
 (`update_weights`, an exact copy) before it samples for it, so a sample uses the saved weights bit for bit; the
 base model's own weights are the training models' shared copy (models.BaseModels.shared), not another one.
 A sample ends at every id grpoflow's rollouts end at (`rollout.factory.end_ids`: the tokenizer's EOS and each
-`eos_token_id` of the model's generation_config.json). Sampling goes through the engine's public `generate`;
-queued requests with the same weights and parameters run as one batch (futures.Runner).
+`eos_token_id` of the model's generation_config.json). Sampling is whole-batch generation over the
+engine (`rollout.whole_batch.generate_batch`, the one path its rollouts and the judge take too); queued requests
+with the same weights and parameters run as one batch (futures.Runner).
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from grpoflow.config import TinkerConfig
 from grpoflow.atomic_folder import publish_folder, recover_folders
 from grpoflow.tinker_server import sampling, training
 from grpoflow.errors import UserError
+from grpoflow.rollout.whole_batch import generate_batch
 from grpoflow.tinker_server.futures import Futures, Job, Outcome, Runner, SeqGate
 from grpoflow.tinker_server.models import (MODEL_FILE, BaseModels, ModelSpec, TrainingModel, check_state,
                                            model_folder_name, safe_name)
@@ -411,7 +412,7 @@ class TinkerService:
         vocab = int(engine.model.config.vocab_size)  # type: ignore[union-attr,arg-type]  # an HF model's config
         if any(t < 0 or t >= vocab for p in prompts for t in p):
             raise UserError(f"prompt token ids must lie in [0, {vocab}).")
-        generation = engine.generate(prompts, params, seeds=seeds)
+        generation = generate_batch(engine, prompts, params, seeds=seeds)
         outcomes = []
         def decode(ids: list[int]) -> str:
             return tokenizer.decode(ids, skip_special_tokens=False)  # type: ignore[attr-defined]

@@ -1,8 +1,9 @@
 """The local judge role (reward.judge.path): a causal LM run by grpoflow's own engine that replies to judge prompts.
 
-One batched, greedy generate call per step over every judged sample (the HF engine's KV-cached loop, or
-any `rollout.engine`). A prompt is sent as one user message through the judge tokenizer's chat template
-when it has one, else as plain text. The role is placed on the training pool; the texts reach every rank
+One batched, greedy whole-batch generation per step over every judged sample (`whole_batch.generate_batch`: the
+engine's one sampling path, the HF engine's continuous sampler or any `rollout.engine`). A prompt is sent as one
+user message through the judge tokenizer's chat template when it has one, else as plain text. The role is placed
+on the training pool; the texts reach every rank
 whole (`broadcast`) and rank 0's replies are kept, so it needs no collective.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.rollout.factory import build_engine
 from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.rollout.whole_batch import generate_batch
 
 
 class JudgeWorker:
@@ -34,7 +36,7 @@ class JudgeWorker:
         """The judge's greedy reply to each text, in order."""
         if not texts:
             return []
-        gen = self.engine.generate([self.prompt_ids(t) for t in texts],
-                                   SamplingParams(n=1, max_new_tokens=self.max_new_tokens, temperature=0.0))
+        gen = generate_batch(self.engine, [self.prompt_ids(t) for t in texts],
+                             SamplingParams(n=1, max_new_tokens=self.max_new_tokens, temperature=0.0))
         return self.tokenizer.batch_decode([ids[:int(m.sum())] for ids, m in zip(gen.response_ids, gen.response_mask)],
                                            skip_special_tokens=True)

@@ -104,8 +104,8 @@ class RolloutWorker:
         pushed.finish()
 
     def can_sleep(self) -> bool:
-        """Whether `sleep` frees the engine's memory (the engine says so; the controller calls sleep only then)."""
-        return bool(getattr(self.engine, "can_sleep", False))
+        """Whether `sleep` frees the engine's memory (the engine declares it; the controller calls sleep only then)."""
+        return self.engine.abilities.sleeping
 
     def sleep(self) -> None:
         self.engine.sleep()

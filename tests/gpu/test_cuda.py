@@ -21,13 +21,14 @@ def test_sampling_log_probs_on_cuda_match_the_trainer(tiny_model_path):
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.rollout.hf import HFRolloutEngine
     from grpoflow.rollout.protocol import SamplingParams
+    from grpoflow.rollout.whole_batch import generate_batch
     from grpoflow.training.forward import batch_log_probs
 
     tok = load_tokenizer(tiny_model_path)
     engine = HFRolloutEngine(load_causal_lm(tiny_model_path).cuda(), pad_token_id=tok.pad_token_id,
                              eos_token_id=tok.eos_token_id)
     prompts = [tok.encode(p, add_special_tokens=False) for p in ["1+2=", "10+20=", "7+55="]]
-    gen = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=6), seeds=[1, 2, 3])
+    gen = generate_batch(engine, prompts, SamplingParams(n=4, max_new_tokens=6), seeds=[1, 2, 3])
     batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
                   response_mask=gen.response_mask, group_ids=torch.arange(12) // 4)
     trainer_lp, _ = batch_log_probs(load_causal_lm(tiny_model_path).cuda(), batch, temperature=1.0, max_tokens=4096,

@@ -10,12 +10,16 @@ from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
 from grpoflow.multiturn.agents import AgentEpisodes, AgentFailure
 from grpoflow.multiturn.endpoint import Endpoint
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.rollout.protocol import EngineAbilities, SamplingParams
 from scripted import play
 
 
 class Never:  # no agent here reaches the model
     version, busy, tok = 0, False, build_char_tokenizer()
+    abilities = EngineAbilities(stepping=True)
+
+    def end_rollout(self):
+        pass
 
     def admit(self, requests):
         raise AssertionError("unused")

@@ -109,11 +109,15 @@ def test_an_agent_that_calls_sys_exit_is_an_error_not_a_timeout(caplog):
     from grpoflow.models.tiny import build_char_tokenizer
     from grpoflow.multiturn.agents import AgentEpisodes
     from grpoflow.multiturn.endpoint import Endpoint
-    from grpoflow.rollout.protocol import SamplingParams
+    from grpoflow.rollout.protocol import EngineAbilities, SamplingParams
     from scripted import play
 
     class Never:  # no agent here calls the model
         version, busy, tok = 0, False, build_char_tokenizer()
+        abilities = EngineAbilities(stepping=True)
+
+        def end_rollout(self):
+            pass
 
         def admit(self, requests):
             raise AssertionError("unused")

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from grpoflow.models.tiny import build_char_tokenizer
-from grpoflow.rollout.protocol import Completion
+from grpoflow.rollout.protocol import Completion, EngineAbilities
 from scripted import serving
 
 
@@ -20,6 +20,7 @@ class EchoEngine:
     """A StepEngine that replies "ok" + the end-of-turn token to every request; counts the prompt tokens it was
     sent."""
     version = 0
+    abilities = EngineAbilities(stepping=True)
 
     def __init__(self, tok):
         self.tok, self.end_id, self.prompt_tokens, self.admitted = tok, None, 0, []

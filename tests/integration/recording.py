@@ -6,6 +6,7 @@ class Recording:
 
     def __init__(self, engine):
         self.engine, self.requests, self.sampled = engine, {}, {}
+        self.abilities = engine.abilities
 
     @property
     def version(self):
@@ -25,3 +26,6 @@ class Recording:
             q = self.requests[rid]
             self.sampled[q.stream] = (list(q.prompt_ids), c.ids, c.log_probs)
         return done
+
+    def end_rollout(self):
+        self.engine.end_rollout()

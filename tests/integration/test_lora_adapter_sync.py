@@ -13,6 +13,7 @@ from grpoflow.models.loading import load_tokenizer  # noqa: E402
 from grpoflow.rollout.factory import build_engine  # noqa: E402
 from grpoflow.rollout.protocol import SamplingParams  # noqa: E402
 from grpoflow.workers.actor import ActorWorker  # noqa: E402
+from grpoflow.rollout.whole_batch import generate_batch  # noqa: E402
 
 LORA = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj", "up_proj"]}
 PROMPTS = [[40, 41, 42], [50, 51], [60, 61, 62, 63, 64]]
@@ -51,11 +52,11 @@ def test_adapter_sync_moves_adapters_only_and_samples_the_merged_policy(tiny_mod
     adapter.update_weights(adapter_actor.named_weights(), version=1)
     assert adapter.version == 1 and adapter.last_sync_bytes == adapter_bytes
     params = SamplingParams(n=2, max_new_tokens=8, temperature=1.0)
-    a = merged.generate(PROMPTS, params, seeds=[1, 2, 3])
-    b = adapter.generate(PROMPTS, params, seeds=[1, 2, 3])
+    a = generate_batch(merged, PROMPTS, params, seeds=[1, 2, 3])
+    b = generate_batch(adapter, PROMPTS, params, seeds=[1, 2, 3])
     assert torch.equal(a.response_ids, b.response_ids)
     torch.testing.assert_close(a.log_probs, b.log_probs, atol=1e-4, rtol=0)
-    base = build_engine("hf", tiny_model_path, tokenizer).generate(PROMPTS, params, seeds=[1, 2, 3])
+    base = generate_batch(build_engine("hf", tiny_model_path, tokenizer), PROMPTS, params, seeds=[1, 2, 3])
     assert not torch.allclose(base.log_probs, b.log_probs, atol=1e-3)  # the adapters changed the policy
     with pytest.raises(KeyError, match="not a LoRA adapter tensor"):
         adapter.update_weights(merged_actor.named_weights(), version=2)

@@ -8,6 +8,7 @@ from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.rollout.protocol import SamplingParams, eos_response_mask, left_pad
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.training.forward import batch_log_probs
+from grpoflow.rollout.whole_batch import generate_batch
 
 
 def test_left_pad_and_eos_mask():
@@ -30,7 +31,7 @@ def test_sampling_log_probs_match_the_trainer(engine, tiny_model_path, temperatu
     eng, tok = engine
     prompts = [tok.encode(p, add_special_tokens=False) for p in ["1+2=", "10+20=", "7+55="]]
     torch.manual_seed(0)
-    gen = eng.generate(prompts, SamplingParams(n=4, max_new_tokens=6, temperature=temperature))
+    gen = generate_batch(eng, prompts, SamplingParams(n=4, max_new_tokens=6, temperature=temperature))
     assert gen.response_ids.shape[0] == 12 and gen.prompt_ids.shape == (12, 6)
     assert (gen.prompt_ids[0] == gen.prompt_ids[3]).all() and not (gen.prompt_ids[0] == gen.prompt_ids[4]).all()
     batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
@@ -46,7 +47,7 @@ def test_greedy_is_deterministic_and_weight_sync_changes_it(engine, tiny_model_p
     eng, tok = engine
     prompts = [tok.encode("3+4=", add_special_tokens=False)]
     greedy = SamplingParams(n=2, max_new_tokens=5, temperature=0.0)
-    a, b = eng.generate(prompts, greedy), eng.generate(prompts, greedy)
+    a, b = generate_batch(eng, prompts, greedy), generate_batch(eng, prompts, greedy)
     assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.response_ids[0], a.response_ids[1])
     other = load_causal_lm(tiny_model_path)
     with torch.no_grad():
@@ -54,7 +55,7 @@ def test_greedy_is_deterministic_and_weight_sync_changes_it(engine, tiny_model_p
             p.mul_(-1.0)
     eng.update_weights(other.named_parameters(), version=7)
     assert eng.version == 7
-    assert not torch.equal(eng.generate(prompts, greedy).log_probs, a.log_probs)
+    assert not torch.equal(generate_batch(eng, prompts, greedy).log_probs, a.log_probs)
     with pytest.raises(KeyError, match="no parameter 'nope'"):
         eng.update_weights([("nope", torch.zeros(1))], version=8)
 
@@ -74,7 +75,7 @@ def test_greedy_equals_hf_generate(tiny_model_path):
     prompts = _prompts(tok)
     for eos in (tok.eos_token_id, MANY_EOS):
         eng = HFRolloutEngine(model, pad_token_id=tok.pad_token_id, eos_token_id=eos)
-        gen = eng.generate(prompts, SamplingParams(n=1, max_new_tokens=8, temperature=0.0))
+        gen = generate_batch(eng, prompts, SamplingParams(n=1, max_new_tokens=8, temperature=0.0))
         ids, mask = left_pad(prompts, tok.pad_token_id)
         ref = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=8,
                              pad_token_id=tok.pad_token_id, eos_token_id=eos)[:, ids.shape[1]:]
@@ -87,7 +88,7 @@ def test_early_stop_and_finished_rows_keep_log_probs_exact(tiny_model_path, top_
     tok = load_tokenizer(tiny_model_path)
     eng = HFRolloutEngine(load_causal_lm(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
     torch.manual_seed(1)
-    gen = eng.generate(_prompts(tok), SamplingParams(n=5, max_new_tokens=12, temperature=0.9, top_p=top_p))
+    gen = generate_batch(eng, _prompts(tok), SamplingParams(n=5, max_new_tokens=12, temperature=0.9, top_p=top_p))
     lengths = gen.response_mask.sum(-1)
     assert lengths.min() < lengths.max(), "rows should finish at different steps"
     assert gen.response_ids.shape[1] == lengths.max() <= 12  # stopped once every row ended (or at the budget)
@@ -106,11 +107,11 @@ def test_samples_follow_the_global_seed(engine):
     eng, tok = engine
     params = SamplingParams(n=3, max_new_tokens=6, temperature=1.0)
     torch.manual_seed(5)
-    a = eng.generate(_prompts(tok), params)
+    a = generate_batch(eng, _prompts(tok), params)
     torch.manual_seed(5)
-    b = eng.generate(_prompts(tok), params)
+    b = generate_batch(eng, _prompts(tok), params)
     assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.log_probs, b.log_probs)
-    assert not torch.equal(a.response_ids, eng.generate(_prompts(tok), params).response_ids)
+    assert not torch.equal(a.response_ids, generate_batch(eng, _prompts(tok), params).response_ids)
 
 
 def test_bf16_engine_samples_and_receives_fp32_weights(tiny_model_path):
@@ -120,7 +121,7 @@ def test_bf16_engine_samples_and_receives_fp32_weights(tiny_model_path):
     fp32 = load_causal_lm(tiny_model_path)
     eng.update_weights(fp32.named_parameters(), version=1)
     torch.manual_seed(0)
-    gen = eng.generate(_prompts(tok), SamplingParams(n=2, max_new_tokens=6))
+    gen = generate_batch(eng, _prompts(tok), SamplingParams(n=2, max_new_tokens=6))
     assert gen.log_probs.dtype == torch.float32 and next(eng.model.parameters()).dtype == torch.bfloat16
     batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
                   response_mask=gen.response_mask, group_ids=torch.arange(8) // 2)
@@ -137,8 +138,8 @@ def test_compacting_finished_rows_does_not_change_the_samples(tiny_model_path, t
     for fraction in (1, 10**6):  # compact at every finish, never
         eng = HFRolloutEngine(load_causal_lm(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
         eng.sampler.compact_fraction = fraction
-        out.append(eng.generate(_prompts(tok), SamplingParams(n=2, max_new_tokens=10, temperature=temperature),
-                                seeds=[1, 2, 3, 4]))
+        out.append(generate_batch(eng, _prompts(tok), SamplingParams(n=2, max_new_tokens=10, temperature=temperature),
+                                  seeds=[1, 2, 3, 4]))
     assert torch.equal(out[0].response_ids, out[1].response_ids)
     torch.testing.assert_close(out[0].log_probs, out[1].log_probs, atol=1e-5, rtol=1e-5)
     assert len({int(m.sum()) for m in out[0].response_mask}) > 1  # rows did finish at different steps
@@ -149,16 +150,16 @@ def test_per_prompt_seeds_make_samples_independent_of_the_batch(tiny_model_path)
     eng = HFRolloutEngine(load_causal_lm(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
     prompts, seeds = _prompts(tok), [101, 202, 303, 404]
     params = SamplingParams(n=3, max_new_tokens=8, temperature=1.0, top_p=0.9)
-    together = eng.generate(prompts, params, seeds=seeds)
+    together = generate_batch(eng, prompts, params, seeds=seeds)
     # each prompt alone (other padding, other decode batch, other rows finishing) gives the same samples
     for i in range(4):
-        alone = eng.generate([prompts[i]], params, seeds=[seeds[i]])
+        alone = generate_batch(eng, [prompts[i]], params, seeds=[seeds[i]])
         rows = slice(3 * i, 3 * i + 3)
         width = alone.response_ids.shape[1]
         assert torch.equal(together.response_ids[rows, :width], alone.response_ids)
         assert (together.response_ids[rows, width:] == tok.pad_token_id).all()
         torch.testing.assert_close(together.log_probs[rows, :width], alone.log_probs, atol=1e-5, rtol=1e-5)
-    assert not torch.equal(eng.generate(prompts, params, seeds=[s + 1 for s in seeds]).response_ids,
+    assert not torch.equal(generate_batch(eng, prompts, params, seeds=[s + 1 for s in seeds]).response_ids,
                            together.response_ids)
     batch = Batch(prompt_ids=together.prompt_ids, prompt_mask=together.prompt_mask,
                   response_ids=together.response_ids, response_mask=together.response_mask,
@@ -183,7 +184,8 @@ def test_a_sample_ends_at_every_eos_id_of_the_models_generation_config(tmp_path,
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [tok.eos_token_id, extra]}))
     assert end_ids(str(folder), tok) == [tok.eos_token_id, extra]
     engine = build_engine("hf", str(folder), tok)
-    gen = engine.generate(_prompts(tok), SamplingParams(n=4, max_new_tokens=12, temperature=1.0), seeds=[1, 2, 3, 4])
+    gen = generate_batch(engine, _prompts(tok), SamplingParams(n=4, max_new_tokens=12, temperature=1.0),
+                         seeds=[1, 2, 3, 4])
     for ids, mask, cut in zip(gen.response_ids, gen.response_mask, gen.truncated):
         kept = ids[:int(mask.sum())].tolist()
         assert extra not in kept[:-1] and tok.eos_token_id not in kept[:-1]  # nothing is sampled past an end id

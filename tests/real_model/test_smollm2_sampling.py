@@ -6,6 +6,7 @@ import torch
 
 from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.rollout.whole_batch import generate_batch
 from grpoflow.models.logprobs import response_log_probs
 from real_model_helpers import chat_ids
 
@@ -32,7 +33,7 @@ def test_eos_and_pad_are_im_end(smollm2):
 def test_greedy_equals_hf_generate(smollm2, engine_and_prompts):
     model, tokenizer = smollm2
     engine, prompts = engine_and_prompts
-    gen = engine.generate(prompts, SamplingParams(n=1, max_new_tokens=24, temperature=0.0))
+    gen = generate_batch(engine, prompts, SamplingParams(n=1, max_new_tokens=24, temperature=0.0))
     for i, prompt in enumerate(prompts):
         with torch.no_grad():   # one prompt at a time, no padding at all: the reference
             ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
@@ -47,8 +48,8 @@ def test_sampling_log_probs_equal_teacher_forced(smollm2, engine_and_prompts):
     model, _ = smollm2
     engine, prompts = engine_and_prompts
     torch.manual_seed(0)
-    gen = engine.generate(prompts, SamplingParams(n=2, max_new_tokens=16, temperature=0.8, top_p=1.0),
-                          seeds=[11, 12, 13])
+    gen = generate_batch(engine, prompts, SamplingParams(n=2, max_new_tokens=16, temperature=0.8, top_p=1.0),
+                         seeds=[11, 12, 13])
     with torch.no_grad():
         forced, _ = response_log_probs(model, gen.prompt_ids, gen.prompt_mask, gen.response_ids, gen.response_mask,
                                        temperature=0.8)
@@ -63,7 +64,7 @@ def test_generation_stops_at_im_end_and_masks_end_there(smollm2, engine_and_prom
     _, tokenizer = smollm2
     engine, prompts = engine_and_prompts
     eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id
-    gen = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=40, temperature=0.7), seeds=[1, 2, 3])
+    gen = generate_batch(engine, prompts, SamplingParams(n=4, max_new_tokens=40, temperature=0.7), seeds=[1, 2, 3])
     ended = 0
     for ids, mask, truncated in zip(gen.response_ids.tolist(), gen.response_mask.tolist(), gen.truncated.tolist()):
         if eos in ids:

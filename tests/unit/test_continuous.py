@@ -11,7 +11,7 @@ import torch
 from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model
 from grpoflow.rollout.batcher import EngineFailure, RequestBatcher
 from grpoflow.rollout.continuous import ContinuousSampler
-from grpoflow.rollout.protocol import Request
+from grpoflow.rollout.protocol import EngineAbilities, Request
 from grpoflow.rollout.slots import SlotCache, attention_mask
 
 TOK = build_char_tokenizer()
@@ -149,7 +149,8 @@ def test_slots_and_columns_grow_past_their_first_allocation():
 
 
 class Engine:
-    """The sampler as a StepEngine that records which requests each tick admitted."""
+    """The sampler as a stepping engine that records which requests each tick admitted."""
+    abilities = EngineAbilities(stepping=True)
 
     def __init__(self):
         self.s, self.ticks, self.version = sampler(), [], 0

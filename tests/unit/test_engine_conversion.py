@@ -11,7 +11,7 @@ import torch
 from grpoflow.errors import UserError
 from grpoflow.rollout.external import WeightSyncTimeout, pack_samples, weight_buckets
 from grpoflow.rollout.sglang import check_sglang_result, samples_from_sglang
-from grpoflow.rollout.vllm import samples_from_vllm
+from grpoflow.rollout.whole_batch import generate_batch
 
 # Two prompts, n=2, EOS=2, pad=0:
 #   sample 0: 10, EOS          -> ends at EOS
@@ -82,23 +82,6 @@ def test_check_sglang_result():
         check_sglang_result((False, "shape mismatch"), "update")
 
 
-def _vllm_sample(index, ids, lps):
-    return SimpleNamespace(index=index, token_ids=ids,
-                           logprobs=[{t: SimpleNamespace(logprob=lp)} for t, lp in zip(ids, lps)])
-
-
-def test_samples_from_vllm_orders_samples_by_index():
-    # RequestOutput.outputs holds CompletionOutputs; each position's logprobs dict has the sampled token
-    outputs = [SimpleNamespace(outputs=[_vllm_sample(1, [11, 12, 13], [-1.0, -2.0, -3.0]),
-                                        _vllm_sample(0, [10, 2], [-0.5, -0.25])]),
-               SimpleNamespace(outputs=[_vllm_sample(0, [2], [-0.125]), _vllm_sample(1, [14, 2], [-0.75, -1.5])])]
-    responses, log_probs = samples_from_vllm(outputs, n=2)
-    assert responses == [[10, 2], [11, 12, 13], [2], [14, 2]]
-    assert log_probs == [[-0.5, -0.25], [-1.0, -2.0, -3.0], [-0.125], [-0.75, -1.5]]
-    with pytest.raises(RuntimeError, match="expected n=3"):
-        samples_from_vllm(outputs, n=3)
-
-
 def test_weight_buckets_group_by_bytes():
     # float32: 100 + 100 elements fill an 800-byte bucket; 300 (1200 B) is a bucket of its own; 50 starts a new one
     tensors = [(name, torch.zeros(k)) for name, k in (("a", 100), ("b", 100), ("c", 300), ("d", 50))]
@@ -158,7 +141,7 @@ def test_rollout_worker_builds_the_hf_engine(tiny_model_path):
 
     worker = RolloutWorker(0, 1, model_path=tiny_model_path, cfg=Config(rollout=RolloutConfig(sync_timeout_s=5.0)))
     assert isinstance(worker.engine, HFRolloutEngine)
-    gen = worker.engine.generate([[10, 11]], SamplingParams(n=2, max_new_tokens=3))
+    gen = generate_batch(worker.engine, [[10, 11]], SamplingParams(n=2, max_new_tokens=3))
     assert gen.response_ids.shape[0] == 2
 
 

@@ -13,6 +13,7 @@ from grpoflow.rollout.factory import build_engine
 from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.rollout.kv_budget import bytes_per_column, kv_budget_columns
 from grpoflow.rollout.protocol import Request, SamplingParams
+from grpoflow.rollout.whole_batch import generate_batch
 
 TOK = build_char_tokenizer()
 MODEL = build_tiny_model(TOK, size="0.5m").eval()
@@ -28,7 +29,7 @@ def engine(budget=None, model=MODEL):
 def most_rows_at_once(eng):
     """Generate PARAMS over PROMPTS step by step (as `generate` does), counting the live rows at each step."""
     s, streams, most = eng.sampler, [11, 22, 33, 44, 55], 0
-    eng.generate(PROMPTS, PARAMS, seeds=streams)  # the samples
+    generate_batch(eng, PROMPTS, PARAMS, seeds=streams)  # the samples
     s.admit([(r, Request(tuple(PROMPTS[r // 4]), 12, stream=r)) for r in range(20)])
     while s.busy:
         most = max(most, sum(r is not None for r in s.rows))
@@ -38,8 +39,8 @@ def most_rows_at_once(eng):
 
 def test_a_budget_too_small_for_the_batch_samples_what_one_batch_does():
     whole, small = engine(), engine(budget=5 * 64)  # the cache starts 64 columns wide: 5 rows at a time
-    one_batch = whole.generate(PROMPTS, PARAMS, seeds=[11, 22, 33, 44, 55])
-    in_turns = small.generate(PROMPTS, PARAMS, seeds=[11, 22, 33, 44, 55])
+    one_batch = generate_batch(whole, PROMPTS, PARAMS, seeds=[11, 22, 33, 44, 55])
+    in_turns = generate_batch(small, PROMPTS, PARAMS, seeds=[11, 22, 33, 44, 55])
     assert torch.equal(one_batch.response_ids, in_turns.response_ids)
     torch.testing.assert_close(one_batch.log_probs, in_turns.log_probs, atol=1e-5, rtol=1e-5)
     assert small.sampler.peak_columns <= 5 * 64 < whole.sampler.peak_columns
@@ -61,12 +62,12 @@ def test_a_request_that_can_never_fit_is_an_error_at_start(tiny_model_path):
 
 def test_the_kv_cache_is_kept_in_the_engines_dtype_and_freed_by_sleep():
     bf16 = engine(model=build_tiny_model(TOK, size="0.5m").to(torch.bfloat16).eval())
-    bf16.generate(PROMPTS, PARAMS, seeds=[1, 2, 3, 4, 5])
+    generate_batch(bf16, PROMPTS, PARAMS, seeds=[1, 2, 3, 4, 5])
     assert {k.dtype for k in bf16.sampler.cache.keys} == {torch.bfloat16} and bf16.kv_cache_bytes() > 0
     bf16.sleep()
     assert bf16.kv_cache_bytes() == 0 and bf16.sampler.cache.keys == [None, None]
     bf16.wake()
-    again = bf16.generate(PROMPTS, PARAMS, seeds=[1, 2, 3, 4, 5])  # rebuilt on use
+    again = generate_batch(bf16, PROMPTS, PARAMS, seeds=[1, 2, 3, 4, 5])  # rebuilt on use
     assert again.response_ids.shape[0] == 20 and bf16.kv_cache_bytes() > 0
 
 

@@ -11,6 +11,7 @@ from grpoflow.tinker_server.futures import SeqGate  # noqa: E402
 from grpoflow.tinker_server.models import BaseModel, ModelSpec, TrainingModel  # noqa: E402
 from grpoflow.tinker_server.sampling import WEIGHTS_FILE, Samplers, Session  # noqa: E402
 from grpoflow.tinker_server.service import save_sampler_folder  # noqa: E402
+from grpoflow.rollout.whole_batch import generate_batch  # noqa: E402
 
 
 def trained_lora(tiny_model_path: str, seed: int) -> TrainingModel:
@@ -107,7 +108,7 @@ def test_a_sample_ends_at_every_eos_id_of_the_generation_config(tiny_model_path,
     shutil.copytree(tiny_model_path, folder)
     plain, _ = Samplers(keep_in_memory=1).engine_for(Session("a", BaseModel(str(folder), str(folder)),
                                                              f"base:{folder}", None))
-    free = plain.generate([prompt], params, seeds=[3]).response_ids[0].tolist()
+    free = generate_batch(plain, [prompt], params, seeds=[3]).response_ids[0].tolist()
     eos = load_tokenizer(str(folder)).eos_token_id
     # the second EOS id: a token the free sample reaches after a few tokens, not earlier and not the tokenizer's EOS
     at = next(i for i, t in enumerate(free) if i >= 2 and t != eos and t not in free[:i])
@@ -118,7 +119,7 @@ def test_a_sample_ends_at_every_eos_id_of_the_generation_config(tiny_model_path,
 
     engine, _ = Samplers(keep_in_memory=1).engine_for(Session("b", BaseModel(str(folder), str(folder)),
                                                               f"base:{folder}", None))
-    out = engine.generate([prompt], params, seeds=[3])
+    out = generate_batch(engine, [prompt], params, seeds=[3])
     kept = out.response_ids[0][out.response_mask[0].bool()].tolist()
     assert kept == free[:at + 1]          # the same tokens, up to and including the second EOS id
     assert not bool(out.truncated[0])     # ended by that id, not by max_new_tokens

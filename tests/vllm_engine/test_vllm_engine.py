@@ -18,6 +18,7 @@ from grpoflow.config import Config, RolloutConfig  # noqa: E402
 from grpoflow.rollout.external import WeightSyncTimeout  # noqa: E402
 from grpoflow.multiturn.loop import RolloutItem  # noqa: E402
 from grpoflow.rollout.protocol import SamplingParams  # noqa: E402
+from grpoflow.rollout.whole_batch import generate_batch  # noqa: E402
 from grpoflow.models.loading import load_causal_lm  # noqa: E402
 from grpoflow.workers.rollout import RolloutWorker  # noqa: E402
 
@@ -68,7 +69,7 @@ def test_weight_sync_parity(worker, new_policy):
     engine = worker.engine
     params = SamplingParams(n=4, max_new_tokens=12, temperature=0.7)
     torch.manual_seed(0)
-    before = engine.generate(PROMPTS, params)
+    before = generate_batch(engine, PROMPTS, params)
     # the engine still samples the saved model: far from the new policy
     assert max_diff(new_policy, before, 0.7) > 0.05
 
@@ -79,7 +80,7 @@ def test_weight_sync_parity(worker, new_policy):
     assert engine.version == 1
 
     torch.manual_seed(0)
-    after = engine.generate(PROMPTS, params)
+    after = generate_batch(engine, PROMPTS, params)
     diff = max_diff(new_policy, after, 0.7)
     tokens = int(after.response_mask.sum())
     print(f"\nweight-sync parity: max |vLLM - HF teacher-forced| log-prob = {diff:.2e} over {tokens} sampled "
@@ -91,7 +92,7 @@ def test_generation_is_well_formed(worker):
     params = SamplingParams(n=3, max_new_tokens=10, temperature=1.0)
     torch.manual_seed(1)
     batch = worker.rollout([RolloutItem(p, i, i) for i, p in enumerate(PROMPTS)], params)
-    gen = worker.engine.generate(PROMPTS, params)
+    gen = generate_batch(worker.engine, PROMPTS, params)
     eos, pad = worker.tokenizer.eos_token_id, worker.tokenizer.pad_token_id
     rows = len(PROMPTS) * 3
     assert gen.prompt_ids.shape == (rows, 5) and gen.response_ids.shape[0] == rows
@@ -120,9 +121,9 @@ def test_generation_is_well_formed(worker):
 def test_same_seed_same_samples_and_samples_differ_across_prompts(worker):
     params = SamplingParams(n=2, max_new_tokens=8, temperature=1.0)
     torch.manual_seed(3)
-    a = worker.engine.generate([[40, 41], [40, 41]], params)
+    a = generate_batch(worker.engine, [[40, 41], [40, 41]], params)
     torch.manual_seed(3)
-    b = worker.engine.generate([[40, 41], [40, 41]], params)
+    b = generate_batch(worker.engine, [[40, 41], [40, 41]], params)
     assert torch.equal(a.response_ids, b.response_ids)
     # the same prompt twice gets different random streams (one seed per prompt and sample)
     assert not torch.equal(a.response_ids[0], a.response_ids[2]) or not torch.equal(a.response_ids[1],
@@ -130,7 +131,7 @@ def test_same_seed_same_samples_and_samples_differ_across_prompts(worker):
 
 
 def test_greedy_matches_hf_argmax_and_raw_log_probs(worker, new_policy):
-    gen = worker.engine.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=6, temperature=0.0))
+    gen = generate_batch(worker.engine, PROMPTS, SamplingParams(n=2, max_new_tokens=6, temperature=0.0))
     assert torch.equal(gen.response_ids[0::2], gen.response_ids[1::2])
     assert max_diff(new_policy, gen, 1.0) < PARITY_TOL  # greedy: log-probs of the untempered distribution
     with torch.no_grad():
@@ -144,7 +145,7 @@ def test_greedy_matches_hf_argmax_and_raw_log_probs(worker, new_policy):
 def test_sleep_and_wake_are_no_ops_on_cpu(worker):
     worker.sleep()
     worker.wake()
-    gen = worker.engine.generate(PROMPTS[:1], SamplingParams(n=1, max_new_tokens=4))
+    gen = generate_batch(worker.engine, PROMPTS[:1], SamplingParams(n=1, max_new_tokens=4))
     assert gen.response_ids.shape[0] == 1
 
 
@@ -186,7 +187,7 @@ def test_a_sync_that_hangs_raises_within_the_timeout(worker, new_policy):
     finally:
         never.set()
     assert engine.version == 1
-    engine.generate(PROMPTS, SamplingParams(n=1, max_new_tokens=2))
+    generate_batch(engine, PROMPTS, SamplingParams(n=1, max_new_tokens=2))
 
     def sender():  # a third of the weights, then a hang (a dead actor rank)
         yield from weights[:len(weights) // 3]
@@ -202,5 +203,5 @@ def test_a_sync_that_hangs_raises_within_the_timeout(worker, new_policy):
     assert time.monotonic() - start < 10
     assert engine.version == 1
     with pytest.raises(RuntimeError, match="rollout engine 'vllm' cannot be used"):
-        engine.generate(PROMPTS, SamplingParams())
+        generate_batch(engine, PROMPTS, SamplingParams())
 

@@ -14,6 +14,7 @@ from grpoflow.config import Config, RolloutConfig  # noqa: E402
 from grpoflow.models.loading import load_causal_lm  # noqa: E402
 from grpoflow.models.lora import add_lora, is_adapter_weight  # noqa: E402
 from grpoflow.rollout.protocol import SamplingParams  # noqa: E402
+from grpoflow.rollout.whole_batch import generate_batch  # noqa: E402
 from grpoflow.workers.rollout import RolloutWorker  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -67,14 +68,14 @@ def test_adapter_sync_samples_the_adapted_policy_and_moves_adapters_only(worker,
     params = SamplingParams(n=4, max_new_tokens=10, temperature=0.7)
     base = load_causal_lm(tiny_model_path).eval()
     torch.manual_seed(0)
-    before = engine.generate(PROMPTS, params)
+    before = generate_batch(engine, PROMPTS, params)
     assert max_diff(base, before, 0.7) < PARITY_TOL  # version 0: the base model, no adapter
 
     policy = adapted(tiny_model_path, seed=1)
     stream = adapter_stream(policy)
     engine.update_weights(iter(stream), version=1)
     torch.manual_seed(0)
-    after = engine.generate(PROMPTS, params)
+    after = generate_batch(engine, PROMPTS, params)
     diff = max_diff(policy, after, 0.7)
     full_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
     print(f"\nvLLM adapter sync: {engine.last_sync_bytes} bytes vs {full_bytes} merged; parity {diff:.2e}")
@@ -89,5 +90,5 @@ def test_only_the_last_versions_stay_loaded(worker, tiny_model_path):
     assert list(engine._adapters) == [2, 3] and engine.version == 3
     assert not os.path.exists(os.path.join(engine._adapter_root, "adapter_v1"))
     torch.manual_seed(0)
-    gen = engine.generate(PROMPTS, SamplingParams(n=2, max_new_tokens=6, temperature=0.7))
+    gen = generate_batch(engine, PROMPTS, SamplingParams(n=2, max_new_tokens=6, temperature=0.7))
     assert max_diff(adapted(tiny_model_path, seed=3), gen, 0.7) < PARITY_TOL

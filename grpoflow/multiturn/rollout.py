@@ -7,6 +7,9 @@ The kinds (each a `play(batcher, items, params, seed)` coroutine, loop.py and ag
     EnvLoop        conversations with `rollout.multi_turn.env` and/or `rollout.multi_turn.tools`
     AgentEpisodes  `rollout.agent.program` programs through the OpenAI-compatible endpoint
 
+The first two also resume samples a partial rollout paused (rollout.partial: items that carry their progress,
+and a pause quota; loop.py); agent episodes cannot pause.
+
 `run_rollout` plays them on an asyncio loop of its own with the engine behind a `RequestBatcher`; a rollout
 worker calls it for its share of the step's prompts. Group ids are the items' positions in the step.
 """
@@ -31,16 +34,17 @@ class Kind(Protocol):
     agent: bool
 
     async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
-                   seed: int | None) -> Played: ...
+                   seed: int | None, quota: int | None = None) -> Played: ...
 
     def close(self) -> None: ...
 
 
 def run_rollout(kind: Kind, engine: RolloutEngine, items: list[RolloutItem], params: SamplingParams,
-                seed: int | None, *, deterministic: bool = True, pad_token_id: int = 0,
+                seed: int | None, *, quota: int | None = None, deterministic: bool = True, pad_token_id: int = 0,
                 decode: Callable[[list[int]], str] | None = None) -> Batch:
     """`params.n` trajectories of each item, played over `engine` (prompt-major; an agent episode may give
-    several samples). `decode(ids)`: prompt texts of multi-turn samples."""
+    several samples). Items may carry their samples so far, and with `quota` the rollout pauses once that many
+    items are complete (rollout.partial, loop.py). `decode(ids)`: prompt texts of multi-turn samples."""
     step_engine: StepEngine = engine if hasattr(engine, "admit") else BatchCalls(engine)  # type: ignore[assignment]
 
     async def main() -> Played:
@@ -48,7 +52,7 @@ def run_rollout(kind: Kind, engine: RolloutEngine, items: list[RolloutItem], par
                                  max_wait_s=getattr(kind, "admission_wait_s", None))
         server = asyncio.ensure_future(batcher.serve())
         try:
-            played = await kind.play(batcher, items, params, seed)
+            played = await kind.play(batcher, items, params, seed, quota)
         except BaseException:
             server.cancel()
             with contextlib.suppress(BaseException):

@@ -85,10 +85,32 @@ class Quota:
             self.batcher.pause()
 
 
+class CountedClient(Client):
+    """A carried sample's client (rollout.partial): when its trajectory is done, the sample counts as finished in
+    this rollout unless its last request paused, at once: the trajectory waited on nothing since that request came
+    back, so the batcher has not ticked since and the pause point stays set by token counts."""
+
+    def __init__(self, client: Client, finished: Callable[[], None]) -> None:
+        super().__init__(client.batcher, client.order)
+        self.finished, self.paused, self.over = finished, False, False
+
+    async def generate(self, request: Request) -> Completion:
+        c = await super().generate(request)
+        self.paused = c.finish == "paused"
+        return c
+
+    def done(self) -> None:
+        super().done()
+        if not self.over and not self.paused:
+            self.finished()
+        self.over = True
+
+
 async def play_each(batcher: RequestBatcher, items: list[RolloutItem], n: int,
                     trajectory: Callable[[Client, RolloutItem, int], Awaitable[Trajectory]], *,
                     quota: int | None = None, multi_turn: bool = False) -> Played:
-    """Every (item, sample) as its own coroutine `trajectory(client, item, j)`, gathered in order.
+    """Every (item, sample) as its own coroutine `trajectory(client, item, j)` (which calls `client.done()` when it
+    needs the engine no more), gathered in order.
 
     An item that carries its samples so far (rollout.partial, the module docstring): a sample that finished in an
     earlier rollout only counts, the others go on from where they stopped, and each comes back with its progress
@@ -100,26 +122,26 @@ async def play_each(batcher: RequestBatcher, items: list[RolloutItem], n: int,
                          "the controller's PartialQueue sends them.")
     rule = Quota(batcher, items, quota) if quota is not None else None
     clients = [batcher.client(k) for k in range(len(items) * n)]  # all open before the first tick
+    finished_at = [-1] * len(clients)
+
+    def finished(k: int, j: int) -> None:
+        finished_at[k * n + j] = batcher.ticks
+        if rule is not None:
+            rule.finished(k)
 
     async def sample(k: int, j: int) -> tuple[int, Trajectory, SampleInfo]:
         item, client = items[k], clients[k * n + j]
         carried = item.carried[j] if item.carried is not None else None
-        try:
-            if carried is not None and carried.finish:  # finished in an earlier rollout: it only counts
-                return item.position, carried.trajectory(item.ids), SampleInfo(progress=carried)
-            t = await trajectory(client, item, j)
-        finally:
-            client.done()  # with the count below, before the batcher can tick again: the pause point is exact
-        info = info_of(t, episode=k * n + j)
         if carried is None:
-            return item.position, t, info
+            t = await trajectory(client, item, j)
+            return item.position, t, info_of(t, episode=k * n + j)
+        if carried.finish:  # finished in an earlier rollout: it only counts
+            client.done()
+            return item.position, carried.trajectory(item.ids), SampleInfo(progress=carried)
+        t = await trajectory(CountedClient(client, lambda: finished(k, j)), item, j)
         progress = Progress.of(t, carried.seed, multi_turn)
-        info.progress, info.paused = progress, t.ended == "paused"
-        if not info.paused:
-            info.finished_at = batcher.ticks
-            if rule is not None:
-                rule.finished(k)
-        return item.position, progress.trajectory(item.ids), info
+        return item.position, progress.trajectory(item.ids), info_of(
+            t, episode=k * n + j, progress=progress, paused=t.ended == "paused", finished_at=finished_at[k * n + j])
 
     return list(await asyncio.gather(*(sample(k, j) for k in range(len(items)) for j in range(n))))
 
@@ -144,9 +166,12 @@ class SingleTurn:
             stream = stream_of[id(item), j] if carried is None else \
                 stream_seed(carried.seed, item.index, params.n, j, 0)
             prompt = item.ids + head.ids
-            c = joined(head, await client.generate(Request(
-                tuple(prompt), params.max_new_tokens - len(head.ids), stream, tuple(params.stop_token_ids),
-                params.temperature, params.top_p, position=len(head.ids))))
+            try:
+                c = joined(head, await client.generate(Request(
+                    tuple(prompt), params.max_new_tokens - len(head.ids), stream, tuple(params.stop_token_ids),
+                    params.temperature, params.top_p, position=len(head.ids))))
+            finally:
+                client.done()
             t = Trajectory(list(item.ids), [])
             if c.finish == "paused":
                 paused(t, c, len(prompt))
@@ -213,6 +238,7 @@ class EnvLoop:
             await self.converse(client, t, env, item, j, params, seed, head)
             return t
         finally:
+            client.done()
             if env is not None:
                 if t.ended != "paused":  # over (or failed): the environment's reward
                     t.rewards = await env.reward()

@@ -35,9 +35,8 @@ from torch import Tensor
 from grpoflow.controller.rollouts import PendingRollout, Rollouts, attach, metrics_of
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import PromptSampler
-from grpoflow.multiturn.rollout import played_batch
+from grpoflow.multiturn.rollout import progress_batch
 from grpoflow.multiturn.trajectory import Progress
-from grpoflow.multiturn.turns import info_of
 from grpoflow.rollout.protocol import SamplingParams
 
 
@@ -124,11 +123,8 @@ class PartialQueue:
         chosen = [self.pool[k] for _, _, k in order[:self.prompts_per_step]]
         self.pool = [g for k, g in enumerate(self.pool) if k not in picked]
         items = [self.items[g.item] for g in chosen]
-        trajectories = [(k, j, p.trajectory(items[k].prompt_ids)) for k, g in enumerate(chosen)
-                        for j, p in enumerate(g.samples)]
-        played = [(k, t, info_of(t, episode=k * n + j)) for k, j, t in trajectories]
-        batch = attach(played_batch(played, self.multi_turn, pad_token_id=self.pad_token_id, decode=self.decode),
-                       items)
+        batch = attach(progress_batch([it.prompt_ids for it in items], [g.samples for g in chosen], self.multi_turn,
+                                      pad_token_id=self.pad_token_id, decode=self.decode), items)
         assert batch.token_versions is not None
         metrics = {**metrics_of(batch, self.multi_turn, False, episodes=len(batch)),
                    **partial_metrics(batch.token_versions, batch.response_mask, version),

@@ -24,7 +24,8 @@ import torch
 
 from grpoflow.data.batch import Batch
 from grpoflow.multiturn.loop import Played, RolloutItem
-from grpoflow.multiturn.trajectory import to_batch
+from grpoflow.multiturn.trajectory import Progress, to_batch
+from grpoflow.multiturn.turns import info_of
 from grpoflow.rollout.batcher import BatchCalls, RequestBatcher, StepEngine
 from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
 
@@ -83,3 +84,12 @@ def played_batch(played: Played, multi_turn: bool, *, pad_token_id: int,
     return batch.replace(group_ids=torch.tensor([g for g, _, _ in played], dtype=torch.long),
                          policy_version=torch.where(batch.policy_version < 0, newest, batch.policy_version),
                          infos=[info for _, _, info in played])
+
+
+def progress_batch(prompt_ids: list[list[int]], samples: list[list[Progress]], multi_turn: bool, *,
+                   pad_token_id: int, decode: Callable[[list[int]], str] | None) -> Batch:
+    """Finished samples of a partial rollout (over one rollout or several) as `played_batch` gives a rollout's:
+    group k is the samples `samples[k]` of the prompt `prompt_ids[k]`, prompt-major."""
+    played = [(k, t, info_of(t, episode=k * len(group) + j)) for k, group in enumerate(samples)
+              for j, t in enumerate(p.trajectory(prompt_ids[k]) for p in group)]
+    return played_batch(played, multi_turn, pad_token_id=pad_token_id, decode=decode)

@@ -1,4 +1,6 @@
-"""Partial rollout, the controller's side (`rollout.partial`; the rollout's side is multiturn/partial.py).
+"""Partial rollout, the controller's side (`rollout.partial`): the pool policy. The rollout is the ordinary one
+(`Rollouts.submit` with the pool's samples so far and a pause quota; multiturn/loop.py resumes each from its own
+previous output).
 
 `PartialQueue` stands in for `RolloutQueue` (sync mode). It keeps a pool of groups in flight across steps:
 
@@ -33,12 +35,9 @@ from torch import Tensor
 from grpoflow.controller.rollouts import PendingRollout, Rollouts, attach, metrics_of
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import PromptSampler
-from grpoflow.multiturn.loop import RolloutItem
-from grpoflow.multiturn.partial import Progress
-from grpoflow.multiturn.rollout import played_batch
-from grpoflow.multiturn.turns import info_of
+from grpoflow.multiturn.rollout import progress_batch
+from grpoflow.multiturn.trajectory import Progress
 from grpoflow.rollout.protocol import SamplingParams
-from grpoflow.workers.rollout import RolloutWorker
 
 
 @dataclass
@@ -124,11 +123,8 @@ class PartialQueue:
         chosen = [self.pool[k] for _, _, k in order[:self.prompts_per_step]]
         self.pool = [g for k, g in enumerate(self.pool) if k not in picked]
         items = [self.items[g.item] for g in chosen]
-        trajectories = [(k, j, p.trajectory(items[k].prompt_ids)) for k, g in enumerate(chosen)
-                        for j, p in enumerate(g.samples)]
-        played = [(k, t, info_of(t, episode=k * n + j)) for k, j, t in trajectories]
-        batch = attach(played_batch(played, self.multi_turn, pad_token_id=self.pad_token_id, decode=self.decode),
-                       items)
+        batch = attach(progress_batch([it.prompt_ids for it in items], [g.samples for g in chosen], self.multi_turn,
+                                      pad_token_id=self.pad_token_id, decode=self.decode), items)
         assert batch.token_versions is not None
         metrics = {**metrics_of(batch, self.multi_turn, False, episodes=len(batch)),
                    **partial_metrics(batch.token_versions, batch.response_mask, version),
@@ -144,12 +140,10 @@ class PartialQueue:
         unfinished_due = any(d and g.done_at is None for g, d in zip(self.pool, due))
         if sum(g.done_at is not None for g in self.pool) >= self.prompts_per_step and not unfinished_due:
             return 0.0
-        items = [self.items[g.item] for g in self.pool]
-        requests = [RolloutItem(it.prompt_ids, it.index, k, it.row if self.multi_turn else None, carried=g.samples,
-                                must_finish=d) for k, (it, g, d) in enumerate(zip(items, self.pool, due))]
-        call = self.rollouts.group.submit_overlapped(RolloutWorker.rollout_partial, requests, self.params,
-                                                     self.prompts_per_step)
-        batch = call.result()
+        pending = self.rollouts.submit([self.items[g.item] for g in self.pool], self.params, None,
+                                       carried=[g.samples for g in self.pool], must_finish=due,
+                                       complete=self.prompts_per_step)
+        batch, busy = pending.result()
         n = self.params.n
         for r, info in enumerate(batch.infos):
             self.pool[int(batch.group_ids[r])].samples[r % n] = info.progress
@@ -157,7 +151,7 @@ class PartialQueue:
             ticks = [info.finished_at for info in batch.infos[k * n:(k + 1) * n]]
             if g.done_at is None and all(p.finish for p in g.samples):
                 g.done_at = (step, max(ticks))
-        return call.busy_s
+        return busy
 
     def state_dict(self) -> dict[str, Any]:
         """{"sampler": its position, "in_flight": the pool (every group's samples so far)}."""

@@ -28,6 +28,7 @@ from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import PromptSampler
 from grpoflow.distributed.worker_group import GroupCall, WorkerGroup
 from grpoflow.multiturn.loop import RolloutItem
+from grpoflow.multiturn.trajectory import Progress
 from grpoflow.multiturn.turns import SampleInfo, rollout_metrics
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
@@ -76,12 +77,19 @@ class Rollouts:
     def __init__(self, group: WorkerGroup[RolloutWorker], *, multi_turn: bool = False, agent: bool = False) -> None:
         self.group, self.kind = group, (multi_turn or agent, agent)
 
-    def submit(self, items: list[PromptItem], params: SamplingParams, seed: int | None) -> PendingRollout:
-        """Start the trajectories of `params.n` samples of each item (at once with Ray; now with the local backend)."""
+    def submit(self, items: list[PromptItem], params: SamplingParams, seed: int | None, *,
+               carried: list[list[Progress]] | None = None, must_finish: list[bool] | None = None,
+               complete: int | None = None) -> PendingRollout:
+        """Start the trajectories of `params.n` samples of each item (at once with Ray; now with the local backend).
+        rollout.partial (controller/partial.py): item k's samples go on from `carried[k]` (each with its own seed),
+        and with `complete` the rollout pauses once that many groups, and every `must_finish` one, are complete;
+        every sample comes back with its progress (`Batch.infos`)."""
         multi_turn = self.kind[0]
-        requests = [RolloutItem(it.prompt_ids, it.index, position, it.row if multi_turn else None)
+        requests = [RolloutItem(it.prompt_ids, it.index, position, it.row if multi_turn else None,
+                                carried=carried[position] if carried is not None else None,
+                                must_finish=must_finish is not None and must_finish[position])
                     for position, it in enumerate(items)]
-        call = self.group.submit_overlapped(RolloutWorker.rollout, requests, params, seed=seed)
+        call = self.group.submit_overlapped(RolloutWorker.rollout, requests, params, seed=seed, complete=complete)
         return PendingRollout(items, call, self.kind, params.n)
 
     def generate(self, items: list[PromptItem], params: SamplingParams, seed: int | None = None) -> Batch:

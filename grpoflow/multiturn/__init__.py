@@ -6,12 +6,14 @@ and each conversation is one training sample, token-exact.
     env.py          the environment contract (reset / step / get_reward / close), registry, guess_number
     reasoning_gym_env.py  reasoning_gym: a reasoning-gym task the model may retry after "wrong" (extra reasoning-gym)
     openenv_env.py  openenv: one OpenEnv client session per trajectory, observations as user messages (extra openenv)
-    trajectory.py   Trajectory: prompt ids + segments (sampled ids with log-probs and version | rendered ids) -> Batch
-    loop.py         trajectories as coroutines over the request batcher: SingleTurn, EnvLoop (environment, tools)
+    trajectory.py   Trajectory: prompt ids + segments (sampled ids with log-probs and version | rendered ids) -> Batch;
+                    a paused one's open turn, and Progress: a trajectory so far as plain data (rollout.partial)
+    loop.py         trajectories as coroutines over the request batcher: SingleTurn, EnvLoop (environment, tools),
+                    each resuming from its own previous output when rollout.partial paused it (a conversation's
+                    environment rebuilt by replay, its replies checked); play_each, the one driver, with its pause
+                    Quota
     turns.py        what every trajectory shares: random streams, budget and end-of-turn rules, tool calls, SampleInfo
     rollout.py      run_rollout: a kind's trajectories over a RequestBatcher (rollout/batcher.py) -> one Batch
-    partial.py      rollout.partial: samples and conversations that pause and continue from their progress (plain
-                    data; a paused conversation's environment is rebuilt by replay, its replies checked)
     tools.py        Tool, tool_from_function (typed function + docstring -> chat-template schema), the
                     tool registry, load_tools(specs); the built-ins are registered from builtin_tools.py
     builtin_tools.py  calculator (safe arithmetic via `ast`) and python (runs code; sandboxed)

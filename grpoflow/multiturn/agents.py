@@ -146,8 +146,13 @@ class AgentEpisodes:
         self.renderer = endpoint.renderer
 
     async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
-                   seed: int | None) -> Played:
-        """Run `params.n` episodes of each item; every sample of every episode, prompt-major."""
+                   seed: int | None, quota: int | None = None) -> Played:
+        """Run `params.n` episodes of each item; every sample of every episode, prompt-major. Episodes cannot
+        pause (`quota`, rollout.partial): their state is the agent program's, which a checkpoint cannot hold."""
+        if quota is not None or any(item.carried is not None for item in items):
+            raise UserError("rollout.partial cannot pause agent episodes (rollout.agent.program): their state is the "
+                            "agent program's, which a checkpoint cannot hold; unset rollout.partial.enable or "
+                            "rollout.agent.program.")
         pairs = [(item, j) for item in items for j in range(params.n)]
         clients = [batcher.client(k) for k in range(len(pairs))]
         loop = asyncio.get_running_loop()

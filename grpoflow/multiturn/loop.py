@@ -11,31 +11,45 @@ prefills only the tokens added since its last turn.
 
 The environment's seed is the same for a prompt's `n` trajectories, so they start from the same state;
 turn t of sample j draws from `turns.stream_seed(seed, i, n, j, t)`.
+
+Partial rollout (rollout.partial, APRIL-style; the controller's side is controller/partial.py) is this same path:
+a rollout may be given a pause quota and items that carry their samples so far (`RolloutItem.carried`,
+trajectory.Progress). `play_each` counts the items whose samples have all finished (`Quota`); once `quota` are
+complete, and every item marked `must_finish` (one whose oldest token would otherwise grow too stale) is too, it
+pauses the batcher (`RequestBatcher.pause`): at that point, set by token counts, every sample still running comes
+back paused, its open turn's tokens so far (with their log-probs and the weight version of each) in
+`Trajectory.open`. Each trajectory resumes from its own previous output: a single-turn sample asks for the rest
+of its budget after its ids so far (re-prefilled under the new weights), drawing from its own random stream at
+its token offset (`Request.position`), so its tokens do not depend on where the pause fell beyond the weights
+that sampled them. A paused conversation is plain data too (never the environment): to go on, a fresh
+environment is `reset` with the same row and seed and stepped with each recorded model turn (tool turns run
+their calls again), each reply must render to exactly the recorded ids (`EnvLoop.replay`), then the open turn
+continues from its turn's stream at its offset. So rollout.partial needs environments and tools whose replies
+depend only on the row, the seed and the model's turns; agent programs (their state is a user program's) are
+refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Awaitable, Callable
 
+from grpoflow.errors import UserError
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import GuardedEnvironment, with_system_prompt
-from grpoflow.multiturn.trajectory import Segment, Trajectory
+from grpoflow.multiturn.trajectory import Progress, Segment, Trajectory
 from grpoflow.multiturn.turns import (SampleInfo, ToolUse, add_model_turn, count_engine_work, env_seeds,
                                      first_turn_seeds, info_of, joined, stream_seed)
 from grpoflow.rollout.batcher import Client, RequestBatcher
 from grpoflow.rollout.protocol import Completion, Request, SamplingParams
-
-if TYPE_CHECKING:  # partial.py builds on this module
-    from grpoflow.multiturn.partial import Progress
 
 
 @dataclass
 class RolloutItem:
     """One prompt as a rollout worker receives it: its ids, dataset index (seeds its streams), position in the
     step's prompts (its group id), for multi-turn runs its dataset row, and for a partial rollout the progress of
-    its n samples so far and whether they must all finish in this rollout (multiturn/partial.py)."""
+    its n samples so far and whether they must all finish in this rollout (the module docstring)."""
     ids: list[int]
     index: int
     position: int
@@ -47,17 +61,94 @@ class RolloutItem:
 Played = list[tuple[int, Trajectory, SampleInfo]]  # (group id, sample, its facts), prompt-major
 
 
+class Quota:
+    """Counts the items whose samples have all finished and pauses the batcher once `quota` are complete and no
+    `must_finish` item is still open (at once, when that already holds)."""
+
+    def __init__(self, batcher: RequestBatcher, items: list[RolloutItem], quota: int) -> None:
+        self.batcher, self.items, self.quota = batcher, items, quota
+        self.left = [sum(not p.finish for p in item.carried or []) for item in items]  # samples still to finish
+        self.complete = sum(count == 0 for count in self.left)
+        self.due = sum(count > 0 and item.must_finish for item, count in zip(items, self.left))
+        self._check()
+
+    def finished(self, k: int) -> None:
+        """A sample of item `k` finished."""
+        self.left[k] -= 1
+        if self.left[k] == 0:
+            self.complete += 1
+            self.due -= self.items[k].must_finish
+        self._check()
+
+    def _check(self) -> None:
+        if self.complete >= self.quota and not self.due:
+            self.batcher.pause()
+
+
+class CountedClient(Client):
+    """A carried sample's client (rollout.partial): when its trajectory is done, the sample counts as finished in
+    this rollout unless its last request paused, at once: the trajectory waited on nothing since that request came
+    back, so the batcher has not ticked since and the pause point stays set by token counts."""
+
+    def __init__(self, client: Client, finished: Callable[[], None]) -> None:
+        super().__init__(client.batcher, client.order)
+        self.finished, self.paused, self.over = finished, False, False
+
+    async def generate(self, request: Request) -> Completion:
+        c = await super().generate(request)
+        self.paused = c.finish == "paused"
+        return c
+
+    def done(self) -> None:
+        super().done()
+        if not self.over and not self.paused:
+            self.finished()
+        self.over = True
+
+
 async def play_each(batcher: RequestBatcher, items: list[RolloutItem], n: int,
-                    trajectory: Callable[[Client, RolloutItem, int], Any]) -> Played:
-    """Every (item, sample) as its own coroutine `trajectory(client, item, j)`, gathered in order."""
-    clients = [batcher.client(k) for k in range(len(items) * n)]
-    pairs = [(item, j) for item in items for j in range(n)]
-    done = await asyncio.gather(*(trajectory(c, item, j) for c, (item, j) in zip(clients, pairs)))
-    return [(item.position, t, info_of(t, episode=k)) for k, ((item, _), t) in enumerate(zip(pairs, done))]
+                    trajectory: Callable[[Client, RolloutItem, int], Awaitable[Trajectory]], *,
+                    quota: int | None = None, multi_turn: bool = False) -> Played:
+    """Every (item, sample) as its own coroutine `trajectory(client, item, j)` (which calls `client.done()` when it
+    needs the engine no more), gathered in order.
+
+    An item that carries its samples so far (rollout.partial, the module docstring): a sample that finished in an
+    earlier rollout only counts, the others go on from where they stopped, and each comes back with its progress
+    (`SampleInfo.progress`, `.paused`; a conversation's if `multi_turn`) and, if it finished in this rollout, the
+    batcher tick it finished at (`finished_at`: which groups completed first). With `quota`, every item carries
+    its n samples, and the batcher pauses once `quota` items are complete (`Quota`)."""
+    if quota is not None and any(item.carried is None or len(item.carried) != n for item in items):
+        raise ValueError(f"a partial rollout's item needs the progress of its {n} samples (RolloutItem.carried); "
+                         "the controller's PartialQueue sends them.")
+    rule = Quota(batcher, items, quota) if quota is not None else None
+    clients = [batcher.client(k) for k in range(len(items) * n)]  # all open before the first tick
+    finished_at = [-1] * len(clients)
+
+    def finished(k: int, j: int) -> None:
+        finished_at[k * n + j] = batcher.ticks
+        if rule is not None:
+            rule.finished(k)
+
+    async def sample(k: int, j: int) -> tuple[int, Trajectory, SampleInfo]:
+        item, client = items[k], clients[k * n + j]
+        carried = item.carried[j] if item.carried is not None else None
+        if carried is None:
+            t = await trajectory(client, item, j)
+            return item.position, t, info_of(t, episode=k * n + j)
+        if carried.finish:  # finished in an earlier rollout: it only counts
+            client.done()
+            return item.position, carried.trajectory(item.ids), SampleInfo(progress=carried)
+        t = await trajectory(CountedClient(client, lambda: finished(k, j)), item, j)
+        progress = Progress.of(t, carried.seed, multi_turn)
+        return item.position, progress.trajectory(item.ids), info_of(
+            t, episode=k * n + j, progress=progress, paused=t.ended == "paused", finished_at=finished_at[k * n + j])
+
+    return list(await asyncio.gather(*(sample(k, j) for k in range(len(items)) for j in range(n))))
 
 
 class SingleTurn:
-    """One sample per (prompt, j): a single request, no chat template needed."""
+    """One sample per (prompt, j): a single request, no chat template needed; a carried sample (rollout.partial)
+    asks for the rest of its budget after its ids so far."""
     multi_turn = False
     agent = False
     admission_wait_s = None  # the batcher waits for every trajectory between turns (deterministic)
@@ -66,26 +157,42 @@ class SingleTurn:
         self.tokenizer = tokenizer
 
     async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
-                   seed: int | None) -> Played:
+                   seed: int | None, quota: int | None = None) -> Played:
         streams = first_turn_seeds(seed, [it.index for it in items], params.n)
         stream_of = {(id(it), j): streams[k * params.n + j] for k, it in enumerate(items) for j in range(params.n)}
 
         async def sample(client: Client, item: RolloutItem, j: int) -> Trajectory:
+            carried = item.carried[j] if item.carried is not None else None
+            head = carried.head() if carried is not None else Completion([], [], [], "")
+            stream = stream_of[id(item), j] if carried is None else \
+                stream_seed(carried.seed, item.index, params.n, j, 0)
+            prompt = item.ids + head.ids
             try:
-                c = await client.generate(Request(tuple(item.ids), params.max_new_tokens, stream_of[id(item), j],
-                                                  tuple(params.stop_token_ids), params.temperature, params.top_p))
+                c = joined(head, await client.generate(Request(
+                    tuple(prompt), params.max_new_tokens - len(head.ids), stream, tuple(params.stop_token_ids),
+                    params.temperature, params.top_p, position=len(head.ids))))
             finally:
                 client.done()
             t = Trajectory(list(item.ids), [])
-            add_model_turn(t, c, self.tokenizer.decode(c.ids, skip_special_tokens=True), len(item.ids))
+            if c.finish == "paused":
+                paused(t, c, len(prompt))
+                return t
+            add_model_turn(t, c, self.tokenizer.decode(c.ids, skip_special_tokens=True), len(prompt))
             t.truncated = c.truncated
             t.ended = "token_budget" if c.truncated else "eos"
             return t
 
-        return await play_each(batcher, items, params.n, sample)
+        return await play_each(batcher, items, params.n, sample, quota=quota)
 
     def close(self) -> None:
         pass
+
+
+def paused(t: Trajectory, c: Completion, prompt_tokens: int) -> None:
+    """`t` paused in its open turn `c` (rollout.partial; asked with `prompt_tokens` of context)."""
+    count_engine_work(t, c, prompt_tokens)
+    t.open = Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0), list(c.versions))
+    t.ended = "paused"
 
 
 class EnvLoop:
@@ -108,24 +215,36 @@ class EnvLoop:
         self.env_args, self.env_timeout_s = dict(env_args or {}), env_timeout_s
 
     async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
-                   seed: int | None) -> Played:
+                   seed: int | None, quota: int | None = None) -> Played:
         seed_of = {id(it): s for it, s in zip(items, env_seeds(seed, [it.index for it in items]))}
         return await play_each(batcher, items, params.n, lambda client, item, j: self.trajectory(
-            client, item, j, params, seed, seed_of[id(item)]))
+            client, item, j, params, seed, seed_of[id(item)]), quota=quota, multi_turn=True)
 
     async def trajectory(self, client: Client, item: RolloutItem, j: int, params: SamplingParams, seed: int | None,
                          env_seed: int) -> Trajectory:
+        """One conversation; a carried one (rollout.partial) with its own seed, replayed on a fresh environment up
+        to its open turn, which goes on from its tokens so far."""
+        carried = item.carried[j] if item.carried is not None else None
+        if carried is not None:
+            seed, env_seed = carried.seed, env_seeds(carried.seed, [item.index])[0]
         env = await self.new_env()
         t = Trajectory([], [])
         try:
             t = await self.opened(env, item.row or {}, env_seed)
-            await self.converse(client, t, env, item, j, params, seed)
+            head = None
+            if carried is not None and carried.past is not None:
+                t = await self.replay(env, t, Trajectory.from_data(carried.past), item, j)
+                if env is not None and env.failure is not None:
+                    return t
+                head = carried.head()
+            await self.converse(client, t, env, item, j, params, seed, head)
             return t
         finally:
             client.done()
             if env is not None:
-                t.rewards = await env.reward()
-                t.ended = env.ended or t.ended
+                if t.ended != "paused":  # over (or failed): the environment's reward
+                    t.rewards = await env.reward()
+                    t.ended = env.ended or t.ended
                 await env.close()
 
     async def new_env(self) -> GuardedEnvironment | None:
@@ -149,9 +268,9 @@ class EnvLoop:
         return t
 
     async def converse(self, client: Client, t: Trajectory, env: GuardedEnvironment | None, item: RolloutItem, j: int,
-                       params: SamplingParams, seed: int | None, head: Completion | None = None) -> Completion | None:
-        """Turns from `t.turns` on until the conversation is over (None), or until the batcher pauses a turn
-        (rollout.partial): then that turn's tokens so far come back. `head`: the first turn's tokens sampled
+                       params: SamplingParams, seed: int | None, head: Completion | None = None) -> None:
+        """Turns from `t.turns` on until the conversation is over, or until the batcher pauses a turn
+        (rollout.partial): then that turn's tokens so far are `t.open`. `head`: the first turn's tokens sampled
         in an earlier rollout; the turn goes on from them at their offset in its random stream. Sets `t.ended`
         (trajectory.END_REASONS)."""
         budget, end = params.max_new_tokens, self.renderer.turn.end_token_id
@@ -165,9 +284,8 @@ class EnvLoop:
                                               position=len(before.ids)))
             c = joined(before, c)
             if c.finish == "paused":
-                count_engine_work(t, c, len(prompt))
-                t.ended = "paused"
-                return c
+                paused(t, c, len(prompt))
+                return
             text = self.renderer.decode(c.ids)
             add_model_turn(t, c, text, len(prompt))
             t.truncated = c.truncated  # cut at the budget left
@@ -176,15 +294,14 @@ class EnvLoop:
             replies, over = await self.answer(t, env, text, ended is not None)
             if over or ended is not None:
                 t.ended = ended or ("env_done" if env is not None else "stop")
-                return None
+                return
             ids = self.renderer.continuation_ids(t.messages, replies)
             if t.used + len(ids) >= budget:
                 t.truncated = True  # the reply and one more token do not fit in the budget
                 t.ended = "token_budget"
-                return None
+                return
             t.segments.append(Segment(ids))
             t.messages += replies
-        return None
 
     async def answer(self, t: Trajectory, env: GuardedEnvironment | None, text: str,
                      last: bool) -> tuple[list[dict], bool]:
@@ -202,7 +319,47 @@ class EnvLoop:
             return stepped.messages, stepped.done
         return [], True
 
+    async def replay(self, env: GuardedEnvironment | None, t: Trajectory, recorded: Trajectory, item: RolloutItem,
+                     j: int) -> Trajectory:
+        """`t`, a conversation `env.reset` just opened, brought to where `recorded` paused: each recorded model turn
+        is added and answered again (the environment steps on it, or its tool calls run), and each reply must render
+        to the recorded ids (a UserError names the turn otherwise). The engine counts (prefilled, context, KV reuse)
+        are the recorded ones: nothing is sampled here. An environment that fails on replay (an error or a timeout)
+        ends the conversation there, as it would have in an uninterrupted rollout."""
+        who = env.name if env is not None else "the tools"
+        if t.prompt_ids != recorded.prompt_ids:
+            raise not_replayable(f"{who}.reset opened the conversation", "its opening", item, j)
+        model, replies = recorded.segments[0::2], recorded.segments[1::2]
+        assert len(model) == len(replies) == recorded.turns, "a paused conversation alternates model turns and replies"
+        for turn, (said, reply) in enumerate(zip(model, replies)):
+            versions = said.versions if said.versions is not None else [said.version or 0] * len(said.ids)
+            text = self.renderer.decode(said.ids)
+            add_model_turn(t, Completion(said.ids, said.log_probs or [], versions, "stop"), text, 0)
+            at = len(t.messages)
+            answer, over = await self.answer(t, env, text, False)
+            if env is not None and env.failure is not None:
+                return t
+            ids = [] if over else self.renderer.continuation_ids(t.messages, answer)
+            if over or ids != reply.ids or answer != recorded.messages[at:at + len(answer)]:
+                source = "its tool calls" if self.tools is not None and self.tools.calls_in(text) is not None else who
+                raise not_replayable(f"{source} answered model turn {turn + 1}", "the recorded reply", item, j)
+            t.segments.append(Segment(ids))
+            t.messages += answer
+        if t.step_reward != recorded.step_reward:
+            raise not_replayable(f"{who}'s step rewards", "the recorded ones", item, j)
+        t.prefilled, t.context = recorded.prefilled, recorded.context
+        t.kv_reused, t.kv_evicted = recorded.kv_reused, recorded.kv_evicted
+        return t
+
     def close(self) -> None:
         """Stop the tool processes."""
         if self.tools is not None:
             self.tools.runner.close()
+
+
+def not_replayable(what: str, recorded: str, item: RolloutItem, j: int) -> UserError:
+    return UserError(
+        f"rollout.partial continues a paused conversation (dataset index {item.index}, sample {j}) by replaying it "
+        f"on a fresh environment, and on replay {what} differently from {recorded}: rollout.partial needs "
+        "environments and tools whose replies depend only on the row, the seed and the model's turns (draw any "
+        "randomness from reset's seed, not from an unseeded random or the clock), or unset rollout.partial.enable.")

@@ -7,6 +7,9 @@ The kinds (each a `play(batcher, items, params, seed)` coroutine, loop.py and ag
     EnvLoop        conversations with `rollout.multi_turn.env` and/or `rollout.multi_turn.tools`
     AgentEpisodes  `rollout.agent.program` programs through the OpenAI-compatible endpoint
 
+The first two also resume samples a partial rollout paused (rollout.partial: items that carry their progress,
+and a pause quota; loop.py); agent episodes cannot pause.
+
 `run_rollout` plays them on an asyncio loop of its own with the engine behind a `RequestBatcher`; a rollout
 worker calls it for its share of the step's prompts. Group ids are the items' positions in the step.
 """
@@ -21,7 +24,8 @@ import torch
 
 from grpoflow.data.batch import Batch
 from grpoflow.multiturn.loop import Played, RolloutItem
-from grpoflow.multiturn.trajectory import to_batch
+from grpoflow.multiturn.trajectory import Progress, to_batch
+from grpoflow.multiturn.turns import info_of
 from grpoflow.rollout.batcher import RequestBatcher
 from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
 
@@ -36,22 +40,23 @@ class Kind(Protocol):
         ...
 
     async def play(self, batcher: RequestBatcher, items: list[RolloutItem], params: SamplingParams,
-                   seed: int | None) -> Played: ...
+                   seed: int | None, quota: int | None = None) -> Played: ...
 
     def close(self) -> None: ...
 
 
 def run_rollout(kind: Kind, engine: RolloutEngine, items: list[RolloutItem], params: SamplingParams,
-                seed: int | None, *, deterministic: bool = True, pad_token_id: int = 0,
+                seed: int | None, *, quota: int | None = None, deterministic: bool = True, pad_token_id: int = 0,
                 decode: Callable[[list[int]], str] | None = None) -> Batch:
     """`params.n` trajectories of each item, played over `engine` (prompt-major; an agent episode may give
-    several samples). `decode(ids)`: prompt texts of multi-turn samples."""
+    several samples). Items may carry their samples so far, and with `quota` the rollout pauses once that many
+    items are complete (rollout.partial, loop.py). `decode(ids)`: prompt texts of multi-turn samples."""
     async def main() -> Played:
         batcher = RequestBatcher(engine, version=lambda: engine.version, deterministic=deterministic,
                                  max_wait_s=kind.admission_wait_s)
         server = asyncio.ensure_future(batcher.serve())
         try:
-            played = await kind.play(batcher, items, params, seed)
+            played = await kind.play(batcher, items, params, seed, quota)
         except BaseException:
             server.cancel()
             with contextlib.suppress(BaseException):
@@ -80,3 +85,12 @@ def played_batch(played: Played, multi_turn: bool, *, pad_token_id: int,
     return batch.replace(group_ids=torch.tensor([g for g, _, _ in played], dtype=torch.long),
                          policy_version=torch.where(batch.policy_version < 0, newest, batch.policy_version),
                          infos=[info for _, _, info in played])
+
+
+def progress_batch(prompt_ids: list[list[int]], samples: list[list[Progress]], multi_turn: bool, *,
+                   pad_token_id: int, decode: Callable[[list[int]], str] | None) -> Batch:
+    """Finished samples of a partial rollout (over one rollout or several) as `played_batch` gives a rollout's:
+    group k is the samples `samples[k]` of the prompt `prompt_ids[k]`, prompt-major."""
+    played = [(k, t, info_of(t, episode=k * len(group) + j)) for k, group in enumerate(samples)
+              for j, t in enumerate(p.trajectory(prompt_ids[k]) for p in group)]
+    return played_batch(played, multi_turn, pad_token_id=pad_token_id, decode=decode)

@@ -1,9 +1,14 @@
-"""A multi-turn trajectory: the prompt ids, then segments of ids, the model's and the environment's.
+"""A trajectory: the prompt ids, then segments of ids, the model's and the environment's.
 
 The model's segments are the exact ids the engine sampled, with their sampling log-probs; the
 environment's (tool results, replies, the separator and the next turn's opening) are rendered by
 `chat.ChatRenderer`. One trajectory is one training sample: its response is every segment in
 order, the loss mask is 1 on the model's tokens only, and the attention covers them all.
+
+A trajectory that rollout.partial paused carries its open turn (`Trajectory.open`: the tokens sampled so far), and
+goes on in a later rollout from `Progress`, the same trajectory as plain data (what the controller's pool, the
+wire and a checkpoint hold): a single-turn sample and a conversation resume from it in their own loops
+(loop.py), not in a parallel class.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpoflow.data.batch import Batch
-from grpoflow.rollout.protocol import left_pad
+from grpoflow.rollout.protocol import Completion, left_pad
 
 # Why a trajectory ended (Trajectory.ended; logged as shares rollout/ending/<reason>):
 END_REASONS = (
@@ -60,6 +65,7 @@ class Trajectory:
     kv_reused: int = 0                     # prompt tokens of its turns whose KV the engine kept from a turn before
     kv_evicted: int = 0                    # other trajectories' kept KV caches that keeping its own pushed out
     ended: str = ""                        # why it ended (END_REASONS; "" while it runs)
+    open: Segment | None = None            # paused (rollout.partial): the open turn's tokens so far, not yet a turn
 
     @property
     def version(self) -> int:
@@ -90,7 +96,62 @@ class Trajectory:
     def from_data(data: dict) -> "Trajectory":
         """A fresh trajectory from `as_data`'s output (a deep copy: growing it leaves `data` as it was)."""
         data = copy.deepcopy(data)
-        return Trajectory(**{**data, "segments": [Segment(**s) for s in data["segments"]]})
+        opened = data.get("open")
+        return Trajectory(**{**data, "segments": [Segment(**s) for s in data["segments"]],
+                             "open": Segment(**opened) if opened is not None else None})
+
+
+@dataclass
+class Progress:
+    """A sample of a partial rollout so far, as plain data: what the controller's pool and a checkpoint hold, and what
+    a later rollout resumes from (`RolloutItem.carried`)."""
+    seed: int             # the seed of the rollout it started in: its streams and its environment's seed derive from it
+    ids: list[int] = field(default_factory=list)        # the open turn's tokens so far (single-turn: the sample's)
+    log_probs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)   # the weight version that sampled each of them
+    finish: str = ""      # "stop" | "length" once finished; "" while it has more to sample
+    text: str = ""        # single-turn: the decoded completion, once finished
+    past: dict | None = None  # multi-turn: the trajectory before the open turn (finished: all of it), as_data()
+
+    @property
+    def oldest(self) -> int | None:
+        """The weight version of its oldest token (None: nothing sampled yet)."""
+        past = [v for s in (self.past or {}).get("segments", []) if s["log_probs"] is not None
+                for v in (s["versions"] if s["versions"] is not None else [s["version"]] * len(s["ids"]))]
+        return min(past + self.versions, default=None)
+
+    def head(self) -> Completion:
+        """The open turn's tokens so far, as the start of the completion that continues it."""
+        return Completion(list(self.ids), list(self.log_probs), list(self.versions), "paused")
+
+    def trajectory(self, prompt_ids: list[int]) -> Trajectory:
+        """The sample as a trajectory: a conversation's recorded one (the open turn left out), or the one model
+        segment of a single-turn sample after `prompt_ids` (per-token versions kept)."""
+        if self.past is not None:
+            return Trajectory.from_data(self.past)
+        t = Trajectory(list(prompt_ids), [{"role": "assistant", "content": self.text}], turns=1,
+                       truncated=self.finish == "length",
+                       ended={"": "paused", "length": "token_budget"}.get(self.finish, "eos"))
+        if self.ids:
+            t.segments.append(Segment(list(self.ids), list(self.log_probs), min(self.versions), list(self.versions)))
+        return t
+
+    @staticmethod
+    def of(t: Trajectory, seed: int, multi_turn: bool) -> "Progress":
+        """The progress of `t` after a rollout (paused: `t.open` holds its open turn): a conversation keeps its
+        trajectory in `past`, a single-turn sample its one turn in `ids`."""
+        finish = "" if t.ended == "paused" else "length" if t.truncated else "stop"
+        turn = t.open if t.open is not None else t.segments[0] if t.segments and not multi_turn else Segment([])
+        ids, log_probs, versions = list(turn.ids), list(turn.log_probs or []), list(turn.versions or [])
+        if not multi_turn:
+            return Progress(seed, ids, log_probs, versions, finish, t.last_assistant_text() if finish else "")
+        past = t.as_data()
+        del past["open"]  # it is the progress's ids
+        return Progress(seed, ids, log_probs, versions, finish, past=past)
+
+    @staticmethod
+    def from_data(data: dict) -> "Progress":
+        return Progress(**data)
 
 
 def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts: list[str], rows: list[dict],

@@ -22,7 +22,7 @@ import torch
 
 from grpoflow.multiturn.tool_parser import ToolCall, parse_tool_calls
 from grpoflow.multiturn.tool_runner import ToolRunner
-from grpoflow.multiturn.trajectory import Segment, Trajectory
+from grpoflow.multiturn.trajectory import Progress, Segment, Trajectory
 from grpoflow.rollout.protocol import Completion
 from grpoflow.rollout.random_streams import prompt_seeds, row_seeds
 
@@ -70,7 +70,7 @@ class SampleInfo:
     kv_evicted: int = 0     # other trajectories' kept KV caches that keeping its own pushed out (HF engine)
     paused: bool = False    # rollout.partial: stopped unfinished, to continue in a later rollout
     finished_at: int = -1   # rollout.partial: the batcher tick it finished at in this rollout (-1: not in it)
-    progress: Any = None    # rollout.partial: the sample so far as plain data (multiturn/partial.Progress)
+    progress: Progress | None = None  # rollout.partial: the sample so far as plain data
     ended: str = ""         # why it ended (trajectory.END_REASONS)
 
 

@@ -13,7 +13,6 @@ from torch import Tensor
 from grpoflow.config import Config, RolloutConfig
 from grpoflow.data.batch import Batch, split_bounds
 from grpoflow.multiturn.loop import RolloutItem
-from grpoflow.multiturn.partial import partial_kind
 from grpoflow.multiturn.rollout import Kind, run_rollout
 from grpoflow.rollout.factory import build_engine
 from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
@@ -44,26 +43,27 @@ class RolloutWorker:
         self._pushed: PushedWeights | None = None  # an update fed bucket by bucket (split placement)
         self._kind: Kind | None = None  # built at the first rollout (tool processes, the agent endpoint)
 
-    def rollout(self, items: list[RolloutItem], params: SamplingParams, seed: int | None = None) -> Batch:
+    def rollout(self, items: list[RolloutItem], params: SamplingParams, seed: int | None = None,
+                complete: int | None = None) -> Batch:
         """`params.n` trajectories of each item over this worker's engine, as samples whose group ids are the
         items' positions (prompt-major; an agent episode may give several samples). With `seed`, turn t of
         sample j of an item draws from its own stream (multiturn/turns.py), so the samples do not depend on
-        batching, placement or the other trajectories."""
+        batching, placement or the other trajectories.
+
+        rollout.partial: items carry their samples so far (`RolloutItem.carried`, each with its own seed), which go
+        on from there; with `complete`, every sample still running pauses once this worker's share of `complete`
+        groups (the step's data.prompts_per_step, split over the workers as their items are) have finished. Every
+        sample comes back, finished or not, with its progress (`infos[i].progress`, `.paused`, `.finished_at`;
+        multiturn/loop.py)."""
         if seed is not None:
             torch.manual_seed(seed)
-        return run_rollout(self.kind(), self.engine, items, params, seed, deterministic=self.deterministic,
-                           pad_token_id=self.tokenizer.pad_token_id,
+        quota = None
+        if complete is not None:
+            bounds = split_bounds(complete, self.world_size)
+            quota = bounds[self.rank + 1] - bounds[self.rank]
+        return run_rollout(self.kind(), self.engine, items, params, seed, quota=quota,
+                           deterministic=self.deterministic, pad_token_id=self.tokenizer.pad_token_id,
                            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False))
-
-    def rollout_partial(self, items: list[RolloutItem], params: SamplingParams, complete: int) -> Batch:
-        """rollout.partial: each item's samples go on from their progress (`RolloutItem.carried`) until this
-        worker's share of `complete` groups (the step's data.prompts_per_step, split over the workers as their
-        items are) have finished; then every sample still running pauses. Every sample comes back, finished or
-        not, with its progress so far (`infos[i].progress`, `.paused`, `.finished_at`; multiturn/partial.py)."""
-        bounds = split_bounds(complete, self.world_size)
-        kind = partial_kind(self.kind(), self.tokenizer, bounds[self.rank + 1] - bounds[self.rank])
-        return run_rollout(kind, self.engine, items, params, None, deterministic=self.deterministic,
-                           pad_token_id=self.tokenizer.pad_token_id)
 
     def kind(self) -> Kind:
         """The run's kind of rollout, built at the first rollout (tool processes, the agent endpoint)."""

@@ -149,7 +149,7 @@ class ScriptedRollout:
     def __init__(self, script):
         self.script, self.calls = script, 0
 
-    def rollout(self, items, params, seed=None):
+    def rollout(self, items, params, seed=None, complete=None):  # RolloutWorker.rollout's signature
         self.calls += 1
         texts = [self.script(ITEMS[it.index].prompt_text, self.calls)[j] for it in items for j in range(params.n)]
         lengths = torch.tensor([min(len(t), 4) for t in texts])

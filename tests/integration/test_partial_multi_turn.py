@@ -1,4 +1,4 @@
-"""rollout.partial for conversations (multiturn/partial.py PartialEnvLoop) on the tiny model warm-started on the
+"""rollout.partial for conversations (multiturn/loop.py EnvLoop, resumed) on the tiny model warm-started on the
 guess_number and calculator_tool demonstrations: conversations paused anywhere (mid-turn, after tool calls) and
 continued with the same weights are the uninterrupted ones; continued with new weights, their log-probs are the
 teacher-forced ones under the weights that sampled each token; an environment whose replies use an unseeded random
@@ -18,8 +18,8 @@ from grpoflow.controller.checkpoint import CheckpointManager, load_state
 from grpoflow.errors import UserError
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.multiturn.loop import RolloutItem
-from grpoflow.multiturn.partial import PartialEnvLoop, Progress
 from grpoflow.multiturn.rollout import played_batch, run_rollout
+from grpoflow.multiturn.trajectory import Progress
 from grpoflow.multiturn.turns import info_of
 from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.rollout.protocol import SamplingParams
@@ -66,7 +66,7 @@ def carried(items, progress):
 def play_partial(loop, engine, tok, items, params, progress, quota):
     """One partial rollout of every item from `progress` (pausing once `quota` groups are complete): the progress
     after it, per item."""
-    batch = run_rollout(PartialEnvLoop(loop, quota), engine, carried(items, progress), params, None,
+    batch = run_rollout(loop, engine, carried(items, progress), params, None, quota=quota,
                         pad_token_id=tok.pad_token_id)
     n = params.n
     return [[batch.infos[k * n + j].progress for j in range(n)] for k in range(len(items))]

@@ -276,3 +276,48 @@ def test_the_probe_sees_a_heavy_import():
 def test_rewards_and_config_import_without_torch():
     # DESIGN.md: rewards depend on the stdlib, config on nothing; both load in a plain process.
     assert _loaded_after_import("grpoflow.rewards.scoring, grpoflow.config", extra=("torch",)) == []
+
+
+# ---------------------------------------------------------------- no circles between modules
+
+
+def import_circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of a module graph (its strongly connected components of more than one module, sorted)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in sorted(edges[module]):
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_no_module_imports_itself_through_others():
+    """Every import counts (lazy and TYPE_CHECKING ones too): two modules that need each other are one module or
+    a sign that one path was written twice (partial rollout's loop.py <-> partial.py was)."""
+    modules = {m: p for m, _, p in all_modules()}
+    edges = {m: {n for n in _imports(m, p) if n in modules and n != m} for m, p in modules.items()}
+    assert import_circles(edges) == []
+
+
+def test_the_circle_check_sees_a_circle():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(edges) == [["a", "b", "c"]]

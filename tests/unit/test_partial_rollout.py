@@ -18,8 +18,8 @@ from grpoflow.distributed.worker_group import WorkerGroup, broadcast
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model
 from grpoflow.multiturn.loop import RolloutItem, SingleTurn
-from grpoflow.multiturn.partial import PartialSingleTurn, Progress
 from grpoflow.multiturn.rollout import run_rollout
+from grpoflow.multiturn.trajectory import Progress
 from grpoflow.rollout.hf import HFRolloutEngine
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
@@ -50,7 +50,7 @@ def item(text, position, carried):
 
 
 def play(eng, items, quota):
-    batch = run_rollout(PartialSingleTurn(TOK, quota), eng, items, PARAMS, None, pad_token_id=TOK.pad_token_id)
+    batch = run_rollout(SingleTurn(TOK), eng, items, PARAMS, None, quota=quota, pad_token_id=TOK.pad_token_id)
     out = []
     for r, info in enumerate(batch.infos):
         length = int(batch.response_mask[r].sum())

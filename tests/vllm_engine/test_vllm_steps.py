@@ -23,8 +23,8 @@ from grpoflow.models.loading import load_causal_lm  # noqa: E402
 from grpoflow.models.logprobs import response_log_probs  # noqa: E402
 from grpoflow.multiturn.chat import ChatRenderer  # noqa: E402
 from grpoflow.multiturn.loop import EnvLoop, RolloutItem, SingleTurn  # noqa: E402
-from grpoflow.multiturn.partial import PartialSingleTurn, Progress  # noqa: E402
 from grpoflow.multiturn.rollout import run_rollout  # noqa: E402
+from grpoflow.multiturn.trajectory import Progress  # noqa: E402
 from grpoflow.rollout.batcher import EngineFailure, RequestBatcher  # noqa: E402
 from grpoflow.rollout.protocol import EngineAbilities, Request, SamplingParams  # noqa: E402
 from grpoflow.rollout.random_streams import prompt_seeds  # noqa: E402
@@ -263,7 +263,7 @@ def test_a_rollout_pauses_at_a_token_boundary_and_continues(engine, tokenizer):
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")  # samples end at different lengths
     params = SamplingParams(n=2, max_new_tokens=30, temperature=1.0, stop_token_ids=(end,))
     items = [RolloutItem(p, i, i, carried=[Progress(100 * i + j) for j in range(2)]) for i, p in enumerate(PROMPTS)]
-    first = run_rollout(PartialSingleTurn(tokenizer, quota=1), engine, items, params, None)
+    first = run_rollout(SingleTurn(tokenizer), engine, items, params, None, quota=1)
     paused = [k for k, info in enumerate(first.infos) if info.paused]
     assert paused and len(paused) < len(first.infos) and not engine.busy
     assert not engine.llm.llm_engine.has_unfinished_requests()
@@ -277,7 +277,7 @@ def test_a_rollout_pauses_at_a_token_boundary_and_continues(engine, tokenizer):
             assert k not in paused or len(ids) < 30
             progress.append(Progress(100 * i + j, ids, lps, [0] * len(ids), "" if k in paused else "stop"))
         carried.append(RolloutItem(item.ids, i, i, carried=progress))
-    second = run_rollout(PartialSingleTurn(tokenizer, quota=3), engine, carried, params, None)
+    second = run_rollout(SingleTurn(tokenizer), engine, carried, params, None, quota=3)
     assert not any(info.paused for info in second.infos)
     for k in paused:  # the continuation starts with the paused tokens
         on = first.response_attention_mask[k].bool()

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from grpoflow.data.dataset import render_prompt
 from grpoflow.errors import UserError
 from grpoflow.training.engine import TrainEngine
+from grpoflow.training.precision import role_precision
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import compute_autocast
 from grpoflow.multiturn.chat import ChatRenderer
@@ -99,16 +100,17 @@ def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: in
         tqdm.write(f"sft: reusing the warm start in {out_dir}")
         return str(out_dir)
     tokenizer = load_tokenizer(model_path)
-    model = load_causal_lm(model_path)
+    precision = role_precision("sft", compute_dtype=compute_dtype)  # float32 weights, autocast
+    model = load_causal_lm(model_path, dtype=precision.weights)
     examples = sft_examples(rows, tokenizer, prompt_key, response_key, system_prompt=system_prompt, tools=tools)
-    engine = TrainEngine(model, lr=lr, grad_clip=1.0)
+    engine = TrainEngine(model, lr=lr, grad_clip=1.0, precision=precision)
     gen = torch.Generator().manual_seed(seed)
     start, loss = time.perf_counter(), float("nan")
     bar = tqdm(range(steps), desc="sft", unit="step", leave=False)
     for _ in bar:
         idx = torch.randint(len(examples), (batch_size,), generator=gen).tolist()
         batch = collate([examples[i] for i in idx], tokenizer.pad_token_id)
-        metrics = engine.forward_backward([batch], lambda m, b: _ce(m, b, compute_dtype))
+        metrics = engine.forward_backward([batch], lambda m, b: _ce(m, b, precision.compute_dtype))
         engine.optimizer_step()
         loss = metrics["loss"]
         bar.set_postfix(loss=f"{loss:.3f}")

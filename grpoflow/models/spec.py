@@ -10,7 +10,7 @@ A spec is, in this order:
 - a local folder: its absolute path (checkpoints record it);
 - with `hub_cache` (the Tinker server), a name in the local Hugging Face cache, never downloaded.
 
-Anything else is a `ConfigError` naming the setting, the value and what the setting takes. grpoflow never downloads.
+Anything else is a `ModelSpecError` naming the setting, the value and what the setting takes. grpoflow never downloads.
 """
 
 from __future__ import annotations
@@ -18,12 +18,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from grpoflow.config import ConfigError
+from grpoflow.errors import UserError
 from grpoflow.models.gguf import cached_conversion, convert_gguf, is_gguf
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
 
 BUILTIN = "builtin:"
 BUILTIN_TINY = "builtin:tiny-"
+
+
+class ModelSpecError(UserError):
+    """A setting names no model this machine has (or an unknown built-in); the message names it and the fix."""
 
 
 def is_builtin(spec: str) -> bool:
@@ -55,16 +59,17 @@ def model_folder(spec: str, *, setting: str, into: str | Path | None = None, see
         return cached
     kinds = ", a .gguf file" + (f", {BUILTIN_TINY}4m" if into is not None else "") + \
         (", a name in the local Hugging Face cache" if hub_cache else "")
-    raise ConfigError(f"{setting}={spec} is not a folder; give a local HF model folder{kinds}{also} (this machine "
+    raise ModelSpecError(f"{setting}={spec} is not a folder; give a local HF model folder{kinds}{also} (this machine "
                       "has no model hub).")
 
 
 def _builtin(spec: str, *, setting: str, into: str | Path | None, seed: int) -> str:
     size = spec.removeprefix(BUILTIN_TINY)
     if not spec.startswith(BUILTIN_TINY) or size not in TINY_SIZES:
-        raise ConfigError(f"{setting}={spec}: unknown built-in; use one of {[BUILTIN_TINY + s for s in TINY_SIZES]}.")
+        builtins = [BUILTIN_TINY + s for s in TINY_SIZES]
+        raise ModelSpecError(f"{setting}={spec}: unknown built-in; use one of {builtins}.")
     if into is None:
-        raise ConfigError(f"{setting}={spec}: a built-in model is built into a run folder; give that run's folder "
+        raise ModelSpecError(f"{setting}={spec}: a built-in model is built into a run folder; give that run's folder "
                           "or a model folder.")
     folder = Path(into).resolve()
     if not (folder / "config.json").exists():  # built once: a resumed run or a second name reuses it

@@ -12,6 +12,7 @@ from grpoflow.commands.run import build_scorer, train
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.models.loading import load_tokenizer
+from grpoflow.models.spec import ModelSpecError
 from grpoflow.models.tiny import save_tiny_model
 from grpoflow.tasks.addition import addition_splits
 
@@ -112,7 +113,7 @@ def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, models):
     tokenizer.save_pretrained(other)
     with pytest.raises(TeacherError, match="another tokenizer than the student.*1 differ"):
         resolve_teacher(str(other), tmp_path, models["student"])
-    with pytest.raises(ConfigError, match="distill.teacher.path=.*is not a folder.*or self"):
+    with pytest.raises(ModelSpecError, match="distill.teacher.path=.*is not a folder.*or self"):
         resolve_teacher(str(tmp_path / "missing"), tmp_path, models["student"])
     with pytest.raises(ConfigError, match="distill.teacher.path=.*does not exist"):  # at start, before the warm start
         train(load_config(None, [f"trainer.output_dir={tmp_path / 'run'}", *TINY,

@@ -5,8 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from grpoflow.config import ConfigError
-from grpoflow.models.spec import is_builtin, model_folder, store_name
+from grpoflow.models.spec import ModelSpecError, is_builtin, model_folder, store_name
 
 
 def test_a_folder_is_its_absolute_path(tiny_model_path, tmp_path, monkeypatch):
@@ -34,6 +33,6 @@ def test_a_builtin_is_built_once_into_its_folder(tmp_path):
     ("builtin:tiny-4m", {}, "a built-in model is built into a run folder"),
 ])
 def test_anything_else_is_one_message_naming_the_setting(spec, kwargs, message):
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(ModelSpecError) as e:
         model_folder(spec, setting="model.path", **kwargs)
     assert message in str(e.value)

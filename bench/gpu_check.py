@@ -313,6 +313,7 @@ def stage_fsdp(work: Path, sizes: Sizes) -> dict[str, Any]:
     import torch.distributed as dist
 
     from grpoflow.training.engine import shard_model
+    from grpoflow.training.precision import role_precision
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -327,7 +328,8 @@ def stage_fsdp(work: Path, sizes: Sizes) -> dict[str, Any]:
         ids = torch.randint(3, 100, (2, 256 if dev.type == "cuda" else 32), device=dev)
         out: dict[str, Any] = {"backend": backend, "world": dist.get_world_size()}
         for dtype in ("float32", "bfloat16"):
-            plain, sharded = copy.deepcopy(base), shard_model(copy.deepcopy(base), compute_dtype=dtype)
+            precision = role_precision("policy", compute_dtype=dtype, sharded=True)  # bf16: FSDP's policy
+            plain, sharded = copy.deepcopy(base), shard_model(copy.deepcopy(base), precision=precision)
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
                 plain(input_ids=ids, labels=ids).loss.backward()
             sharded(input_ids=ids, labels=ids).loss.backward()

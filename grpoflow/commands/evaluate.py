@@ -8,32 +8,31 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from grpoflow.commands.run import build_scorer, read_rows, val_files
+from grpoflow.commands.run import build_scorer, read_rows, val_files, with_compute_dtype
 from grpoflow.config import Config, ConfigError
 from grpoflow.controller.checkpoint import CheckpointManager
 from grpoflow.controller.rewarding import RewardAssembly
 from grpoflow.controller.rollouts import Rollouts
+from grpoflow.controller.trainer import rollout_dtype
 from grpoflow.controller.validation import validate
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.distributed.worker_group import WorkerGroup
-from grpoflow.models.gguf import cached_conversion, is_gguf
 from grpoflow.models.loading import load_tokenizer
+from grpoflow.models.spec import model_folder
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
 
 def policy_folder(path: str, gguf_cache_dir: str | None = None) -> str:
-    """An HF model folder as is; a run folder -> the policy of its latest checkpoint; a .gguf file -> its folder in
-    the conversion cache (converted on first use, models/gguf.py)."""
-    if is_gguf(path):
-        return cached_conversion(path, gguf_cache_dir)
-    checkpoint = CheckpointManager(path).latest()
+    """A run folder -> the policy of its latest checkpoint; any other model spec as models/spec.py resolves it (an HF
+    model folder as is, a .gguf file -> its folder in the conversion cache, converted on first use)."""
+    checkpoint = CheckpointManager(path).latest() if Path(path).is_dir() else None
     if checkpoint is not None:
         return str(checkpoint / "actor")
-    if not (Path(path) / "config.json").exists():
+    if Path(path).is_dir() and not (Path(path) / "config.json").exists():
         raise ConfigError(f"model.path={path} is neither a model folder (config.json) nor a run folder with "
                           f"checkpoints; give one of those.")
-    return path
+    return model_folder(path, setting="model.path", gguf_cache_dir=gguf_cache_dir, also=", or a run folder")
 
 
 def evaluate(cfg: Config) -> dict[str, float]:
@@ -56,7 +55,8 @@ def evaluate(cfg: Config) -> dict[str, float]:
                                    max_prompt_length=d.max_prompt_length, overlong=d.overlong,
                                    apply_chat_template=chat, system_prompt=d.system_prompt)
     items = items[:d.val_max_prompts]
-    group = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, cfg=cfg, dtype=cfg.model.dtype),
+    group = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, cfg=cfg,
+                                            dtype=rollout_dtype(with_compute_dtype(cfg))),
                         pad_token_id=tokenizer.pad_token_id or 0)
     rollouts = Rollouts(group, multi_turn=r.multi_turn.enabled, agent=r.agent.enabled)
     rewards = RewardAssembly(scorer, None, cfg.reward, max_new_tokens=r.max_new_tokens)

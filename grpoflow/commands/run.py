@@ -24,9 +24,8 @@ from grpoflow.controller.run_folder import RunFolder, open_run_folder, write_con
 from grpoflow.controller.trackers import check_trackers
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import load_rows, prepare_prompts
-from grpoflow.models.gguf import convert_gguf, is_gguf
 from grpoflow.models.loading import load_tokenizer
-from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
+from grpoflow.models.spec import is_builtin, model_folder
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.rewards import RewardScorer, build_reward, unscored_message, unscored_sources
 from grpoflow.rewards.by_source import scorer_name
@@ -61,26 +60,11 @@ def build_scorer(cfg: Config) -> RewardScorer | None:
                         timeout_s=r.timeout_s, workers=r.workers)
 
 
-def is_builtin_model(path: str) -> bool:
-    return path.startswith("builtin:")
-
-
 def resolve_model(cfg: Config, run_dir: Path) -> str:
-    """A local model folder for `model.path`; `builtin:tiny-<size>` is built and a `.gguf` file dequantized
-    into `<run folder>/base_model`."""
-    path = cfg.model.path
-    if is_gguf(path):  # dequantized once into the run folder, reused on resume
-        return convert_gguf(path, run_dir.resolve() / "base_model")
-    if not is_builtin_model(path):
-        if not Path(path).is_dir():
-            raise ConfigError(f"model.path={path} is not a folder; give a local HF model folder "
-                              f"(this machine has no model hub), a .gguf file or builtin:tiny-4m.")
-        return str(Path(path).resolve())  # absolute: checkpoints (LoRA adapters) record it
-    size = path.removeprefix("builtin:tiny-")
-    if size not in TINY_SIZES:
-        raise ConfigError(f"model.path={path}: unknown built-in; use one of "
-                          f"{['builtin:tiny-' + s for s in TINY_SIZES]}.")
-    return save_tiny_model(run_dir.resolve() / "base_model", size=size, seed=cfg.model.seed)
+    """A local model folder for `model.path` (models/spec.py); `builtin:tiny-<size>` is built and a `.gguf` file
+    dequantized into `<run folder>/base_model`, once (a resumed run reuses it)."""
+    return model_folder(cfg.model.path, setting="model.path", into=run_dir.resolve() / "base_model",
+                        seed=cfg.model.seed)
 
 
 def read_rows(files: list[str]) -> list[dict]:
@@ -121,7 +105,7 @@ def val_files(cfg: Config) -> list[str]:
 def sft_steps(cfg: Config) -> int:
     if cfg.sft.steps is not None:
         return cfg.sft.steps
-    return DEFAULT_SFT_STEPS if is_builtin_model(cfg.model.path) else 0
+    return DEFAULT_SFT_STEPS if is_builtin(cfg.model.path) else 0
 
 
 def setup_run_dir(cfg: Config, *, auto_dtype: bool = False) -> RunFolder:

@@ -21,6 +21,7 @@ from grpoflow.commands.sft_probe import Probe, greedy_accuracy
 from grpoflow.data.dataset import render_prompt
 from grpoflow.errors import UserError
 from grpoflow.training.engine import TrainEngine
+from grpoflow.training.precision import role_precision
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import compute_autocast
 from grpoflow.multiturn.chat import ChatRenderer
@@ -105,19 +106,20 @@ def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: in
         tqdm.write(f"sft: reusing the warm start in {out_dir}")
         return str(out_dir)
     tokenizer = load_tokenizer(model_path)
-    model = load_causal_lm(model_path)
+    precision = role_precision("sft", compute_dtype=compute_dtype)  # float32 weights, autocast
+    model = load_causal_lm(model_path, dtype=precision.weights)
     examples = sft_examples(rows, tokenizer, prompt_key, response_key, system_prompt=system_prompt, tools=tools)
     gen = torch.Generator().manual_seed(seed)
     probe: Probe = []
     if until_accuracy is not None:
         examples, probe = hold_back(examples, rows, response_key, probe_rows, gen)
-    engine = TrainEngine(model, lr=lr, grad_clip=1.0)
+    engine = TrainEngine(model, lr=lr, grad_clip=1.0, precision=precision)
     start, loss, done, accuracy = time.perf_counter(), float("nan"), 0, None
     bar = tqdm(total=steps, desc="sft", unit="step", leave=False)
     for done in range(1, steps + 1):
         idx = torch.randint(len(examples), (batch_size,), generator=gen).tolist()
         batch = collate([examples[i] for i in idx], tokenizer.pad_token_id)
-        metrics = engine.forward_backward([batch], lambda m, b: _ce(m, b, compute_dtype))
+        metrics = engine.forward_backward([batch], lambda m, b: _ce(m, b, precision.compute_dtype))
         engine.optimizer_step()
         loss = metrics["loss"]
         bar.update()

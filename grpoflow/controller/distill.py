@@ -1,7 +1,7 @@
 """The controller's side of on-policy distillation (`distill.*`, docs/algorithms/opd.md).
 
-- `resolve_teacher`: `distill.teacher.path` as a local model folder (a `.gguf` dequantized and a
-  `builtin:` model built into the run folder, like `model.path`), checked to share the student's
+- `resolve_teacher`: `distill.teacher.path` as a local model folder (models/spec.py: a `.gguf` dequantized and a
+  `builtin:` model built into `<run folder>/teacher_model`, as `model.path` is), checked to share the student's
   tokenizer: the teacher scores the student's token ids, so the two must mean the same thing by each.
 - `Distiller`: after sampling, the teacher (its own worker group, or with `path=self` the actor
   itself) scores the sampled tokens, on privileged prompts when `prompt_template` is set; after the
@@ -19,12 +19,11 @@ from grpoflow.algorithms import distill_advantages
 from grpoflow.config import ConfigError, DistillConfig
 from grpoflow.data.batch import Batch
 from grpoflow.distributed.worker_group import WorkerGroup
-from grpoflow.models.gguf import convert_gguf, is_gguf
 from grpoflow.models.loading import load_tokenizer
-from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
+from grpoflow.models.spec import model_folder
 from grpoflow.rollout.protocol import left_pad
 from grpoflow.workers.actor import ActorWorker
-from grpoflow.workers.teacher import TeacherWorker
+from grpoflow.workers.frozen import FrozenWorker
 
 SELF = "self"  # distill.teacher.path of self-distillation: the actor, with its current weights
 
@@ -37,19 +36,8 @@ def resolve_teacher(path: str, run_dir: Path, student_path: str) -> str:
     """A local folder for `distill.teacher.path` (or `self`), after checking it shares the student's tokenizer."""
     if path == SELF:
         return SELF
-    if is_gguf(path):
-        folder = convert_gguf(path, run_dir.resolve() / "teacher_model")
-    elif path.startswith("builtin:"):
-        size = path.removeprefix("builtin:tiny-")
-        if size not in TINY_SIZES:
-            raise TeacherError(f"distill.teacher.path={path}: unknown built-in; use one of "
-                               f"{['builtin:tiny-' + s for s in TINY_SIZES]}.")
-        folder = save_tiny_model(run_dir.resolve() / "teacher_model", size=size)
-    elif Path(path).is_dir():
-        folder = str(Path(path).resolve())
-    else:
-        raise TeacherError(f"distill.teacher.path={path} is not a folder; give a local HF model folder, a .gguf file, "
-                           "a builtin:tiny-<size> model or self.")
+    folder = model_folder(path, setting="distill.teacher.path", into=run_dir.resolve() / "teacher_model",
+                          also=", or self")
     check_same_tokenizer(load_tokenizer(student_path), load_tokenizer(folder), name=path)
     return folder
 
@@ -83,7 +71,7 @@ def teacher_prompts(prompts: list[str], rows: list[dict], template: str, tokeniz
 class Distiller:
     """Teacher scores on a sampled batch, and the distillation advantage."""
 
-    def __init__(self, cfg: DistillConfig, *, teacher: WorkerGroup[TeacherWorker] | None,
+    def __init__(self, cfg: DistillConfig, *, teacher: WorkerGroup[FrozenWorker] | None,
                  actor: WorkerGroup[ActorWorker], tokenizer: Any) -> None:
         self.cfg, self.teacher, self.actor, self.tokenizer = cfg, teacher, actor, tokenizer
 
@@ -97,7 +85,7 @@ class Distiller:
             scored = scored.replace(prompt_ids=ids, prompt_mask=mask)
         if self.teacher is None:  # self-distillation: the student itself, with the privileged context
             return batch.replace(teacher_log_probs=self.actor.call(ActorWorker.compute_log_prob, scored))
-        out = self.teacher.call(TeacherWorker.score, scored)
+        out = self.teacher.call(FrozenWorker.score, scored)
         return batch.replace(teacher_log_probs=out.teacher_log_probs, teacher_topk_ids=out.teacher_topk_ids,
                              teacher_topk_log_probs=out.teacher_topk_log_probs)
 

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from grpoflow.config import ConfigError, RewardConfig
 from grpoflow.distributed.worker_group import WorkerGroup, broadcast
 from grpoflow.errors import UserError
-from grpoflow.models.gguf import convert_gguf, is_gguf
+from grpoflow.models.spec import model_folder
 from grpoflow.rewards.judge import (JUDGE_COLUMN, JudgeConfigError, JudgeStats, OpenAIJudge, ScoreParser,
                                     judge_scores, render_judge_prompt)
 from grpoflow.workers.judge import JudgeWorker
@@ -60,13 +60,10 @@ def check_judge(r: RewardConfig) -> None:
 
 
 def resolve_judge_path(path: str, run_dir: Path) -> str:
-    """reward.judge.path as a local model folder (a .gguf file is dequantized into <run folder>/judge_model)."""
-    if is_gguf(path):
-        return convert_gguf(path, run_dir.resolve() / "judge_model")
-    if not Path(path).is_dir():
-        raise ConfigError(f"reward.judge.path={path} is not a folder; give a local HF model folder or a .gguf file "
-                          "(or serve the judge and set reward.judge.url).")
-    return str(Path(path).resolve())
+    """reward.judge.path as a local model folder (models/spec.py: a .gguf file is dequantized into
+    <run folder>/judge_model, a builtin: model built there)."""
+    return model_folder(path, setting="reward.judge.path", into=run_dir.resolve() / "judge_model",
+                        also=" (or serve the judge and set reward.judge.url)")
 
 
 class Judging:

@@ -48,14 +48,14 @@ from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.training.bf16_units import this_machines_compute_dtype
 from grpoflow.training.budget import microbatch_budget
 from grpoflow.training.forward import UpdateSchedule
+from grpoflow.training.precision import role_precision
 from grpoflow.training.timing import StageTimer
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
 from grpoflow.workers.judge import JudgeWorker
-from grpoflow.workers.reference import ReferenceWorker
+from grpoflow.workers.frozen import FrozenWorker
 from grpoflow.workers.reward_model import RewardModelWorker
 from grpoflow.workers.rollout import RolloutWorker
-from grpoflow.workers.teacher import TeacherWorker
 
 
 class Controller:
@@ -170,13 +170,11 @@ class Controller:
             lora_sync=cfg.rollout.lora_sync), pool=train_pool)
         # The reference policy exists only for a KL term; with LoRA the actor serves it (adapters off).
         self.needs_ref = a.kl_coef > 0 or alg.use_kl_in_reward
-        self.ref: WorkerGroup[ReferenceWorker] | None = None
+        self.ref: WorkerGroup[FrozenWorker] | None = None
         if self.needs_ref and cfg.model.lora.rank == 0:
-            self.ref = WorkerGroup("reference", partial(
-                ReferenceWorker, model_path=model_path, temperature=cfg.rollout.temperature,
-                max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
-                compute_dtype=cfg.model.compute_dtype), pool=train_pool)
-        self.teacher: WorkerGroup[TeacherWorker] | None = None
+            self.ref = WorkerGroup("reference", partial(FrozenWorker, model_path=model_path, **frozen_options(cfg)),
+                                   pool=train_pool)
+        self.teacher: WorkerGroup[FrozenWorker] | None = None
         self.distiller = self._build_teacher(cfg, train_pool, model_path, self.teacher_path) \
             if self.teacher_path else None
         schedule = UpdateSchedule(a.minibatches, a.epochs, a.max_tokens_per_microbatch)
@@ -198,12 +196,10 @@ class Controller:
             timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
 
     def _build_teacher(self, cfg: Config, pool: Any, model_path: str, teacher_path: str) -> Distiller:
-        """On-policy distillation's teacher: its own group, placed like the reference (or the actor itself)."""
-        a = cfg.actor
+        """On-policy distillation's teacher: a frozen model's group like the reference (or the actor itself)."""
         self.teacher = None if teacher_path == SELF else WorkerGroup("teacher", partial(
-            TeacherWorker, model_path=teacher_path, temperature=cfg.rollout.temperature,
-            max_tokens=a.max_tokens_per_microbatch, chunk_size=a.logprob_chunk_size,
-            compute_dtype=cfg.model.compute_dtype, topk=cfg.distill.topk), pool=pool, pad_token_id=self.pad_token_id)
+            FrozenWorker, model_path=teacher_path, **frozen_options(cfg), topk=cfg.distill.topk), pool=pool,
+            pad_token_id=self.pad_token_id)
         return Distiller(cfg.distill, teacher=self.teacher, actor=self.actor, tokenizer=load_tokenizer(model_path))
 
     def step(self, step: int) -> dict[str, float]:
@@ -257,7 +253,7 @@ class Controller:
     def ref_log_prob(self, batch: Batch) -> Tensor:
         """[B, R] reference log-probs: from the reference group, or with LoRA from the actor (adapters off)."""
         if self.ref is not None:
-            return self.ref.call(ReferenceWorker.compute_ref_log_prob, batch)
+            return self.ref.call(FrozenWorker.log_probs, batch)
         return self.actor.call(ActorWorker.compute_ref_log_prob, batch)
 
     @contextlib.contextmanager
@@ -417,9 +413,18 @@ class Controller:
 
 
 def rollout_dtype(cfg: Config) -> str:
-    """The rollout engines' dtype, in which their weights are synced too: bfloat16 when the run computes or stores in
-    bf16 (the rollout copy never trains, so needs no fp32 master), else float32."""
-    return "bfloat16" if "bfloat16" in (cfg.model.dtype, cfg.model.compute_dtype) else "float32"
+    """The rollout engines' dtype (training/precision.py), in which their weights are synced too: bfloat16 when the
+    run computes or stores in bf16 (the rollout copy never trains, so needs no fp32 master), else float32."""
+    return role_precision("rollout", dtype=cfg.model.dtype, compute_dtype=cfg.model.compute_dtype).weights_dtype
+
+
+def frozen_options(cfg: Config) -> dict[str, Any]:
+    """The frozen role's options (reference and teacher, workers/frozen.py): the policy's precision inputs, so that
+    it computes as the actor does, and the actor's forward settings."""
+    a = cfg.actor
+    return dict(temperature=cfg.rollout.temperature, max_tokens=a.max_tokens_per_microbatch,
+                chunk_size=a.logprob_chunk_size, dtype=cfg.model.dtype, compute_dtype=cfg.model.compute_dtype,
+                lora=cfg.model.lora.rank > 0)
 
 
 def pad_token_id(model_path: str) -> int:

@@ -13,8 +13,8 @@ with transformers' additive float mask (0 where a key is visible, the dtype's mi
 
 `register()` adds it to transformers' public `AttentionInterface` / `AttentionMaskInterface` under
 `GROUPED_ATTENTION`; a model uses it after `model.set_attn_implementation(GROUPED_ATTENTION)`. The
-actor and the reference use it for bf16 compute on CPU; the rollout engine does not: decoding one
-query per row, sdpa was as fast or faster (`bench/ablation.py --real-model`).
+actor and the frozen models (reference, teacher) use it for bf16 compute on CPU; the rollout engine does not:
+decoding one query per row, sdpa was as fast or faster (`bench/ablation.py --real-model`).
 """
 
 from __future__ import annotations
@@ -57,12 +57,11 @@ def register() -> str:
 Model = TypeVar("Model", bound=torch.nn.Module)
 
 
-def use_for_bf16_on_cpu(model: Model, compute_dtype: str | torch.dtype | None) -> Model:
-    """Switch `model` to `grouped_attention` when it computes in bfloat16 on a CPU-only machine, where torch's
-    bf16 attention kernel is the slow part of a short-sequence step (docs/performance.md); leave it as loaded
-    (sdpa) otherwise, so float32 results do not change. Models outside transformers' attention interface
-    (no `set_attn_implementation`) are left as they are. Returns the model."""
-    dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
-    if dtype == torch.bfloat16 and not torch.cuda.is_available() and hasattr(model, "set_attn_implementation"):
+def use_grouped_attention(model: Model) -> Model:
+    """Switch `model` to `grouped_attention` (training/precision.py decides which roles do: those computing in
+    bfloat16 on a CPU-only machine, where torch's bf16 attention kernel is the slow part of a short-sequence step,
+    docs/performance.md). Models outside transformers' attention interface (no `set_attn_implementation`) are left
+    as they are. Returns the model."""
+    if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(register())  # type: ignore[operator]
     return model

@@ -1,10 +1,11 @@
 """Base models by name, and the training models made from them (LoRA or full), saved and loaded as states.
 
-A `base_model` name is resolved, in order, as: the alias `tinker.model_name` (meaning `model.path`); a
-`builtin:tiny-<size>` model (built once into `<root>/base_models/`); a local HF folder or `.gguf` file (converted
-once into `<root>/base_models/`); a name in the local Hugging Face cache (offline). The SDK's `get_tokenizer()`
-loads `model_data.tokenizer_id`, which is always the local folder, so it works offline; builtin: models are
-reported under their folder's path, because a sampling client loads its tokenizer from the model name.
+A `base_model` name is resolved as every model spec is (models/spec.py), in order, as: the alias
+`tinker.model_name` (meaning `model.path`); a `builtin:tiny-<size>` model (built once into `<root>/base_models/`); a
+local HF folder or `.gguf` file (converted once into `<root>/base_models/`); a name in the local Hugging Face cache
+(offline). The SDK's `get_tokenizer()` loads `model_data.tokenizer_id`, which is always the local folder, so it works
+offline; builtin: models are reported under their folder's path, because a sampling client loads its tokenizer from
+the model name.
 
 LoRA training models on one base model share one copy of its weights (`BaseModels.shared`, frozen): each holds
 its own module tree around the same parameter tensors (`sharing_copy`), its adapters and their optimizer state.
@@ -28,10 +29,9 @@ from pathlib import Path
 import torch
 
 from grpoflow.atomic_folder import damaged_file, publish_folder
-from grpoflow.models.gguf import convert_gguf, is_gguf
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.lora import add_lora
-from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
+from grpoflow.models.spec import is_builtin, model_folder, store_name
 from grpoflow.training.collectives import current_device
 from grpoflow.training.engine import TrainEngine
 from grpoflow.errors import UserError
@@ -98,40 +98,11 @@ class BaseModels:
 
     def _resolve(self, name: str) -> BaseModel:
         path = self.default_path if name == self.alias else name
-        if path.startswith("builtin:"):
-            size = path.removeprefix("builtin:tiny-")
-            if size not in TINY_SIZES:
-                raise UserError(f"base_model={name!r}: unknown built-in; use one of "
-                                f"{['builtin:tiny-' + s for s in TINY_SIZES]}.")
-            folder = self.root / "base_models" / f"builtin-tiny-{size}-seed{self.seed}"
-            if not (folder / "config.json").exists():
-                save_tiny_model(folder, size=size, seed=self.seed)
-            folder_s = str(folder.resolve())
-            return BaseModel(name=name if name == self.alias else folder_s, folder=folder_s)
-        if is_gguf(path) and Path(path).is_file():
-            folder = self.root / "base_models" / Path(path).stem
-            return BaseModel(name=name, folder=convert_gguf(path, folder))
-        if Path(path).is_dir():
-            return BaseModel(name=name, folder=str(Path(path).resolve()))
-        cached = _hub_cache_folder(path)
-        if cached is not None:
-            return BaseModel(name=name, folder=cached)
-        raise UserError(f"base_model={name!r} is not a model this server can load: give a local HF folder, a .gguf "
-                        f"file, builtin:tiny-4m, a name in the local Hugging Face cache, or one of {self.served()} "
-                        "(this machine has no model hub; see docs/tinker.md).")
-
-
-def _hub_cache_folder(name: str) -> str | None:
-    """The snapshot folder of `name` in the local Hugging Face cache, never downloading; None if absent."""
-    if not re.fullmatch(r"[\w.-]+/[\w.-]+", name):
-        return None
-    try:
-        from huggingface_hub import snapshot_download
-
-        folder = snapshot_download(name, local_files_only=True)
-    except Exception:  # not cached (LocalEntryNotFoundError) or no hub library: not a cached model
-        return None
-    return folder if (Path(folder) / "config.json").exists() else None
+        folder = model_folder(path, setting=f"base_model={name!r}", into=self.root / "base_models" /
+                              store_name(path, self.seed), seed=self.seed, hub_cache=True,
+                              also=f", or one of {self.served()}; see docs/tinker.md")
+        # a builtin: model is reported under its folder, from which a sampling client loads its tokenizer
+        return BaseModel(name=folder if is_builtin(path) and name != self.alias else name, folder=folder)
 
 
 def lora_targets(spec: ModelSpec, model: torch.nn.Module) -> list[str]:

@@ -14,7 +14,8 @@ root) and every verb is a collective that all ranks call together:
 - the grad norm is the global norm, so clipping and the NaN check agree on every rank;
 - checkpoints hold full (unsharded) weights and optimizer state, so a checkpoint does not
   depend on the world size it was written with;
-- computing in bf16 (`compute_dtype` bfloat16 over float32 parameters), the shards carry FSDP2's
+- computing in bf16 (a `Precision` whose `how` is `sharded`: bfloat16 over float32 parameters, decided by
+  training/precision.py), the shards carry FSDP2's
   `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`: each layer is all-gathered in
   bf16 and computes in bf16, its gradients are reduce-scattered in float32 into the float32 shards
   the optimizer steps (the one-rank engine's compute copy does the same on one device).
@@ -39,7 +40,8 @@ from grpoflow.errors import UserError
 from grpoflow.training.collectives import current_device, global_max, global_sum, rank, sum_over_ranks, to_device, \
     world_size
 from grpoflow.training.microbatch import PaddingBatch
-from grpoflow.training.mixed_precision import ComputeCopy, wants_compute_copy
+from grpoflow.training.mixed_precision import ComputeCopy
+from grpoflow.training.precision import Precision
 from grpoflow.models.loading import load_saved_weights, saved_state
 from grpoflow.models.lora import is_adapter_weight, is_lora, merged_named_weights
 
@@ -80,15 +82,15 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     return list(max(lists, key=lambda m: sum(p.numel() for p in m.parameters())))  # type: ignore[attr-defined]
 
 
-def place_model(model: nn.Module, compute_dtype: str | torch.dtype | None = None, *,
-                from_rank0: bool = False) -> nn.Module:
-    """Put `model` on this rank's device; with more than one rank, shard it with FSDP2 first (`shard_model`).
+def place_model(model: nn.Module, precision: Precision | None = None, *, from_rank0: bool = False) -> nn.Module:
+    """Put `model` on this rank's device; with more than one rank, shard it with FSDP2 first (`shard_model`, with
+    `precision`'s mixed-precision policy).
     `from_rank0` (sharded): rank 0's weights are the model's; the other ranks may hold it on the meta device
     (`load_causal_lm(meta=True)`) and receive their shards from rank 0 (`materialise_from_rank0`)."""
     if world_size() == 1:
         return model.to(current_device())
     full = model.state_dict() if from_rank0 and rank() == 0 else {}
-    model = shard_model(model, compute_dtype=compute_dtype)
+    model = shard_model(model, precision=precision)
     if from_rank0:
         materialise_from_rank0(model, full)
     return model
@@ -111,7 +113,7 @@ def materialise_from_rank0(model: nn.Module, full: dict[str, Any]) -> None:
             buffer.data.copy_(cpu)
 
 
-def shard_model(model: nn.Module, *, compute_dtype: str | torch.dtype | None = None) -> nn.Module:
+def shard_model(model: nn.Module, *, precision: Precision | None = None) -> nn.Module:
     """`fully_shard` every decoder layer, then the root, over the ranks of the default process group (any world
     size, one included: bench/gpu_check.py runs it over NCCL at world size 1), with `mixed_precision_policy`.
 
@@ -122,7 +124,7 @@ def shard_model(model: nn.Module, *, compute_dtype: str | torch.dtype | None = N
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     mesh = init_device_mesh(current_device().type, (world_size(),))
-    policy = mixed_precision_policy(model, compute_dtype)
+    policy = mixed_precision_policy(precision)
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)  # the rest (embeddings, final norm, head); moves shards to device
@@ -133,16 +135,15 @@ def shard_model(model: nn.Module, *, compute_dtype: str | torch.dtype | None = N
     return model
 
 
-def mixed_precision_policy(model: nn.Module, compute_dtype: str | torch.dtype | None) -> Any:
-    """FSDP2's policy for `model`'s shards: bf16 parameters for compute with float32 reductions when computing in
-    a dtype below the parameters' (bfloat16 over float32), else none (every collective in the parameters' dtype)."""
+def mixed_precision_policy(precision: Precision | None) -> Any:
+    """FSDP2's policy for the shards: with a `sharded` precision (a compute dtype below the parameters', bfloat16
+    over float32) parameters gathered in the compute dtype and float32 reductions, else none (every collective in
+    the parameters' dtype)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
-    params = next(model.parameters(), None)
-    if dtype is None or params is None or dtype.itemsize >= params.dtype.itemsize:
+    if precision is None or precision.how != "sharded":
         return MixedPrecisionPolicy()
-    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy(param_dtype=precision.compute, reduce_dtype=torch.float32)
 
 
 def _full(t: Tensor) -> Tensor:
@@ -151,20 +152,22 @@ def _full(t: Tensor) -> Tensor:
 
 
 class TrainEngine:
-    """`model` holds the trained (master) weights. With a `compute_dtype` below the parameters' (bfloat16 over
-    float32) on one rank without LoRA, forward and backward run on a bf16 copy whose gradients accumulate into
-    the masters' float32 gradients (`mixed_precision.ComputeCopy`); `forward_model()` is the module to run."""
+    """`model` holds the trained (master) weights. With a `precision` whose `how` is `copy` (training/precision.py:
+    a compute dtype below the parameters', bfloat16 over float32, on one rank without LoRA), forward and backward
+    run on a bf16 copy whose gradients accumulate into the masters' float32 gradients (`mixed_precision.ComputeCopy`);
+    `sharded`: FSDP2's mixed-precision policy; otherwise (None: native) the model computes as it is, autocast being
+    the loss function's. `forward_model()` is the module to run."""
 
     def __init__(self, model: nn.Module, *, lr: float, weight_decay: float = 0.0, grad_clip: float = 1.0,
                  betas: tuple[float, float] = (0.9, 0.999), lr_schedule: Callable[[int], float] | None = None,
-                 compute_dtype: str | None = None, from_rank0: bool = False) -> None:
+                 precision: Precision | None = None, from_rank0: bool = False) -> None:
         """`from_rank0` (sharded): the other ranks' `model` may be on the meta device; rank 0's weights are sent."""
         self.sharded = world_size() > 1
         # built on the meta device: its weights (shards) come from rank 0, never read from disk here
         self.received_weights = self.sharded and from_rank0 and any(p.is_meta for p in model.parameters())
-        self.model = place_model(model, compute_dtype, from_rank0=from_rank0)
-        copy_dtype = wants_compute_copy(self.model, compute_dtype, sharded=self.sharded)
-        self.compute_copy = ComputeCopy(self.model, copy_dtype) if copy_dtype is not None else None
+        self.model = place_model(model, precision, from_rank0=from_rank0)
+        self.compute_copy = ComputeCopy(self.model, precision.compute) \
+            if precision is not None and precision.how == "copy" else None
         self.device = current_device()
         self.grad_clip = grad_clip
         params = [p for p in self.model.parameters() if p.requires_grad]  # after sharding: the local shards

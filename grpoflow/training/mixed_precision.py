@@ -15,7 +15,7 @@ element-wise work stay float32. With a compute copy the cast happens once per op
   optimizer step or a checkpoint load (`mark_stale`), so the copy never lags the masters.
 
 Tied weights stay tied (the copy is a `deepcopy`, which keeps shared tensors shared). Frozen parameters
-are copied but get no hook.
+are copied but get no hook. Which roles get a copy is decided in training/precision.py (`how` = `copy`).
 """
 
 from __future__ import annotations
@@ -69,14 +69,3 @@ def _into_master(master_p: nn.Parameter):
         compute_p.grad = None
     return hook
 
-
-def wants_compute_copy(model: nn.Module, compute_dtype: str | torch.dtype | None, *,
-                       sharded: bool) -> torch.dtype | None:
-    """The dtype of a compute copy for `model`, or None to compute in the model's own dtype (or under autocast):
-    a copy only for a lower-precision compute dtype than the parameters', on one rank (FSDP shards have their own
-    mixed-precision policy) and without LoRA adapters (their few trained weights gain nothing from it)."""
-    dtype = getattr(torch, compute_dtype) if isinstance(compute_dtype, str) else compute_dtype
-    params = [p for p in model.parameters()]
-    if dtype is None or sharded or not params or hasattr(model, "peft_config"):
-        return None
-    return dtype if dtype.itemsize < params[0].dtype.itemsize else None

@@ -30,6 +30,7 @@ from grpoflow.training.bf16_units import slow_bf16_warning
 from grpoflow.training.budget import MIN_TOKENS
 from grpoflow.training.engine import TrainEngine, lr_multiplier
 from grpoflow.training.forward import Counts, UpdateSchedule, accumulate_gradients, batch_log_probs, train_on_batch
+from grpoflow.training.precision import Precision, role_precision
 from grpoflow.training.timing import StageTimer
 
 log = logging.getLogger("grpoflow.precision")
@@ -53,12 +54,16 @@ class ActorWorker:
         lr_schedule = partial(lr_multiplier, warmup_steps=cfg.lr_warmup_steps, total_steps=total_optimizer_steps,
                               schedule=cfg.lr_schedule, min_lr_ratio=cfg.min_lr_ratio)
         model_cfg = model_cfg or ModelConfig()
-        self.compute_dtype = model_cfg.compute_dtype  # a bf16 compute copy, or autocast
+        # a bf16 compute copy, FSDP's mixed precision or autocast (training/precision.py)
+        self.precision = role_precision("policy", dtype=model_cfg.dtype, compute_dtype=model_cfg.compute_dtype,
+                                        sharded=world_size > 1, lora=model_cfg.lora.rank > 0,
+                                        cuda=torch.cuda.is_available())
+        self.compute_dtype = self.precision.compute_dtype
         # Sharded, only rank 0 reads the weights; the others build the model on the meta device and receive their
         # shards from it (one copy of the model in host memory, not one per rank).
-        self.engine = TrainEngine(build_policy(model_path, model_cfg, meta=world_size > 1 and rank > 0), lr=cfg.lr,
-                                  weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip, lr_schedule=lr_schedule,
-                                  compute_dtype=self.compute_dtype, from_rank0=world_size > 1)
+        policy = build_policy(model_path, model_cfg, self.precision, meta=world_size > 1 and rank > 0)
+        self.engine = TrainEngine(policy, lr=cfg.lr, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
+                                  lr_schedule=lr_schedule, precision=self.precision, from_rank0=world_size > 1)
         device = next(self.engine.model.parameters()).device
         if rank == 0 and (slow := slow_bf16_warning(model_cfg.dtype, model_cfg.compute_dtype, device)):
             log.warning(slow)
@@ -223,12 +228,13 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
     return loss, metrics
 
 
-def build_policy(model_path: str, cfg: ModelConfig, *, meta: bool = False) -> torch.nn.Module:
-    """The trainable policy: the model in `model_path`, in `cfg.dtype`, with LoRA and/or gradient
-    checkpointing when configured (and grouped attention when it computes in bf16 on a CPU). `meta`: on the meta
-    device, its weights to come from rank 0 (FSDP ranks other than 0)."""
-    model = attention.use_for_bf16_on_cpu(load_causal_lm(model_path, dtype=getattr(torch, cfg.dtype), meta=meta),
-                                          cfg.compute_dtype)
+def build_policy(model_path: str, cfg: ModelConfig, precision: Precision, *, meta: bool = False) -> torch.nn.Module:
+    """The trainable policy: the model in `model_path`, in `precision.weights`, with LoRA and/or gradient
+    checkpointing when configured (and grouped attention where `precision` says: bf16 compute on a CPU). `meta`: on
+    the meta device, its weights to come from rank 0 (FSDP ranks other than 0)."""
+    model = load_causal_lm(model_path, dtype=precision.weights, meta=meta)
+    if precision.grouped_attention:
+        attention.use_grouped_attention(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.lora.rank > 0:

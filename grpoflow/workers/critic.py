@@ -18,6 +18,7 @@ from grpoflow.models.loading import load_value_model
 from grpoflow.models.logprobs import compute_autocast
 from grpoflow.training.engine import TrainEngine
 from grpoflow.training.forward import Counts, UpdateSchedule, per_token_forward, train_on_batch
+from grpoflow.training.precision import role_precision
 
 
 def response_values(model: torch.nn.Module, mb: Batch, compute_dtype: str | None = None) -> Tensor:
@@ -36,8 +37,10 @@ class CriticWorker:
         """`schedule`: the actor's mini-batches, epochs and micro-batch budget (the critic trains on the same
         batches as the actor)."""
         torch.manual_seed(seed)
-        self.rank, self.cfg, self.compute_dtype, self.schedule = rank, cfg, compute_dtype, schedule
-        self.engine = TrainEngine(load_value_model(cfg.model_path or model_path), lr=cfg.lr, grad_clip=cfg.grad_clip)
+        precision = role_precision("critic", compute_dtype=compute_dtype)  # float32 weights, autocast
+        self.rank, self.cfg, self.compute_dtype, self.schedule = rank, cfg, precision.compute_dtype, schedule
+        self.engine = TrainEngine(load_value_model(cfg.model_path or model_path, dtype=precision.weights), lr=cfg.lr,
+                                  grad_clip=cfg.grad_clip, precision=precision)
 
     def save_checkpoint(self, folder: str) -> None:
         """Every rank calls it (gathering sharded weights is a collective); rank 0 writes."""

@@ -13,13 +13,14 @@ from grpoflow.models.loading import load_tokenizer
 from grpoflow.rollout.factory import build_engine
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.rollout.whole_batch import generate_batch
+from grpoflow.training.precision import role_precision
 
 
 class JudgeWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, max_new_tokens: int, engine: str = "hf",
                  max_prompt_tokens: int = 4096) -> None:
         self.tokenizer = load_tokenizer(model_path)
-        self.engine = build_engine(engine, model_path, self.tokenizer)
+        self.engine = build_engine(engine, model_path, self.tokenizer, dtype=role_precision("judge").weights_dtype)
         self.max_new_tokens, self.max_prompt_tokens = max_new_tokens, max_prompt_tokens
 
     def prompt_ids(self, text: str) -> list[int]:

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from grpoflow.models.loading import load_reward_model, load_tokenizer
+from grpoflow.training.precision import role_precision
 
 
 class RewardModelWorker:
@@ -19,7 +20,7 @@ class RewardModelWorker:
                  batch_size: int = 32) -> None:
         self.tokenizer = load_tokenizer(model_path)
         self.tokenizer.truncation_side = "left"
-        self.model = load_reward_model(model_path).eval()
+        self.model = load_reward_model(model_path, dtype=role_precision("reward_model").weights).eval()
         self.max_length, self.batch_size = max_length, batch_size
 
     @torch.no_grad()

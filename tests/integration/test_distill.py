@@ -12,6 +12,7 @@ from grpoflow.commands.run import build_scorer, train
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.models.loading import load_tokenizer
+from grpoflow.models.spec import ModelSpecError
 from grpoflow.models.tiny import save_tiny_model
 from grpoflow.tasks.addition import addition_splits
 
@@ -82,6 +83,15 @@ def test_the_student_as_its_own_teacher_gives_zero_kl(tmp_path, models):
     assert abs(metrics["distill/teacher_kl"]) < 1e-4
 
 
+def test_a_teacher_equal_to_the_student_starts_at_zero_kl_in_bf16(tmp_path, models):
+    # bf16 compute: the actor trains on a bf16 copy of its float32 masters, and the teacher (the frozen role,
+    # training/precision.py) is cast to bf16 the same way, so at step 1 the student's old log-probs (minibatches=2
+    # computes them) and the teacher's are the same numbers: the KL is exactly 0, not bf16 rounding apart.
+    _, metrics = weights_after_one_step(tmp_path, models["student"], [
+        f"distill.teacher.path={models['student']}", "model.compute_dtype=bfloat16", "actor.minibatches=2"])
+    assert metrics["distill/teacher_kl"] == 0.0
+
+
 @pytest.mark.parametrize("overrides, expect", [
     (["distill.teacher.path=builtin:tiny-0.5m", "distill.topk=4", "distill.task_weight=0"], "actor/distill_topk_kl"),
     (["distill.teacher.path=self", "distill.teacher.prompt_template='{answer}|{prompt}'"], "distill/teacher_kl"),
@@ -103,7 +113,7 @@ def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, models):
     tokenizer.save_pretrained(other)
     with pytest.raises(TeacherError, match="another tokenizer than the student.*1 differ"):
         resolve_teacher(str(other), tmp_path, models["student"])
-    with pytest.raises(TeacherError, match="is not a folder"):
+    with pytest.raises(ModelSpecError, match="distill.teacher.path=.*is not a folder.*or self"):
         resolve_teacher(str(tmp_path / "missing"), tmp_path, models["student"])
     with pytest.raises(ConfigError, match="distill.teacher.path=.*does not exist"):  # at start, before the warm start
         train(load_config(None, [f"trainer.output_dir={tmp_path / 'run'}", *TINY,

@@ -28,7 +28,7 @@ from grpoflow.training.engine import NonFiniteLossError
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
 from grpoflow.training.forward import UpdateSchedule
-from grpoflow.workers.reference import ReferenceWorker
+from grpoflow.workers.frozen import FrozenWorker
 
 WORLD = 2
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -117,8 +117,8 @@ def scenarios(model_path: str, rank: int, world: int, ckpt: Path) -> dict:
     worker = actor(model_path, rank, world, budget=13)  # fresh: a second step would compare Adam-amplified noise
     out["one_row"] = worker.compute_log_prob(part(uneven.select([0])))  # rank 1: empty shard
     out["one_row_step"] = train_step(worker, part(uneven.select([0])))
-    ref = ReferenceWorker(rank, world, model_path=model_path, temperature=0.7, max_tokens=13, chunk_size=8)
-    out["ref_log_probs"] = ref.compute_ref_log_prob(part(uneven))
+    ref = FrozenWorker(rank, world, model_path=model_path, temperature=0.7, max_tokens=13, chunk_size=8)
+    out["ref_log_probs"] = ref.log_probs(part(uneven))
     critic = CriticWorker(rank, world, model_path=model_path, cfg=CriticConfig(),
                           schedule=UpdateSchedule(max_tokens_per_microbatch=13), seed=0)
     with_values = part(uneven).replace(values=critic.compute_values(part(uneven)))
@@ -287,8 +287,8 @@ def test_uneven_micro_batch_counts_and_an_empty_shard(two_ranks, tiny_model_path
 def test_sharded_reference_and_critic_match_one_rank(two_ranks, tiny_model_path):
     uneven = make_batch(8, 1, long_first=True)
     half = uneven.split(WORLD)[0]
-    ref = ReferenceWorker(0, 1, model_path=tiny_model_path, temperature=0.7, max_tokens=13, chunk_size=8)
-    torch.testing.assert_close(two_ranks["ref_log_probs"], ref.compute_ref_log_prob(half), **TOL)
+    ref = FrozenWorker(0, 1, model_path=tiny_model_path, temperature=0.7, max_tokens=13, chunk_size=8)
+    torch.testing.assert_close(two_ranks["ref_log_probs"], ref.log_probs(half), **TOL)
     critic = CriticWorker(0, 1, model_path=tiny_model_path, cfg=CriticConfig(),
                           schedule=UpdateSchedule(max_tokens_per_microbatch=13), seed=0)
     with_values = uneven.replace(values=critic.compute_values(uneven))

@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import eager_attention_forward
 
-from grpoflow.models.attention import GROUPED_ATTENTION, grouped_attention, register, use_for_bf16_on_cpu
+from grpoflow.training.precision import role_precision
+from grpoflow.models.attention import GROUPED_ATTENTION, grouped_attention, register, use_grouped_attention
 from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model
 
 
@@ -64,8 +65,12 @@ def test_a_tiny_llama_gives_the_same_logits_with_grouped_attention():
     torch.testing.assert_close(after[mask.bool()], before[mask.bool()], atol=1e-5, rtol=1e-5)
 
 
-def test_switched_on_only_for_bf16_compute():
+def test_switched_on_only_for_bf16_compute_on_a_cpu():
+    # the decision is training/precision.py's; the switch is use_grouped_attention's
+    assert not role_precision("policy", compute_dtype="float32").grouped_attention
+    assert not role_precision("frozen", compute_dtype="bfloat16", cuda=True).grouped_attention
+    assert role_precision("policy", compute_dtype="bfloat16").grouped_attention
+    assert role_precision("frozen", compute_dtype="bfloat16").grouped_attention
+    assert not role_precision("rollout", compute_dtype="bfloat16").grouped_attention   # engines decode with sdpa
     model = build_tiny_model(build_char_tokenizer(), "0.5m", seed=0)
-    default = model.config._attn_implementation
-    assert use_for_bf16_on_cpu(model, "float32").config._attn_implementation == default
-    assert use_for_bf16_on_cpu(model, "bfloat16").config._attn_implementation == GROUPED_ATTENTION
+    assert use_grouped_attention(model).config._attn_implementation == GROUPED_ATTENTION

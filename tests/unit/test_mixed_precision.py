@@ -6,7 +6,8 @@ import torch
 from grpoflow.models import logprobs
 from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model as _build
 from grpoflow.training.engine import TrainEngine
-from grpoflow.training.mixed_precision import ComputeCopy, wants_compute_copy
+from grpoflow.training.mixed_precision import ComputeCopy
+from grpoflow.training.precision import role_precision
 
 
 def build_tiny_model(size: str, seed: int):
@@ -47,13 +48,7 @@ def test_tied_weights_stay_tied_in_the_copy():
     assert compute.get_output_embeddings().weight is compute.get_input_embeddings().weight
 
 
-def test_a_copy_only_for_a_lower_precision_on_one_rank():
-    model = torch.nn.Linear(2, 2)
-    assert wants_compute_copy(model, "bfloat16", sharded=False) == torch.bfloat16
-    assert wants_compute_copy(model, "float32", sharded=False) is None
-    assert wants_compute_copy(model, None, sharded=False) is None
-    assert wants_compute_copy(model, "bfloat16", sharded=True) is None  # FSDP: autocast
-    assert wants_compute_copy(model.to(torch.bfloat16), "bfloat16", sharded=False) is None
+BF16 = role_precision("policy", compute_dtype="bfloat16")  # one rank, float32 masters: a bf16 compute copy
 
 
 def _batch():
@@ -80,7 +75,7 @@ def test_copy_gradients_match_autocast_and_float32():
     torch.manual_seed(0)
     fp32 = TrainEngine(build_tiny_model("0.5m", seed=0), lr=1e-3)
     autocast = TrainEngine(build_tiny_model("0.5m", seed=0), lr=1e-3)  # float32 model under autocast
-    copied = TrainEngine(build_tiny_model("0.5m", seed=0), lr=1e-3, compute_dtype="bfloat16")
+    copied = TrainEngine(build_tiny_model("0.5m", seed=0), lr=1e-3, precision=BF16)
     assert autocast.compute_copy is None and copied.compute_copy is not None
     g32, g_auto, g_copy = _grads(fp32, None), _grads(autocast, "bfloat16"), _grads(copied, "bfloat16")
     assert all(p.grad.dtype == torch.float32 for p in copied.model.parameters())
@@ -94,7 +89,7 @@ def test_copy_gradients_match_autocast_and_float32():
 
 
 def test_optimizer_steps_on_float32_masters_and_the_copy_follows():
-    engine = TrainEngine(build_tiny_model("0.5m", seed=0), lr=1e-2, compute_dtype="bfloat16")
+    engine = TrainEngine(build_tiny_model("0.5m", seed=0), lr=1e-2, precision=BF16)
     before = [p.detach().clone() for p in engine.model.parameters()]
     _grads(engine, "bfloat16")
     engine.optimizer_step()
@@ -110,7 +105,7 @@ def test_resume_from_a_checkpoint_is_exact(tmp_path):
     """Two steps, save, a fresh engine loads and both take a third step: the same float32 masters, bit for bit
     (the loaded engine's compute copy is cast from the loaded masters, not left at the initial weights)."""
     def engine():
-        return TrainEngine(build_tiny_model("0.5m", seed=0), lr=1e-2, compute_dtype="bfloat16")
+        return TrainEngine(build_tiny_model("0.5m", seed=0), lr=1e-2, precision=BF16)
 
     first = engine()
     for _ in range(2):
@@ -133,13 +128,13 @@ def test_the_reference_computes_like_the_actor(tiny_model_path):
     from grpoflow.config import ActorConfig, ModelConfig
     from grpoflow.data.batch import Batch
     from grpoflow.workers.actor import ActorWorker
-    from grpoflow.workers.reference import ReferenceWorker
+    from grpoflow.workers.frozen import FrozenWorker
 
     p, pm, r, rm = _batch()
     batch = Batch(prompt_ids=p, prompt_mask=pm, response_ids=r, response_mask=rm, group_ids=torch.arange(6) // 3)
     actor = ActorWorker(0, 1, model_path=tiny_model_path, cfg=ActorConfig(), temperature=0.7, horizon=4, seed=0,
                         model_cfg=ModelConfig(compute_dtype="bfloat16"))
-    ref = ReferenceWorker(0, 1, model_path=tiny_model_path, temperature=0.7, max_tokens=4096, chunk_size=128,
-                          compute_dtype="bfloat16")
+    ref = FrozenWorker(0, 1, model_path=tiny_model_path, temperature=0.7, max_tokens=4096, chunk_size=128,
+                       compute_dtype="bfloat16")
     assert next(ref.model.parameters()).dtype == torch.bfloat16
-    assert torch.equal(actor.compute_log_prob(batch), ref.compute_ref_log_prob(batch))
+    assert torch.equal(actor.compute_log_prob(batch), ref.log_probs(batch))

@@ -16,7 +16,7 @@ def test_alias_folder_builtin_and_unknown_names(tiny_model_path, tmp_path):
     built = bases.resolve("builtin:tiny-0.5m")                    # built once under the root, named by its folder
     assert built.folder.startswith(str(tmp_path)) and built.name == built.folder
     assert (tmp_path / "base_models").is_dir()
-    with pytest.raises(UserError, match="not a model this server can load"):
+    with pytest.raises(UserError, match="base_model=.*is not a folder.*Hugging Face cache"):
         bases.resolve("Qwen/Qwen3-8B")                            # not local, not in the HF cache: refused, offline
     with pytest.raises(UserError, match="unknown built-in"):
         bases.resolve("builtin:tiny-7b")

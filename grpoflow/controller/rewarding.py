@@ -51,7 +51,7 @@ def reward_roles(cfg: Config, run_dir: Path, pool: Any = None
 
 
 def build_rewards(cfg: Config, scorer: RewardScorer | None, reward_model: WorkerGroup[RewardModelWorker] | None,
-                  judge: WorkerGroup[JudgeWorker] | None) -> "RewardAssembly":
+                  judge: WorkerGroup[JudgeWorker] | None) -> RewardAssembly:
     """The run's reward assembly: rule rewards, the judge (over `judge`, or reward.judge.url), the reward model."""
     return RewardAssembly(scorer, reward_model, cfg.reward, max_new_tokens=cfg.rollout.max_new_tokens,
                           judging=Judging(cfg.reward, judge) if judged(cfg.reward) else None,

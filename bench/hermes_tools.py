@@ -22,7 +22,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-# Hermes blocks, then the content: what grpoflow/multiturn/tool_parser.py's `parse_hermes` reads, as a
+# Hermes blocks, then the content: what grpoflow/data/tool_format.py's `hermes` format parses, as a
 # transformers response template (the format of TRL's qwen3 template, without its <think> field).
 HERMES_RESPONSE_TEMPLATE = {
     "defaults": {"role": "assistant"},

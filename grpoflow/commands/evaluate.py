@@ -1,4 +1,11 @@
-"""`grpoflow eval`: the validation metrics of a model folder or a run's latest checkpoint, per data source."""
+"""`grpoflow eval`: the validation metrics of a model folder or a run's latest checkpoint, per data source.
+
+Eval builds what the run's validation uses with the run's own functions: the held-out prompts
+(`commands.run.held_out_items`: chat template, system prompt, tool schemas, max lengths), the rewards
+(`controller.rewarding.reward_roles` / `build_rewards`: rule rewards, the judge, the reward model), the sampling
+and its seed (`controller.validation.val_params` / `val_seed`, at the checkpoint's step). So
+`grpoflow eval RUN/config.yaml model.path=RUN` gives the run's last validation figures, exactly.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +15,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from grpoflow.commands.run import build_scorer, read_rows, val_files, with_compute_dtype
+from grpoflow.commands.run import build_scorer, held_out_items, read_rows, val_files, with_compute_dtype
 from grpoflow.config import Config, ConfigError
-from grpoflow.controller.checkpoint import CheckpointManager
-from grpoflow.controller.rewarding import RewardAssembly
+from grpoflow.controller.checkpoint import CheckpointManager, step_of
+from grpoflow.controller.rewarding import build_rewards, reward_roles
 from grpoflow.controller.rollouts import Rollouts
-from grpoflow.controller.trainer import rollout_dtype
-from grpoflow.controller.validation import validate
-from grpoflow.data.dataset import prepare_prompts
+from grpoflow.controller.trainer import pad_token_id, rollout_dtype
+from grpoflow.controller.validation import val_params, val_seed, validate
 from grpoflow.distributed.worker_group import WorkerGroup
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.spec import model_folder
-from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
 
@@ -35,38 +40,40 @@ def policy_folder(path: str, gguf_cache_dir: str | None = None) -> str:
     return model_folder(path, setting="model.path", gguf_cache_dir=gguf_cache_dir, also=", or a run folder")
 
 
+def trained_steps(path: str) -> int:
+    """The step of a run folder's latest checkpoint; 0 for a model folder (as the run's validation before training)."""
+    checkpoint = CheckpointManager(path).latest() if Path(path).is_dir() else None
+    return 0 if checkpoint is None else step_of(checkpoint)
+
+
 def evaluate(cfg: Config) -> dict[str, float]:
     """Generate `rollout.val_n` samples per prompt of `data.val_files` and print a table per data source."""
     files = val_files(cfg)
     if not files:
         raise ConfigError("grpoflow eval needs prompts: set data.val_files (or data.train_files=builtin:addition/train "
                           "for the built-in task's held-out split).")
+    cfg = with_compute_dtype(cfg)  # model.compute_dtype None/auto: this machine's, as the run's roles see it
     model_path = policy_folder(cfg.model.path, cfg.model.gguf_cache_dir)
-    d, r = cfg.data, cfg.rollout
-    multi_turn = r.conversational
+    step = trained_steps(cfg.model.path)
+    r = cfg.rollout
     scorer = build_scorer(cfg)
-    if scorer is None and not multi_turn:
-        raise ConfigError("grpoflow eval scores with reward.function (or reward.functions); set one, or an "
-                          "environment (rollout.multi_turn.env) or agent (rollout.agent.program) whose reward it is.")
-    # the controller's validation path: the same rollout kinds (environments, tools, agents) and reward assembly
-    chat = True if d.apply_chat_template is None and multi_turn else d.apply_chat_template
-    tokenizer = load_tokenizer(model_path)
-    items, stats = prepare_prompts(read_rows(files), tokenizer, prompt_key=d.prompt_key,
-                                   max_prompt_length=d.max_prompt_length, overlong=d.overlong,
-                                   apply_chat_template=chat, system_prompt=d.system_prompt)
-    items = items[:d.val_max_prompts]
-    group = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, cfg=cfg,
-                                            dtype=rollout_dtype(with_compute_dtype(cfg))),
-                        pad_token_id=tokenizer.pad_token_id or 0)
-    rollouts = Rollouts(group, multi_turn=r.multi_turn.enabled, agent=r.agent.enabled)
-    rewards = RewardAssembly(scorer, None, cfg.reward, max_new_tokens=r.max_new_tokens)
-    params = SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)
+    if scorer is None and not r.conversational and not cfg.reward.model.path:
+        raise ConfigError("grpoflow eval scores with reward.function (or reward.functions) or reward.model.path; set "
+                          "one, or an environment (rollout.multi_turn.env) or agent (rollout.agent.program) whose "
+                          "reward it is.")
+    items = held_out_items(cfg, read_rows(files), load_tokenizer(model_path))
+    run_dir = Path(cfg.model.path) if step else Path(cfg.trainer.output_dir)  # where a .gguf judge is dequantized
+    rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, cfg=cfg, seed=cfg.trainer.seed,
+                                             dtype=rollout_dtype(cfg)), pad_token_id=pad_token_id(model_path))
+    reward_model, judge = reward_roles(cfg, run_dir)
+    rewards = build_rewards(cfg, scorer, reward_model, judge)
+    rollouts = Rollouts(rollout, multi_turn=r.multi_turn.enabled, agent=r.agent.enabled)
     try:
         with scorer or contextlib.nullcontext():
-            metrics = validate(rollouts, items, rewards.score, params=params, batch_size=r.val_batch_size,
-                               seed=10**9)
+            metrics = validate(rollouts, items, rewards.score, params=val_params(cfg), batch_size=r.val_batch_size,
+                               seed=val_seed(cfg.trainer.seed, step))
     finally:
-        group.call(RolloutWorker.close)
+        rollout.call(RolloutWorker.close)
     tqdm.write(f"model: {model_path}\n" + format_table(metrics, {it.data_source for it in items}, len(items)))
     return metrics
 

@@ -23,7 +23,7 @@ from grpoflow.controller.fit import RunLoop
 from grpoflow.controller.run_folder import RunFolder, open_run_folder, write_config
 from grpoflow.controller.trackers import check_trackers
 from grpoflow.controller.trainer import Controller
-from grpoflow.data.dataset import load_rows, prepare_prompts
+from grpoflow.data.dataset import PromptItem, load_rows, prepare_prompts
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.spec import is_builtin, model_folder
 from grpoflow.multiturn.chat import ChatRenderer
@@ -100,6 +100,22 @@ def val_files(cfg: Config) -> list[str]:
     if len(train_files) == 1 and is_reasoning_gym(train_files[0]):
         return [default_val_spec(train_files[0])]  # the same task, another seed
     return ["builtin:addition/val"] if train_files == ["builtin:addition/train"] else []
+
+
+def prompt_options(cfg: Config) -> dict[str, Any]:
+    """How the run tokenizes its prompts (`prepare_prompts`' options): the training prompts, the held-out ones and
+    `grpoflow eval`'s alike. A multi-turn run renders every opening as chat (`workers.rollout_kinds.opening_of`),
+    plain-string prompts included: they are tokenized the same way, so that their lengths are checked as rendered
+    and data.system_prompt applies; the tools' schemas are rendered into templated prompts."""
+    d = cfg.data
+    chat = True if d.apply_chat_template is None and cfg.rollout.conversational else d.apply_chat_template
+    return dict(prompt_key=d.prompt_key, max_prompt_length=d.max_prompt_length, overlong=d.overlong,
+                apply_chat_template=chat, system_prompt=d.system_prompt, tools=tool_schemas(cfg))
+
+
+def held_out_items(cfg: Config, rows: list[dict], tokenizer: Any) -> list[PromptItem]:
+    """The validation prompts of `rows` (the first data.val_max_prompts kept), as the run validates them."""
+    return prepare_prompts(rows, tokenizer, **prompt_options(cfg))[0][:cfg.data.val_max_prompts] if rows else []
 
 
 def sft_steps(cfg: Config) -> int:
@@ -183,13 +199,8 @@ def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule
     model_path = sft_stage(warm, run_dir, train_rows)
     tokenizer = load_tokenizer(model_path)
     d = cfg.data
-    # A multi-turn run renders every opening as chat (`workers.rollout_kinds.opening_of`), plain-string prompts
-    # included: tokenize them the same way, so their lengths are checked as rendered and data.system_prompt applies.
-    chat = True if d.apply_chat_template is None and cfg.rollout.conversational else d.apply_chat_template
-    prep: dict[str, Any] = dict(prompt_key=d.prompt_key, max_prompt_length=d.max_prompt_length, overlong=d.overlong,
-                apply_chat_template=chat, system_prompt=d.system_prompt, tools=tool_schemas(cfg))
-    train_items, stats = prepare_prompts(train_rows, tokenizer, **prep)
-    val_items = prepare_prompts(val_rows, tokenizer, **prep)[0][:d.val_max_prompts] if val_rows else []
+    train_items, stats = prepare_prompts(train_rows, tokenizer, **prompt_options(cfg))
+    val_items = held_out_items(cfg, val_rows, tokenizer)
     tqdm.write(f"data: {stats.kept} of {stats.total} training prompts kept ({stats.missing_prompt} without a prompt, "
                f"{stats.overlong} over {d.max_prompt_length} tokens); {len(val_items)} validation prompts")
     if cfg.trainer.total_epochs is not None:  # verl's trainer.total_epochs, TRL's num_train_epochs

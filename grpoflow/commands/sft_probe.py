@@ -9,13 +9,15 @@ warm start stops at the first check (every `sft.check_every` steps) where the mo
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 Probe = list[tuple[list[int], list[int]]]   # (prompt ids, target ids without EOS) per held-back row
 
 
 @torch.no_grad()
-def greedy_accuracy(model: torch.nn.Module, probe: Probe, *, pad_token_id: int, eos_token_id: int,
+def greedy_accuracy(model: Any, probe: Probe, *, pad_token_id: int, eos_token_id: int,
                     batch_size: int = 256) -> float:
     """Share of `probe` rows whose greedy completion, up to its first EOS, is exactly the target ids.
     Prompts are left-padded; at most len(target) + 1 new tokens each (a longer completion is wrong anyway)."""

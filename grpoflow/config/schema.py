@@ -125,8 +125,9 @@ class MultiTurnConfig:
                       "python) or path/to/file.py:function, typed and with a docstring.")
     max_turns: int = opt(4, "Most model turns per trajectory (rollout.agent: model calls per episode; more are "
                          "refused with an error). At most 1008.")
-    tool_parser: str = opt("hermes", "How tool calls are found in the model's text (and rendered back to an agent "
-                           "through the endpoint).")
+    tool_parser: str = opt("hermes", "The tool-call format (a registered name, or path/to/file.py:function "
+                           "returning a ToolFormat): how calls are read from the model's text, and written back "
+                           "and cut out of replies for an agent through the endpoint.")
     max_tool_calls_per_turn: int = opt(4, "Tool calls run per model turn; more get an error message.")
     max_tool_output_tokens: int = opt(256, "A tool result longer than this many tokens is replaced by an error "
                                       "message saying so (not silently cut).")

@@ -60,6 +60,14 @@ def step_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
+def step_of(folder: Path) -> int:
+    """The step of a checkpoint folder `.../step_NNNNNN`; ValueError for another name."""
+    match = _STEP_DIR.match(folder.name)
+    if match is None:
+        raise ValueError(f"{folder} is not a checkpoint folder (step_NNNNNN).")
+    return int(match[1])
+
+
 class CheckpointManager:
     def __init__(self, run_dir: str | Path, keep_last: int = 0) -> None:
         self.root = Path(run_dir) / "checkpoints"

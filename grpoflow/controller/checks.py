@@ -91,7 +91,7 @@ def check_teacher_path(path: str | None) -> None:
 
 def check_multi_turn(cfg: Config) -> None:
     """rollout.multi_turn.env names an environment class, rollout.multi_turn.tools name usable tools (typed, with
-    docstrings) and rollout.multi_turn.tool_parser a parser."""
+    docstrings) and rollout.multi_turn.tool_parser a tool format."""
     r = cfg.rollout.multi_turn
     if r.env:
         try:
@@ -111,9 +111,12 @@ def check_multi_turn(cfg: Config) -> None:
             raise ConfigError(f"rollout.multi_turn.tools: {e}") from None
     # tool calls are parsed in tool loops and agent replies: resolved now, not at the first
     if r.enabled or cfg.rollout.agent.enabled:
-        from grpoflow.multiturn.tool_parser import TOOL_PARSERS
+        from grpoflow.data.tool_format import tool_format
 
-        resolve(TOOL_PARSERS, "rollout.multi_turn.tool_parser", r.tool_parser)
+        try:
+            tool_format(r.tool_parser)
+        except (ValueError, FileNotFoundError) as e:
+            raise ConfigError(f"rollout.multi_turn.tool_parser={r.tool_parser!r}: {e}") from None
 
 
 def check_env_args(spec: str, env_cls: type, env_args: dict) -> None:

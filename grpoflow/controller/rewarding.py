@@ -5,35 +5,62 @@
           + reward.model.weight x the reward model's score (when reward.model.path is set)
           + DAPO's overlong penalty (when reward.overlong_buffer_len > 0)
 
-and ReMax's greedy baseline: the score of one greedy response per prompt.
+and ReMax's greedy baseline: the score of one greedy response per prompt. `reward_roles` and `build_rewards` make
+the roles and the assembly from the config, once for the run (Controller) and `grpoflow eval` alike, so that eval
+scores a run's held-out prompts exactly as its validation did.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from grpoflow.algorithms import overlong_penalty
-from grpoflow.config import RewardConfig
+from grpoflow.config import Config, RewardConfig
+from grpoflow.controller.judging import Judging, judged, resolve_judge_path
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.distributed.worker_group import WorkerGroup
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rewards.shapes import SampleContext, TrainerState
 from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.workers.judge import JudgeWorker
 from grpoflow.workers.reward_model import RewardModelWorker
 
 if TYPE_CHECKING:
-    from grpoflow.controller.judging import Judging
     from grpoflow.controller.rollouts import Rollouts
+
+
+def reward_roles(cfg: Config, run_dir: Path, pool: Any = None
+                 ) -> tuple[WorkerGroup[RewardModelWorker] | None, WorkerGroup[JudgeWorker] | None]:
+    """The reward model's and the local judge's worker groups (None where reward.model.path / reward.judge.path is
+    not set), placed in `pool` (None: this process); a .gguf judge is dequantized into `run_dir`."""
+    rm, j = cfg.reward.model, cfg.reward.judge
+    reward_model = WorkerGroup("reward_model", partial(
+        RewardModelWorker, model_path=rm.path, max_length=rm.max_length, batch_size=rm.batch_size),
+        pool=pool) if rm.path else None
+    judge = WorkerGroup("judge", partial(
+        JudgeWorker, model_path=resolve_judge_path(j.path, run_dir), max_new_tokens=j.max_tokens,
+        engine=cfg.rollout.engine), pool=pool) if j.path else None
+    return reward_model, judge
+
+
+def build_rewards(cfg: Config, scorer: RewardScorer | None, reward_model: WorkerGroup[RewardModelWorker] | None,
+                  judge: WorkerGroup[JudgeWorker] | None) -> RewardAssembly:
+    """The run's reward assembly: rule rewards, the judge (over `judge`, or reward.judge.url), the reward model."""
+    return RewardAssembly(scorer, reward_model, cfg.reward, max_new_tokens=cfg.rollout.max_new_tokens,
+                          judging=Judging(cfg.reward, judge) if judged(cfg.reward) else None,
+                          steps=cfg.trainer.total_steps)
 
 
 class RewardAssembly:
     def __init__(self, scorer: RewardScorer | None, reward_model: WorkerGroup[RewardModelWorker] | None,
-                 cfg: RewardConfig, *, max_new_tokens: int, judging: "Judging | None" = None, steps: int = 0) -> None:
+                 cfg: RewardConfig, *, max_new_tokens: int, judging: Judging | None = None, steps: int = 0) -> None:
         self.scorer, self.reward_model, self.cfg, self.max_new_tokens = scorer, reward_model, cfg, max_new_tokens
         self.judging, self.steps = judging, steps
 

@@ -34,6 +34,12 @@ from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
 
+def step_seed(seed: int, step: int, draw: int = 0) -> int:
+    """The seed of a step's rollout (`draw`: its how-many-th), so that rollouts depend on (trainer.seed, step,
+    draw) only, wherever and whenever they run."""
+    return seed * 1_000_003 + step + 7_919 * draw
+
+
 @dataclass
 class PendingRollout:
     """A rollout in flight for `items` (or, restored from a checkpoint, its finished samples)."""

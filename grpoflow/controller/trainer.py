@@ -29,15 +29,14 @@ from grpoflow.config import Config, require_checked, to_yaml
 from grpoflow.controller.checkpoint import CheckpointManager, load_state, rng_state, save_state, set_rng_state
 from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.controller.distill import SELF, Distiller, resolve_teacher
-from grpoflow.controller.judging import Judging, judged, resolve_judge_path
 from grpoflow.controller.partial import PartialQueue
 from grpoflow.controller.placement import build_placement
 from grpoflow.controller.restart import restartable
-from grpoflow.controller.rewarding import RewardAssembly
-from grpoflow.controller.rollouts import RolloutQueue, Rollouts
+from grpoflow.controller.rewarding import build_rewards, reward_roles
+from grpoflow.controller.rollouts import RolloutQueue, Rollouts, step_seed
 from grpoflow.controller.step_math import AdvantageInputs, group_rows, partition_groups, token_rewards
 from grpoflow.controller.train_samples import TrainSamples
-from grpoflow.controller.validation import validate
+from grpoflow.controller.validation import val_params, val_seed, validate
 from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.data.batch import Batch
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
@@ -52,9 +51,7 @@ from grpoflow.training.precision import role_precision
 from grpoflow.training.timing import StageTimer
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.critic import CriticWorker
-from grpoflow.workers.judge import JudgeWorker
 from grpoflow.workers.frozen import FrozenWorker
-from grpoflow.workers.reward_model import RewardModelWorker
 from grpoflow.workers.rollout import RolloutWorker
 
 
@@ -129,9 +126,7 @@ class Controller:
             self.queue = RolloutQueue(self.rollouts, self.train_items, sampler, prompts_per_step=per_step,
                                       params=self.sampling, ahead=r.max_staleness if self.is_async else 0,
                                       last_step=cfg.trainer.total_steps, seed_of=self.step_seed)
-        self.rewards = RewardAssembly(scorer, self.reward_model, cfg.reward, max_new_tokens=r.max_new_tokens,
-                                      judging=Judging(cfg.reward, self.judge) if judged(cfg.reward) else None,
-                                      steps=cfg.trainer.total_steps)
+        self.rewards = build_rewards(cfg, scorer, self.reward_model, self.judge)
         self.weight_sync = WeightSync(self.actor, self.rollout, queued=self.is_async, dtype=rollout_dtype(self.cfg))
         self.version = 0  # of the weights the engines hold (or, async, have queued)
 
@@ -181,14 +176,7 @@ class Controller:
         self.critic = WorkerGroup("critic", partial(
             CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=schedule, seed=seed,
             compute_dtype=cfg.model.compute_dtype), pool=train_pool) if "values" in needs else None
-        rm = cfg.reward.model
-        self.reward_model = WorkerGroup("reward_model", partial(
-            RewardModelWorker, model_path=rm.path, max_length=rm.max_length, batch_size=rm.batch_size),
-            pool=train_pool) if rm.path else None
-        j = cfg.reward.judge
-        self.judge = WorkerGroup("judge", partial(
-            JudgeWorker, model_path=resolve_judge_path(j.path, self.run_dir), max_new_tokens=j.max_tokens,
-            engine=cfg.rollout.engine), pool=train_pool) if j.path else None
+        self.reward_model, self.judge = reward_roles(cfg, self.run_dir, train_pool)
         sync_timeout = cfg.rollout.sync_timeout_s
         self.rollout = WorkerGroup("rollout", partial(
             RolloutWorker, model_path=model_path, cfg=cfg, seed=seed, dtype=rollout_dtype(cfg),
@@ -274,7 +262,7 @@ class Controller:
 
     def step_seed(self, step: int, draw: int = 0) -> int:
         """Rollouts depend on (trainer.seed, step, draw) only, wherever and whenever they run."""
-        return self.cfg.trainer.seed * 1_000_003 + step + 7_919 * draw
+        return step_seed(self.cfg.trainer.seed, step, draw)
 
     def generate_and_score(self, step: int, timer: StageTimer, metrics: dict) -> tuple[Batch, list]:
         """Sample `rollout.n` responses for `data.prompts_per_step` prompts and score them.
@@ -364,12 +352,11 @@ class Controller:
     def validate(self, step: int) -> dict[str, float]:
         if not self.val_items:
             return {}
-        r = self.cfg.rollout
-        params = SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)
-        with self.engines_awake():
-            return validate(self.rollouts, self.val_items, self.rewards.score, params=params,
-                            batch_size=r.val_batch_size, samples_path=self.run_dir / "samples.jsonl", step=step,
-                            num_samples=self.cfg.trainer.log_samples, seed=10**9 + self.step_seed(step))
+        with self.engines_awake():  # as `grpoflow eval` does (commands/evaluate.py), with the run's roles
+            return validate(self.rollouts, self.val_items, self.rewards.score, params=val_params(self.cfg),
+                            batch_size=self.cfg.rollout.val_batch_size, samples_path=self.run_dir / "samples.jsonl",
+                            step=step, num_samples=self.cfg.trainer.log_samples,
+                            seed=val_seed(self.cfg.trainer.seed, step))
 
     def save_checkpoint(self, step: int) -> Path:
         """Everything needed to continue exactly: weights, optimizers, sampler, KL controller, RNG, and the

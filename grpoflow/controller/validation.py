@@ -1,4 +1,8 @@
-"""Validation: k samples per held-out prompt, metrics per data source, sample completions to read."""
+"""Validation: k samples per held-out prompt, metrics per data source, sample completions to read.
+
+The run's validation (Controller.validate) and `grpoflow eval` sample with the same `val_params` and `val_seed`, so
+that eval of a run's last checkpoint gives the run's last validation figures (exactly, greedy or sampled).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,25 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Callable
 
-from grpoflow.controller.rollouts import Rollouts
+from grpoflow.config import Config
+from grpoflow.controller.rollouts import Rollouts, step_seed
 from grpoflow.controller.val_metrics import extract_answer, group_metrics
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.rewards.scoring import Scores
+
+
+def val_params(cfg: Config) -> SamplingParams:
+    """rollout.val_n samples per prompt at rollout.val_temperature (0: greedy), top-p 1."""
+    r = cfg.rollout
+    return SamplingParams(n=r.val_n, max_new_tokens=r.max_new_tokens, temperature=r.val_temperature, top_p=1.0)
+
+
+def val_seed(seed: int, step: int) -> int:
+    """The seed of the validation after step `step` (0: before training) of a run with trainer.seed `seed`: apart
+    from the training rollouts' seeds."""
+    return 10**9 + step_seed(seed, step)
 
 
 def validate(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batch], Scores], *, params: SamplingParams,

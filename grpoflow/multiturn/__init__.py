@@ -16,8 +16,8 @@ and each conversation is one training sample, token-exact.
     rollout.py      run_rollout: a kind's trajectories over a RequestBatcher (rollout/batcher.py) -> one Batch
     tools.py        Tool, tool_from_function (typed function + docstring -> chat-template schema), the
                     tool registry, load_tools(specs); the built-ins are registered from builtin_tools.py
-    builtin_tools.py  calculator (safe arithmetic via `ast`) and python (runs code; sandboxed)
-    tool_parser.py  ToolCall, ParsedCalls, parse_tool_calls(text, parser) with the Hermes `<tool_call>` parser
+    builtin_tools.py  calculator (safe arithmetic via `ast`) and python (runs code; sandboxed); how tool calls are
+                    written in the model's text is data/tool_format.py (parse, render, strip: one entry per format)
     tool_runner.py  ToolResult, ToolRunner: each call under a timeout; sandboxed tools in worker processes
                     with CPU-time, memory and output limits (grpoflow/user_code.py)
 

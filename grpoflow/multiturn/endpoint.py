@@ -13,7 +13,7 @@ episode (header `X-Episode-Id`, or the `user` field) and is
    the episode's earlier KV cache is reused), with the session's temperature / top-p, the template's
    end-of-turn token as stop token, and at most the sample's remaining budget;
 3. recorded (prompt ids, sampled ids, their log-probs, the policy version) and answered: the reply text,
-   tool calls parsed from it (`tool_parser`), finish_reason stop / length / tool_calls, usage; a request
+   tool calls parsed from it (its `tool_format`), finish_reason stop / length / tool_calls, usage; a request
    with `stream: true` gets the same reply as server-sent chunks once it is generated (openai_api.stream_events).
 
 Call t of episode j of the prompt with dataset index i draws from `turns.stream_seed(seed, i, n, j, t)`, the
@@ -33,13 +33,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from grpoflow.data.tool_format import HERMES, ToolFormat
 from grpoflow.multiturn.chat import ChatRenderer, TemplateError
 from grpoflow.multiturn.endpoint_limits import (BODY_TIMEOUT_S, MAX_BODY_BYTES, RendererCache, check_prompt_length,
                                                 read_json_body)
 from grpoflow.multiturn.episode import EpisodeRecord, Placement
 from grpoflow.multiturn.openai_api import (APIError, ChatRequest, Reply, completion_body, model_object, models_body,
                                            parse_request, stream_events)
-from grpoflow.multiturn.tool_parser import parse_tool_calls
 from grpoflow.multiturn.turns import count_engine_work, stream_seed
 from grpoflow.rollout.batcher import EngineFailure
 from grpoflow.rollout.protocol import Completion, Request, SamplingParams
@@ -62,14 +62,15 @@ class Session:
 
 
 class Endpoint:
-    def __init__(self, tokenizer: Any, *, model_name: str = "policy", tool_parser: str = "hermes",
+    def __init__(self, tokenizer: Any, *, model_name: str = "policy", tool_format: ToolFormat = HERMES,
                  max_calls: int = 4, max_prompt_tokens: int = 32768, max_body_bytes: int = MAX_BODY_BYTES,
                  body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         """`max_calls`: calls per episode (rollout.multi_turn.max_turns); more are refused (400); `max_prompt_tokens`,
-        `max_body_bytes`, `body_timeout_s`: the request limits of endpoint_limits.py. Sessions bring the engine
-        (`open_session(submit=...)`)."""
+        `max_body_bytes`, `body_timeout_s`: the request limits of endpoint_limits.py; `tool_format`: how tool calls
+        are read from replies and written from an agent's messages (rollout.multi_turn.tool_parser). Sessions bring
+        the engine (`open_session(submit=...)`)."""
         self.tokenizer, self.model_name = tokenizer, model_name
-        self.tool_parser, self.max_calls = tool_parser, max_calls
+        self.tool_format, self.max_calls = tool_format, max_calls
         self.renderer = ChatRenderer(tokenizer)  # checks the template once
         self._renderers: RendererCache[ChatRenderer] = RendererCache()
         self.max_prompt_tokens, self.max_body_bytes = max_prompt_tokens, max_body_bytes
@@ -179,7 +180,7 @@ class Endpoint:
                 raise APIError(404, f"episode {episode!r} is not running (it ended, timed out, or belongs to another "
                                     "step).", param="user", code="episode_not_found")
             request = parse_request(body, model_name=self.model_name, raw_text=dict(record.raw_text),
-                                    tool_names=dict(record.tool_names))
+                                    tool_names=dict(record.tool_names), tool_format=self.tool_format)
         assert session is not None
         renderer = self.renderer_for(request.tools)
         try:  # in a thread: a huge conversation must not stall the other episodes' calls on this event loop
@@ -229,7 +230,7 @@ class Endpoint:
         ended = bool(ids) and ids[-1] in (self.renderer.turn.end_token_id, self.tokenizer.eos_token_id)
         truncated = cut or (stopped_on is None and not ended)
         text = stopped_on[1] if stopped_on is not None else self.renderer.decode(ids)
-        calls = parse_tool_calls(text, self.tool_parser) if request.parse_tools else None
+        calls = self.tool_format.parse(text) if request.parse_tools else None
         version = min(out.versions, default=0)
         with self._lock:
             call_ids = [f"call_{episode}_{turn}_{k}" for k in range(len(calls.calls) if calls else 0)]
@@ -247,7 +248,7 @@ class Endpoint:
         finish = "length" if truncated else "tool_calls" if calls is not None and calls.calls else "stop"
         return Reply(text, finish, len(prompt_ids),
                      [self.tokenizer.decode([i], skip_special_tokens=False) for i in ids] if request.logprobs else [],
-                     log_probs, calls, call_ids)
+                     log_probs, calls, (self.tool_format.strip(text) or None) if calls else None, call_ids)
 
 
 def cut_at_stop(ids: list[int], stops: list[str], renderer: ChatRenderer) -> tuple[int, str] | None:

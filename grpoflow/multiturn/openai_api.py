@@ -19,7 +19,8 @@ What a request may hold (anything else the client sends, e.g. `seed`, `presence_
 
 Assistant messages are rendered as the text the model wrote: a message carrying tool calls this endpoint
 returned is replaced by the reply it came from (so the conversation renders to the sampled ids); other tool
-calls are written in the Hermes format. A tool message gets its tool's `name` from its `tool_call_id`.
+calls are written in the endpoint's tool format (rollout.multi_turn.tool_parser, data/tool_format.py). A tool
+message gets its tool's `name` from its `tool_call_id`.
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpoflow.multiturn.tool_parser import ParsedCalls
-from grpoflow.tasks.multi_turn import tool_call_text
+from grpoflow.data.tool_format import HERMES, ParsedCalls, ToolCall, ToolFormat
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -65,9 +65,11 @@ def bad(message: str, param: str | None = None, code: str | None = None) -> APIE
     return APIError(400, message, param=param, code=code)
 
 
-def parse_request(body: Any, *, model_name: str, raw_text: dict[str, str], tool_names: dict[str, str]) -> ChatRequest:
+def parse_request(body: Any, *, model_name: str, raw_text: dict[str, str], tool_names: dict[str, str],
+                  tool_format: ToolFormat = HERMES) -> ChatRequest:
     """The request `body` (parsed JSON) checked; `raw_text` / `tool_names` map the episode's tool-call ids to the
-    reply text they came from and to their tool's name. Raises APIError naming the bad field."""
+    reply text they came from and to their tool's name; other tool calls are written in `tool_format`. Raises
+    APIError naming the bad field."""
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object.")
     model = body.get("model")
@@ -100,7 +102,8 @@ def parse_request(body: Any, *, model_name: str, raw_text: dict[str, str], tool_
     if choice not in (None, "auto", "none"):
         raise bad(f"tool_choice={choice!r} is not supported; use \"auto\" or \"none\".", "tool_choice",
                   "unsupported_value")
-    return ChatRequest(messages=template_messages(body.get("messages"), raw_text, tool_names), tools=tools,
+    return ChatRequest(messages=template_messages(body.get("messages"), raw_text, tool_names, tool_format),
+                       tools=tools,
                        parse_tools=bool(tools) and choice != "none", max_tokens=max_tokens,
                        stop=parse_stop(body.get("stop")), logprobs=bool(body.get("logprobs")),
                        stream=bool(stream), include_usage=bool(stream and (options or {}).get("include_usage")))
@@ -137,7 +140,8 @@ def text_of(content: Any, at: int) -> str:
               "is not supported.", f"messages[{at}].content", "invalid_value")
 
 
-def template_messages(messages: Any, raw_text: dict[str, str], tool_names: dict[str, str]) -> list[dict]:
+def template_messages(messages: Any, raw_text: dict[str, str], tool_names: dict[str, str],
+                      tool_format: ToolFormat = HERMES) -> list[dict]:
     """The OpenAI messages as chat-template messages ({"role", "content"[, "name"]})."""
     if not isinstance(messages, list) or not messages:
         raise bad("messages must be a non-empty list of chat messages.", "messages",
@@ -150,7 +154,7 @@ def template_messages(messages: Any, raw_text: dict[str, str], tool_names: dict[
         role = "system" if m["role"] == "developer" else m["role"]
         calls = m.get("tool_calls") or []
         if role == "assistant" and calls:
-            out.append({"role": "assistant", "content": assistant_text(m, calls, at, raw_text)})
+            out.append({"role": "assistant", "content": assistant_text(m, calls, at, raw_text, tool_format)})
         elif role == "tool":
             message = {"role": "tool", "content": text_of(m.get("content"), at)}
             name = m.get("name") or tool_names.get(m.get("tool_call_id") or "")
@@ -165,9 +169,9 @@ def template_messages(messages: Any, raw_text: dict[str, str], tool_names: dict[
     return out
 
 
-def assistant_text(message: dict, calls: Any, at: int, raw_text: dict[str, str]) -> str:
+def assistant_text(message: dict, calls: Any, at: int, raw_text: dict[str, str], tool_format: ToolFormat) -> str:
     """The text of an assistant message with tool calls: the reply they came from when this endpoint made them,
-    else its content followed by each call in the Hermes format."""
+    else its content followed by each call as `tool_format` renders it."""
     if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
                                               for c in calls):
         raise bad(f"messages[{at}].tool_calls must be a list of {{\"id\", \"type\": \"function\", \"function\": "
@@ -183,22 +187,8 @@ def assistant_text(message: dict, calls: Any, at: int, raw_text: dict[str, str])
         except json.JSONDecodeError:
             raise bad(f"messages[{at}].tool_calls: arguments {arguments[:80]!r} are not JSON.",
                       f"messages[{at}].tool_calls", "invalid_value") from None
-        text += tool_call_text(str(c["function"].get("name")), arguments)
+        text += tool_format.render(ToolCall(str(c["function"].get("name")), arguments))
     return text
-
-
-def content_outside_calls(text: str) -> str | None:
-    """The reply's text without its <tool_call> blocks (None when nothing is left), as OpenAI servers return it."""
-    kept, at = [], 0
-    while (start := text.find("<tool_call>", at)) != -1:
-        end = text.find("</tool_call>", start)
-        if end == -1:
-            break
-        kept.append(text[at:start])
-        at = end + len("</tool_call>")
-    kept.append(text[at:])
-    rest = "".join(kept).strip()
-    return rest or None
 
 
 @dataclass
@@ -210,6 +200,7 @@ class Reply:
     token_texts: list[str]
     log_probs: list[float]
     calls: ParsedCalls | None = None    # the tool calls parsed from `text` (None: not parsed)
+    content: str | None = None          # with calls: the text outside them (the format's strip; None: nothing)
     call_ids: list[str] = field(default_factory=list)
 
 
@@ -217,7 +208,7 @@ def completion_body(reply: Reply, *, model_name: str, logprobs: bool) -> dict[st
     """The chat.completion object for `reply`."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.text}
     if reply.calls is not None and reply.calls.calls:
-        message["content"] = content_outside_calls(reply.text)
+        message["content"] = reply.content
         message["tool_calls"] = [{"id": i, "type": "function",
                                   "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                                  for i, c in zip(reply.call_ids, reply.calls.calls)]

@@ -42,8 +42,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from grpoflow.data.tool_format import ToolCall
 from grpoflow.errors import UserError
-from grpoflow.multiturn.tool_parser import ToolCall
 from grpoflow.multiturn.tools import Tool
 from grpoflow.user_code import Outcome, ResourceLimits, UserCodeProcesses, dumps_function
 

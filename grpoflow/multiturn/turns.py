@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from grpoflow.multiturn.tool_parser import ToolCall, parse_tool_calls
+from grpoflow.data.tool_format import HERMES, ToolCall, ToolFormat
 from grpoflow.multiturn.tool_runner import ToolRunner
 from grpoflow.multiturn.trajectory import Progress, Segment, Trajectory
 from grpoflow.rollout.protocol import Completion
@@ -115,14 +115,14 @@ def tool_message(name: str | None, content: str) -> dict[str, Any]:
 @dataclass
 class ToolUse:
     runner: ToolRunner
-    parser: str = "hermes"
+    format: ToolFormat = HERMES  # how calls are written in the model's text (rollout.multi_turn.tool_parser)
     max_calls_per_turn: int = 4
     max_output_tokens: int = 256
 
     def calls_in(self, text: str) -> tuple[list[ToolCall], list[str]] | None:
         """The tool calls of a turn's text and the malformed ones' errors; None when it has none."""
-        parsed = parse_tool_calls(text, self.parser)
-        if parsed is None or not (parsed.calls or parsed.errors):
+        parsed = self.format.parse(text)
+        if not (parsed.calls or parsed.errors):
             return None
         return parsed.calls, parsed.errors
 

@@ -10,14 +10,15 @@
   to call the tool.
 
 Each row's `demo` column is a whole conversation in chat messages (assistant turns included), the
-warm start's target (`sft.response_key: demo`); the tool call is in the Hermes format the
-`hermes` parser reads.
+warm start's target (`sft.response_key: demo`); the tool call is rendered by the `hermes` tool format
+(data/tool_format.py), the default of rollout.multi_turn.tool_parser.
 """
 
 from __future__ import annotations
 
-import json
 import random
+
+from grpoflow.data.tool_format import HERMES, ToolCall
 
 GUESS_HIGH = 8
 
@@ -53,15 +54,11 @@ def guess_number_splits(n_train: int = 2000, n_val: int = 64, seed: int = 0) -> 
     return train, val
 
 
-def tool_call_text(name: str, arguments: dict) -> str:
-    """A Hermes tool call, as the model writes it."""
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
-
 def calculator_demo(expression: str, answer: str, use_tool: bool) -> list[dict]:
     messages = [{"role": "user", "content": expression}]
     if use_tool:
-        messages += [{"role": "assistant", "content": tool_call_text("calculator", {"expression": expression})},
+        call = HERMES.render(ToolCall("calculator", {"expression": expression}))
+        messages += [{"role": "assistant", "content": call},
                      {"role": "tool", "name": "calculator", "content": answer}]
     return messages + [{"role": "assistant", "content": answer}]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from grpoflow.config import Config
+from grpoflow.data.tool_format import tool_format
 from grpoflow.errors import UserError
 from grpoflow.multiturn.chat import ChatRenderer
 from grpoflow.multiturn.env import load_env, with_system_prompt
@@ -48,7 +49,8 @@ def build_agent_episodes(cfg: Config, tokenizer: Any) -> Any:
     agent = load_agent(a.program, dict(a.args), a.model)
     # a conversation's prompt is its opening (<= data.max_prompt_length) plus at most a sample's budget; the factor 4
     # leaves room for an agent's own system prompt and tool schemas
-    endpoint = Endpoint(tokenizer, model_name=a.model, tool_parser=m.tool_parser, max_calls=m.max_turns,
+    endpoint = Endpoint(tokenizer, model_name=a.model, tool_format=tool_format(m.tool_parser),
+                        max_calls=m.max_turns,
                         max_prompt_tokens=max(4 * (cfg.data.max_prompt_length + cfg.rollout.max_new_tokens),
                                               4096)).start()
     return AgentEpisodes(agent, endpoint, timeout_s=a.timeout_s, error_score=cfg.reward.error_score,
@@ -87,7 +89,7 @@ def build_env_loop(cfg: Config, tokenizer: Any) -> EnvLoop:
     if found:
         runner = ToolRunner(found, timeout_s=r.tool_timeout_s, cpu_time_s=r.tool_cpu_time_s,
                             memory_mb=r.tool_memory_mb, workers=r.tool_workers)
-        tools = ToolUse(runner, parser=r.tool_parser, max_calls_per_turn=r.max_tool_calls_per_turn,
+        tools = ToolUse(runner, format=tool_format(r.tool_parser), max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
     return EnvLoop(renderer, env_cls=env_cls, env_args=dict(r.env_args), env_timeout_s=r.env_timeout_s, tools=tools,
                    max_turns=r.max_turns, opening=opening_of(cfg), system_prompt=cfg.data.system_prompt,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grpoflow.multiturn.tool_parser import ToolCall
+from grpoflow.data.tool_format import ToolCall
 from grpoflow.multiturn.tool_runner import ToolRunner
 from grpoflow import user_code
 from grpoflow.multiturn.tools import load_tools

@@ -20,9 +20,9 @@ from grpoflow.models.logprobs import response_log_probs
 from grpoflow.multiturn.chat import ChatRenderer, TemplateError
 from grpoflow.multiturn.env import GuessNumber
 from grpoflow.controller.rollouts import metrics_of
+from grpoflow.data.tool_format import HERMES
 from grpoflow.multiturn.loop import EnvLoop, RolloutItem
 from grpoflow.multiturn.rollout import run_rollout
-from grpoflow.multiturn.tool_parser import parse_tool_calls
 from grpoflow.multiturn.turns import stream_seed
 from grpoflow.rollout.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
@@ -154,7 +154,7 @@ def test_tools_run_in_a_training_step(tmp_path, calculator_model):
         for sample in group["samples"]:
             conversation = sample["conversation"]
             for said, reply in zip(conversation, conversation[1:]):
-                calls = parse_tool_calls(said["content"]).calls if said["role"] == "assistant" else []
+                calls = HERMES.parse(said["content"]).calls if said["role"] == "assistant" else []
                 expression = calls[0].arguments.get("expression", "") if calls else ""
                 if re.fullmatch(r"\d+\*\d+", expression):
                     assert reply["role"] == "tool" and reply["content"] == str(eval(expression)), (said, reply)

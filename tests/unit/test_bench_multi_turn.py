@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from grpoflow.controller.trainer import wait_metrics
+from grpoflow.data.tool_format import HERMES, ToolCall
 from grpoflow.models.tiny import build_char_tokenizer
-from grpoflow.multiturn.tool_parser import parse_hermes
-from grpoflow.tasks.multi_turn import tool_call_text
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -70,7 +69,7 @@ def test_wait_metrics_by_hand():
 
 
 CONVERSATION = [{"role": "user", "content": "347*29"},
-                {"role": "assistant", "content": tool_call_text("calculator", {"expression": "347*29"})},
+                {"role": "assistant", "content": HERMES.render(ToolCall("calculator", {"expression": "347*29"}))},
                 {"role": "tool", "name": "calculator", "content": "10063"}, {"role": "assistant", "content": "10063"}]
 
 
@@ -109,7 +108,7 @@ def test_the_response_template_parses_the_calls_grpoflow_parses(bench):
                  add_special_tokens=False)["input_ids"]
     text = "Let me: " + CONVERSATION[1]["content"] + "<|im_end|>"
     parsed = trl_templates.parse_response(tok, tok(text, add_special_tokens=False)["input_ids"], prefix=prefix)
-    ours = parse_hermes(text)
+    ours = HERMES.parse(text)
     assert [c["function"] for c in parsed["tool_calls"]] == [{"name": c.name, "arguments": c.arguments}
                                                              for c in ours.calls]
     assert parsed["content"] == "Let me:"

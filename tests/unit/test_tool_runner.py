@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from grpoflow.multiturn.tool_parser import ToolCall
+from grpoflow.data.tool_format import ToolCall
 from grpoflow.multiturn.tool_runner import ToolResult, ToolRunner, status_counts
 from grpoflow.multiturn.tools import load_tools, tool_from_function
 

@@ -1,8 +1,36 @@
-"""The Hermes tool-call parser: well-formed calls in order, one clear error per malformed call, never a raise."""
+"""Tool formats: each registered format round-trips (render -> parse, strip); an unknown name lists the known ones;
+the Hermes parser gives well-formed calls in order, one clear error per malformed call, and never raises."""
 
 import pytest
 
-from grpoflow.multiturn.tool_parser import TOOL_PARSERS, ParsedCalls, ToolCall, parse_tool_calls
+from grpoflow.data.tool_format import TOOL_FORMATS, ParsedCalls, ToolCall, ToolFormat, tool_format
+from grpoflow.errors import UserError
+
+
+def parse_tool_calls(text: str) -> ParsedCalls:
+    return tool_format("hermes").parse(text)
+
+
+CALLS = [ToolCall("calculator", {"expression": "2 + 2"}), ToolCall("now", {}),
+         ToolCall("search", {"query": "caf\u00e9 \"quoted\" </tool_call> <tool_call>?", "k": [1, 2],
+                             "deep": {"x": None}})]
+
+
+@pytest.mark.parametrize("name", TOOL_FORMATS.names())
+@pytest.mark.parametrize("prefix", ["", "Let me compute that.\n", "  spaced  "])
+def test_every_format_round_trips(name, prefix):
+    fmt = tool_format(name)
+    assert fmt.name == name
+    text = prefix + "".join(fmt.render(c) for c in CALLS)
+    assert fmt.parse(text) == ParsedCalls(calls=CALLS, errors=[])
+    assert fmt.strip(text) == prefix.strip()
+    assert fmt.parse(prefix) == ParsedCalls() and fmt.strip(prefix) == prefix.strip()  # no calls: text kept
+
+
+def test_an_unknown_format_names_the_known_ones():
+    with pytest.raises(UserError, match=r"Unknown tool format 'hermez'; did you mean 'hermes'\? Valid names: "
+                                        r"\['hermes'\]"):
+        tool_format("hermez")
 
 
 def test_one_call():
@@ -80,12 +108,19 @@ def test_long_bodies_are_shortened_in_messages():
     assert len(parsed.errors[0]) < 200 and parsed.errors[0].endswith("...")
 
 
-def test_parsers_are_pluggable(tmp_path):
-    assert "hermes" in TOOL_PARSERS
-    path = tmp_path / "my_parser.py"
-    path.write_text("from grpoflow.multiturn.tool_parser import ParsedCalls, ToolCall\n"
-                    "def every_line(text):\n"
-                    "    return ParsedCalls([ToolCall(line, {}) for line in text.splitlines()], [])\n")
-    assert parse_tool_calls("a\nb", parser=f"{path}:every_line").calls == [ToolCall("a", {}), ToolCall("b", {})]
-    with pytest.raises(ValueError, match="Unknown tool parser 'hermez'; did you mean 'hermes'"):
-        parse_tool_calls("", parser="hermez")
+def test_formats_are_pluggable(tmp_path):
+    path = tmp_path / "my_format.py"
+    path.write_text("from grpoflow.data.tool_format import ParsedCalls, ToolCall, ToolFormat\n"
+                    "def lines():\n"
+                    "    return ToolFormat('lines', parse=lambda text: ParsedCalls([ToolCall(line[5:], {}) for line in "
+                    "text.splitlines() if line.startswith('CALL ')], []), render=lambda call: f'\\nCALL {call.name}', "
+                    "strip=lambda text: '\\n'.join(x for x in text.splitlines() "
+                    "if not x.startswith('CALL ')).strip())\n"
+                    "def not_a_format():\n"
+                    "    return len\n")
+    fmt = tool_format(f"{path}:lines")
+    assert isinstance(fmt, ToolFormat)
+    text = "hi" + fmt.render(ToolCall("a", {})) + fmt.render(ToolCall("b", {}))
+    assert fmt.parse(text).calls == [ToolCall("a", {}), ToolCall("b", {})] and fmt.strip(text) == "hi"
+    with pytest.raises(UserError, match="returned builtin_function_or_method, not a ToolFormat"):
+        tool_format(f"{path}:not_a_format")

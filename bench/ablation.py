@@ -8,7 +8,7 @@ Uses the warm-started model that compare_trl.py caches in bench/.cache/tiny-<siz
 first), 8 prompts of the built-in task and `--group-size` samples each, and times:
 
 - sampling: transformers `generate` (the engine before) against grpoflow's KV-cached loop
-  (`rollout.sampling`) with float32 and with bfloat16 weights, and with finished rows kept in
+  (`engines.sampling`) with float32 and with bfloat16 weights, and with finished rows kept in
   the decode batch;
 - the actor's update pass (log-probs, entropy, backward of a token-mean loss) on those samples:
   the full forward against shared prompts, each in float32 and under bf16 autocast;
@@ -44,9 +44,9 @@ CACHE = Path(__file__).resolve().parent / ".cache"
 
 def generation_variants(path: Path, size_n: int, max_new_tokens: int):
     """name -> a function that samples one step's rollouts (8 prompts x n) with a fresh seed."""
-    from grpoflow.rollout.hf import HFRolloutEngine
-    from grpoflow.rollout.protocol import Generation, SamplingParams, eos_response_mask, left_pad
-    from grpoflow.rollout.whole_batch import generate_batch
+    from grpoflow.engines.hf import HFRolloutEngine
+    from grpoflow.engines.protocol import Generation, SamplingParams, eos_response_mask, left_pad
+    from grpoflow.engines.whole_batch import generate_batch
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.tasks.addition import addition_splits
 
@@ -95,7 +95,7 @@ def generation_variants(path: Path, size_n: int, max_new_tokens: int):
 def update_variants(path: Path, sample, size_n: int, max_new_tokens: int):
     """name -> a function running the actor's forward + backward on one step's samples."""
     from grpoflow.data.batch import Batch
-    from grpoflow.rollout.protocol import SamplingParams
+    from grpoflow.engines.protocol import SamplingParams
     from grpoflow.models import logprobs
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.tasks.addition import addition_splits
@@ -133,9 +133,9 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     from grpoflow.data.dataset import prepare_prompts
     from grpoflow.models import attention, logprobs
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
-    from grpoflow.rollout.hf import HFRolloutEngine
-    from grpoflow.rollout.protocol import SamplingParams
-    from grpoflow.rollout.whole_batch import generate_batch
+    from grpoflow.engines.hf import HFRolloutEngine
+    from grpoflow.engines.protocol import SamplingParams
+    from grpoflow.engines.whole_batch import generate_batch
     from grpoflow.tasks.chat_addition import chat_addition_splits
     from grpoflow.training.microbatch import plan_microbatches
     from grpoflow.training.mixed_precision import ComputeCopy
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     path = Path(args.model) if args.model else warm
     if not path.is_dir():
         sys.exit(f"{path} is missing: run bench/compare_trl.py --sizes {args.size} once to build and warm-start it.")
-    from grpoflow.rollout.whole_batch import generate_batch
+    from grpoflow.engines.whole_batch import generate_batch
 
     gen, engine = generation_variants(path, args.group_size, args.max_new_tokens)
     variants = {**gen, **update_variants(path, partial(generate_batch, engine), args.group_size,

@@ -8,7 +8,7 @@
     .venv/bin/python bench/compare_trl_multi_turn.py --merge a.json b.json
 
 The task is grpoflow's calculator recipe (`--recipe`, default smollm2_calculator): "347*29" -> "10063" with the
-`calculator` tool, the same Python function for both (grpoflow/multiturn/builtin_tools.py); the recipe's system
+`calculator` tool, the same Python function for both (grpoflow/trajectories/builtin_tools.py); the recipe's system
 prompt describes the tool; at most `rollout.multi_turn.max_turns` model turns (2: the call, then the answer; TRL
 `max_tool_calling_iterations = max_turns - 1`) and `rollout.max_new_tokens` tokens after the prompt, tool results
 included (TRL `max_completion_length`, which counts them too); reward: grpoflow's `exact_match` of the last
@@ -128,7 +128,7 @@ def child_trl(spec: dict) -> dict:
     from children import StepRecords, set_threads, task_rows, trl_config
     from datasets import Dataset
     from figures import count_params
-    from grpoflow.multiturn.builtin_tools import calculator
+    from grpoflow.trajectories.builtin_tools import calculator
     from grpoflow.rewards.functions import load_reward_function
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
@@ -171,7 +171,7 @@ def user_of(messages: list[dict]) -> str:
 
 def trl_prompt_text(tokenizer, messages: list[dict]) -> str:
     """The prompt text TRL's trainer renders for a row (trl.data_utils.apply_chat_template, with the tools)."""
-    from grpoflow.multiturn.builtin_tools import calculator
+    from grpoflow.trajectories.builtin_tools import calculator
     from trl.data_utils import apply_chat_template
     return apply_chat_template({"prompt": messages}, tokenizer, tools=[calculator])["prompt"]
 

@@ -219,7 +219,7 @@ def stage_preflight(work: Path, sizes: Sizes) -> dict[str, Any]:
             out[name] = importlib.import_module(name).__version__
         except Exception as e:  # noqa: BLE001  (reported, not raised: a missing extra is a finding)
             out[name] = f"missing ({type(e).__name__})"
-    for module in ("grpoflow.commands.run", "grpoflow.rollout.hf", "grpoflow.workers.actor",
+    for module in ("grpoflow.commands.run", "grpoflow.engines.hf", "grpoflow.workers.actor",
                    "grpoflow.training.engine"):
         importlib.import_module(module)
     capability = this_machines_cuda_capability()

@@ -1,4 +1,4 @@
-"""A skewed rollout through vLLM: per-request steps (rollout/vllm_steps.py) vs whole-batch calls (as BatchCalls).
+"""A skewed rollout through vLLM: per-request steps (engines/vllm_steps.py) vs whole-batch calls (as BatchCalls).
 
 Trajectories over one RequestBatcher: most take one short turn, a few take several long ones (the shape of a
 multi-turn task where most episodes end at turn 1). Whole-batch calls make each tick wait for its longest
@@ -20,10 +20,10 @@ import time
 from transformers import AutoTokenizer
 
 from grpoflow.models.tiny import save_tiny_model
-from grpoflow.rollout.batcher import RequestBatcher
-from grpoflow.rollout.protocol import EngineAbilities, Request
-from grpoflow.rollout.vllm import VLLMRolloutEngine
-from grpoflow.rollout.whole_batch import run_to_end
+from grpoflow.engines.batcher import RequestBatcher
+from grpoflow.engines.protocol import EngineAbilities, Request
+from grpoflow.engines.vllm import VLLMRolloutEngine
+from grpoflow.engines.whole_batch import run_to_end
 
 
 class WholeBatchCalls:
@@ -41,7 +41,7 @@ class WholeBatchCalls:
     def admit(self, requests: list) -> None:
         self.admitted += requests
 
-    def step(self, version: int) -> list:
+    def tick(self, version: int) -> list:
         admitted, self.admitted = self.admitted, []
         return list(run_to_end(self.engine, admitted, version).items())
 

@@ -2,7 +2,7 @@
 
 One `Registry` type serves every family: advantage estimators, policy losses, KL estimators and
 controllers, loss aggregation modes (grpoflow.algorithms), reward functions (grpoflow.rewards) and
-rollout engines (grpoflow.rollout.factory). A name is looked up with `resolve`, which also accepts
+rollout engines (grpoflow.engines.factory). A name is looked up with `resolve`, which also accepts
 `path/to/file.py:function`; an unknown name is a ValueError naming the closest valid one.
 
 Standard library only, so every part of grpoflow may use it (tests/unit/test_layering.py).

@@ -1,7 +1,7 @@
 """Processes that run untrusted user code (reward functions, tools) under limits: each child runs one pickled
 function, one call at a time, with a per-call timeout and optional CPU-time and memory limits.
 
-Shared by reward scoring (grpoflow.rewards.scoring) and the tool runner (grpoflow.multiturn.tool_runner).
+Shared by reward scoring (grpoflow.rewards.scoring) and the tool runner (grpoflow.trajectories.tool_runner).
 
 Why not `multiprocessing.Pool` / `ProcessPoolExecutor`: neither can stop one hung call. Here each
 worker is a plain child process with its own pipes, so the parent always knows which call a

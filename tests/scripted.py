@@ -7,10 +7,10 @@ import dataclasses
 import threading
 
 from grpoflow.controller.rollouts import metrics_of
-from grpoflow.multiturn.loop import RolloutItem
-from grpoflow.multiturn.rollout import run_rollout
-from grpoflow.rollout.batcher import RequestBatcher
-from grpoflow.rollout.protocol import Completion, EngineAbilities, SamplingParams
+from grpoflow.trajectories.loop import RolloutItem
+from grpoflow.trajectories.rollout import run_rollout
+from grpoflow.engines.batcher import RequestBatcher
+from grpoflow.engines.protocol import Completion, EngineAbilities, SamplingParams
 
 
 class ScriptedEngine:
@@ -32,7 +32,7 @@ class ScriptedEngine:
         if requests:
             self.calls.append([q for _, q in requests])
 
-    def step(self, version):
+    def tick(self, version):
         out = []
         admitted, self.admitted = self.admitted, []
         for rid, q in admitted:
@@ -108,7 +108,7 @@ class Sessions:
 def serving(engine, tok, **limits):
     """A started Endpoint whose sessions (`endpoint.sessions.open(...)`) are served by `engine` (its end_id set to
     the template's end-of-turn token)."""
-    from grpoflow.multiturn.endpoint import Endpoint
+    from grpoflow.trajectories.endpoint import Endpoint
 
     endpoint = Endpoint(tok, max_calls=4, **limits)
     engine.end_id = endpoint.renderer.turn.end_token_id

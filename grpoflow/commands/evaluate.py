@@ -3,7 +3,7 @@
 Eval builds what the run's validation uses with the run's own functions: the held-out prompts
 (`commands.run.held_out_items`: chat template, system prompt, tool schemas, max lengths), the rewards
 (`controller.rewarding.reward_roles` / `build_rewards`: rule rewards, the judge, the reward model), the sampling
-and its seed (`controller.validation.val_params` / `val_seed`, at the checkpoint's step). So
+and its seed (`controller.held_out.val_params` / `val_seed`, at the checkpoint's step). So
 `grpoflow eval RUN/config.yaml model.path=RUN` gives the run's last validation figures, exactly.
 """
 
@@ -21,7 +21,7 @@ from grpoflow.controller.checkpoint import CheckpointManager, step_of
 from grpoflow.controller.rewarding import build_rewards, reward_roles
 from grpoflow.controller.rollouts import Rollouts
 from grpoflow.controller.trainer import pad_token_id, rollout_dtype
-from grpoflow.controller.validation import val_params, val_seed, validate
+from grpoflow.controller.held_out import evaluate_held_out, val_params, val_seed
 from grpoflow.distributed.worker_group import WorkerGroup
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.spec import model_folder
@@ -70,8 +70,8 @@ def evaluate(cfg: Config) -> dict[str, float]:
     rollouts = Rollouts(rollout, multi_turn=r.multi_turn.enabled, agent=r.agent.enabled)
     try:
         with scorer or contextlib.nullcontext():
-            metrics = validate(rollouts, items, rewards.score, params=val_params(cfg), batch_size=r.val_batch_size,
-                               seed=val_seed(cfg.trainer.seed, step))
+            metrics = evaluate_held_out(rollouts, items, rewards.score, params=val_params(cfg),
+                                        batch_size=r.val_batch_size, seed=val_seed(cfg.trainer.seed, step))
     finally:
         rollout.call(RolloutWorker.close)
     tqdm.write(f"model: {model_path}\n" + format_table(metrics, {it.data_source for it in items}, len(items)))

@@ -26,7 +26,7 @@ from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import PromptItem, load_rows, prepare_prompts
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.spec import is_builtin, model_folder
-from grpoflow.multiturn.chat import ChatRenderer
+from grpoflow.trajectories.chat import ChatRenderer
 from grpoflow.rewards import RewardScorer, build_reward, unscored_message, unscored_sources
 from grpoflow.rewards.by_source import scorer_name
 from grpoflow.tasks.addition import addition_splits

@@ -24,8 +24,8 @@ from grpoflow.training.engine import TrainEngine
 from grpoflow.training.precision import role_precision
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import compute_autocast
-from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import with_system_prompt
+from grpoflow.trajectories.chat import ChatRenderer
+from grpoflow.trajectories.env import with_system_prompt
 
 
 def lookup(row: dict, key: str):
@@ -45,7 +45,7 @@ def sft_examples(rows: list[dict], tokenizer, prompt_key: str, response_key: str
                  tools: list[dict] | None = None) -> list[Example]:
     """(prompt ids, target ids, target mask) per row: a string prompt and a target (trained: its ids + EOS), or
     a target that is a whole conversation in chat messages (a multi-turn demonstration: rendered by the rules
-    of a rollout, `multiturn.chat`, with the run's `tools` schemas and `system_prompt` first, as the rollout's
+    of a rollout, `trajectories.chat`, with the run's `tools` schemas and `system_prompt` first, as the rollout's
     prompts are; only the assistant turns are trained)."""
     examples: list[Example] = []
     renderer = None

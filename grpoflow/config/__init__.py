@@ -4,7 +4,7 @@
 
 - `schema.py`: the dataclasses (one per section, a help text per field), `opt`, `ConfigError`. Loads and checks
   nothing.
-- `checks.py`: `validate` (every value and combination that needs no model or registry; never changes the
+- `checks.py`: `check_config_values` (every value and combination that needs no model or registry; never changes the
   config), the batch schedule, and the mark a config carries once the start-up check passed
   (`grpoflow.controller.checks.check_config` sets it, once per `grpoflow train`; the controller requires it).
 - `loading.py`: the layers (defaults, recipes/builtin.yaml, a YAML recipe or preset, `a.b=c` overrides; verl's
@@ -17,8 +17,8 @@
 that the modules import in this direction only.
 """
 
-from grpoflow.config.checks import (Schedule, batch_schedule, is_checked, mark_checked, require_checked,
-                                    validate)
+from grpoflow.config.checks import (Schedule, batch_schedule, check_config_values, is_checked, mark_checked,
+                                    require_checked)
 from grpoflow.config.loading import (BUILTIN_RECIPE, PRESETS, config_layers, describe_layers, help_text,
                                      load_config, parse_override, preset_names, resolve_defaults, resolve_total_steps,
                                      saved_config, to_yaml)
@@ -33,7 +33,7 @@ __all__ = [
     "CriticConfig", "CurriculumConfig", "DataConfig", "DistillConfig", "FilterGroupsConfig", "JudgeConfig",
     "KLControlConfig", "LoRAConfig", "ModelConfig", "MultiTurnConfig", "RayConfig", "ResourcesConfig",
     "RewardConfig", "RewardModelConfig", "RolloutConfig", "SFTConfig", "Schedule", "TeacherConfig", "TinkerConfig",
-    "TrainerConfig", "batch_schedule", "config_layers", "describe_layers", "help_text", "is_checked",
-    "load_config", "mark_checked", "opt", "parse_override", "preset_names", "require_checked", "resolve_defaults",
-    "resolve_total_steps", "saved_config", "to_yaml", "validate", "world_size",
+    "TrainerConfig", "batch_schedule", "check_config_values", "config_layers", "describe_layers", "help_text",
+    "is_checked", "load_config", "mark_checked", "opt", "parse_override", "preset_names", "require_checked",
+    "resolve_defaults", "resolve_total_steps", "saved_config", "to_yaml", "world_size",
 ]

@@ -1,15 +1,15 @@
 """The config's checks: every value and combination that can be judged without a model or a registry.
 
-`validate(cfg)` raises one `ConfigError` naming the key and the fix. It is pure: it never changes `cfg`. The
+`check_config_values(cfg)` raises one `ConfigError` naming the key and the fix. It is pure: it never changes `cfg`. The
 keys whose default depends on other keys (`actor.rollout_is`) are resolved before it, once, by loading.py
 (`resolve_defaults`, which `load_config` and `saved_config` call); an unresolved one is an error here.
 
-The start-up check of a run is wider: `grpoflow.controller.checks.check_config` runs `validate`, then resolves
-every registry-backed name (estimators, losses, rewards, engines, environments, tools, agents; user files are
-imported there) and marks the config checked (`mark_checked`). It runs once per `grpoflow train`, at the edge
-(commands/run.py); the controller only asks `require_checked` instead of checking again. (`validate` alone also
-runs in `load_config`, so that a typo fails before torch is imported: pure and cheap. The reward spec is resolved
-once more to build the scorer; a user's file executes once, plugins keeping it in sys.modules.)
+The start-up check of a run is wider: `grpoflow.controller.checks.check_config` runs `check_config_values`, then
+resolves every registry-backed name (estimators, losses, rewards, engines, environments, tools, agents; user files
+are imported there) and marks the config checked (`mark_checked`). It runs once per `grpoflow train`, at the edge
+(commands/run.py); the controller only asks `require_checked` instead of checking again. (`check_config_values`
+alone also runs in `load_config`, so that a typo fails before torch is imported: pure and cheap. The reward spec is
+resolved once more to build the scorer; a user's file executes once, plugins keeping it in sys.modules.)
 
 `batch_schedule` resolves the batch algebra of one step (DESIGN.md section 3) and refuses what does not divide.
 """
@@ -55,7 +55,7 @@ def keep_checked(source: Config, derived: Config) -> Config:
     return derived
 
 
-def validate(cfg: Config) -> None:
+def check_config_values(cfg: Config) -> None:
     """The checks that need no model and no registry: choices, ranges, combinations and the batch schedule.
     Never changes `cfg`; its dependent defaults must be resolved (loading.resolve_defaults). Registry-backed names
     (estimators, losses, KL estimators, rewards, engines) are resolved by

@@ -13,8 +13,8 @@ reported at once. A key that moved (moved.py) is an error naming its new name, e
 config.yaml (`saved_config`), which is read under the new names.
 
 Then, once, the resolve step (`resolve_defaults`): the keys whose default depends on other keys get their value,
-so the resolved config (config.yaml, `grpoflow config`) says what the run does; then checks.validate. So
-`load_config` returns a resolved, validated config, and nothing later rewrites what the user set.
+so the resolved config (config.yaml, `grpoflow config`) says what the run does; then checks.check_config_values. So
+`load_config` returns a resolved, checked config, and nothing later rewrites what the user set.
 `trainer.total_epochs` is resolved later, by `resolve_total_steps`, once the training prompts are counted.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from grpoflow.config.checks import keep_checked, validate
+from grpoflow.config.checks import check_config_values, keep_checked
 from grpoflow.config.moved import foreign_hint, moved_key_message, translate_moved
 from grpoflow.config.schema import Config, ConfigError
 from grpoflow.foreign import Translation, is_verl_key, looks_like_trl, translate_trl, translate_verl
@@ -279,30 +279,31 @@ def load_config(recipe: str | None = None, overrides: list[str] | None = None,
                 notes: list[str] | None = None) -> Config:
     """Defaults, then `recipes/builtin.yaml` for a `builtin:` model, then the YAML recipe (a path or a
     preset name), then `a.b=c` overrides (verl's keys and a TRL GRPOConfig recipe translated; `notes` gets the
-    lines saying how); resolved (`resolve_defaults`) and validated."""
+    lines saying how); resolved (`resolve_defaults`) and checked (`check_config_values`)."""
     layers = config_layers(recipe, overrides)
     cfg = _layered(None, overrides, layers, notes)
     resolve_defaults(cfg)
-    validate(cfg)
+    check_config_values(cfg)
     return cfg
 
 
 def saved_config(data: dict) -> Config:
     """The config a run folder's config.yaml holds (parsed), written by this or an older grpoflow: keys that have
-    moved since (moved.py) are read under their new names; resolved and validated. Changes `data`."""
+    moved since (moved.py) are read under their new names; resolved and checked (`check_config_values`). Changes
+    `data`."""
     translate_moved(data)
     cfg = Config()
     for key, value in data.items():
         _set(cfg, key, value)
     resolve_defaults(cfg)
-    validate(cfg)
+    check_config_values(cfg)
     return cfg
 
 
 def resolve_defaults(cfg: Config) -> None:
     """The resolve step: set the keys whose default depends on other keys and that the user left unset (None), so
     that the resolved config (config.yaml, `grpoflow config`) says what the run does. A value the user set is kept.
-    `load_config` and `saved_config` call it once, before checks.validate (which never changes the config).
+    `load_config` and `saved_config` call it once, before checks.check_config_values (which never changes the config).
 
     actor.rollout_is: token where samples can be stale (trainer.mode=async with rollout.max_staleness > 0, or
     rollout.partial.enable), else off."""

@@ -233,7 +233,7 @@ class RolloutConfig:
                            "dtype, bf16 when computing in bf16). Requests wait, in their fixed order, until theirs "
                            "fits; the samples are those of one big batch. 0: half the device's memory (a GPU's, or "
                            "on a CPU the machine's) less 24 bytes per parameter of training state "
-                           "(rollout/kv_budget.py). A request that could never fit is an error at start. Colocated, "
+                           "(engines/kv_budget.py). A request that could never fit is an error at start. Colocated, "
                            "the cache is freed while the actor trains.")
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)

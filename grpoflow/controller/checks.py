@@ -1,7 +1,7 @@
 """One start-up check: every config key that names something in a registry is resolved here,
 before any model loads, so a typo costs seconds and names the key.
 
-`config.validate` checks plain values (choices, ranges, the batch schedule) without importing
+`config.check_config_values` checks plain values (choices, ranges, the batch schedule) without importing
 torch; this adds what needs the registries: advantage estimators, policy losses, loss
 aggregation modes, KL estimators and controllers, reward functions, rollout engines, and the
 combinations that make no sense. User files (reward functions, environments, tools, agents) are
@@ -20,13 +20,13 @@ from typing import Callable
 
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES,
                                  required_inputs)
-from grpoflow.config import Config, ConfigError, mark_checked, validate
-from grpoflow.multiturn.env import load_env
+from grpoflow.config import Config, ConfigError, check_config_values, mark_checked
+from grpoflow.trajectories.env import load_env
 from grpoflow.plugins import Registry
 from grpoflow.controller.judging import check_judge
 from grpoflow.controller.step_math import ADVANTAGE_INPUTS
 from grpoflow.rewards import build_reward
-from grpoflow.rollout.factory import ROLLOUT_ENGINES
+from grpoflow.engines.factory import ROLLOUT_ENGINES
 
 def resolve(registry: Registry, key: str, name: str) -> Callable:
     """`registry.resolve(name)`, or a ConfigError that names the config key."""
@@ -39,7 +39,7 @@ def resolve(registry: Registry, key: str, name: str) -> Callable:
 def check_config(cfg: Config) -> None:
     """Everything that can be checked without a model; raises ConfigError naming the key and the fix. Never
     changes `cfg`'s values; marks it checked (`config.is_checked`) when every check passed."""
-    validate(cfg)
+    check_config_values(cfg)
     a, alg = cfg.actor, cfg.algorithm
     estimator = resolve(ADVANTAGE_ESTIMATORS, "algorithm.adv_estimator", alg.adv_estimator)
     resolve(POLICY_LOSSES, "actor.policy_loss", a.policy_loss)
@@ -103,7 +103,7 @@ def check_multi_turn(cfg: Config) -> None:
         raise ConfigError(f"rollout.multi_turn.env_args={dict(r.env_args)} is set but rollout.multi_turn.env is not; "
                           "set both or neither.")
     if r.tools:
-        from grpoflow.multiturn.tools import load_tools
+        from grpoflow.trajectories.tools import load_tools
 
         try:
             load_tools(list(r.tools))
@@ -140,7 +140,7 @@ def check_agent(cfg: Config, estimator: Callable) -> None:
     if missing:
         raise ConfigError(f"rollout.agent.program needs {missing}, which are not installed: pip install "
                           "'grpoflow[agents]'.")
-    from grpoflow.multiturn.agents import load_agent
+    from grpoflow.trajectories.agents import load_agent
 
     try:
         load_agent(a.program, dict(a.args), a.model)

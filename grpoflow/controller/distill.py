@@ -21,7 +21,7 @@ from grpoflow.data.batch import Batch
 from grpoflow.distributed.worker_group import WorkerGroup
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.spec import model_folder
-from grpoflow.rollout.protocol import left_pad
+from grpoflow.engines.protocol import left_pad
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.frozen import FrozenWorker
 

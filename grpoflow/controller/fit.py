@@ -1,4 +1,4 @@
-"""The run around the step: resume, train to `trainer.total_steps`, validate, checkpoint, log, restart.
+"""The run around the step: resume, train to `trainer.total_steps`, evaluate held out, checkpoint, log, restart.
 
 `Controller` (trainer.py) holds the roles, the step, the advantages and the checkpoint state; `RunLoop`
 decides when each happens:
@@ -48,8 +48,8 @@ class RunLoop:
         self.restarts, self.current_step = 0, 0  # automatic restarts of this process's run (trainer.max_restarts)
 
     def fit(self, checkpoint: Path | None | str = "resolve") -> dict[str, Any]:
-        """(Resume,) validate, train to `trainer.total_steps` (validating every `val_every`, saving every
-        `save_every`), validate again. A worker process or node that dies, or a weight sync that times out,
+        """(Resume,) evaluate on the held-out prompts, train to `trainer.total_steps` (evaluating every `val_every`,
+        saving every `save_every`), evaluate again. A worker process or node that dies, or a weight sync that times out,
         rebuilds the workers and continues from the last checkpoint, up to `trainer.max_restarts` times.
         `checkpoint`: the one to resume from, as the run folder chose it (default: resolve trainer.resume)."""
         c, t = self.controller, self.cfg.trainer
@@ -96,7 +96,7 @@ class RunLoop:
         stopped: dict[str, Any] = {}
         with stop_on_signals() as stop:
             first = next((r for r in history if r["step"] == 0), {}) if start else \
-                (c.validate(0) if do_val else {})
+                (c.evaluate_held_out(0) if do_val else {})
             if first and not start:
                 self.log(0, first, force_print=True)
             first = {k: v for k, v in first.items() if k != "step"}
@@ -112,7 +112,7 @@ class RunLoop:
                 if self.restarts:
                     metrics["restarts"] = self.restarts
                 if do_val and (step % t.val_every == 0 or step == t.total_steps):
-                    last = c.validate(step)
+                    last = c.evaluate_held_out(step)
                     metrics.update(last)
                 self.log(step, metrics, force_print=step == t.total_steps)
                 done = step

@@ -1,5 +1,5 @@
 """Partial rollout, the controller's side (`rollout.partial`): the pool policy. The rollout is the ordinary one
-(`Rollouts.submit` with the pool's samples so far and a pause quota; multiturn/loop.py resumes each from its own
+(`Rollouts.submit` with the pool's samples so far and a pause quota; trajectories/loop.py resumes each from its own
 previous output).
 
 `PartialQueue` stands in for `RolloutQueue` (sync mode). It keeps a pool of groups in flight across steps:
@@ -35,9 +35,9 @@ from torch import Tensor
 from grpoflow.controller.rollouts import PendingRollout, Rollouts, attach, metrics_of
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import PromptSampler
-from grpoflow.multiturn.rollout import progress_batch
-from grpoflow.multiturn.trajectory import Progress
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.trajectories.rollout import progress_batch
+from grpoflow.trajectories.trajectory import Progress
+from grpoflow.engines.protocol import SamplingParams
 
 
 @dataclass

@@ -28,7 +28,7 @@ from grpoflow.data.dataset import PromptItem
 from grpoflow.distributed.worker_group import WorkerGroup
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rewards.shapes import SampleContext, TrainerState
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.engines.protocol import SamplingParams
 from grpoflow.workers.judge import JudgeWorker
 from grpoflow.workers.reward_model import RewardModelWorker
 
@@ -114,7 +114,7 @@ def sample_contexts(batch: Batch, step: int, steps: int) -> list[SampleContext]:
 
 def add_env_rewards(scored: Scores, env: list[float], error_score: float) -> None:
     """Add each sample's environment reward to its score; a NaN or infinite one (an environment that failed:
-    multiturn/env.py's GuardedEnvironment, which logged why) makes the sample's score `error_score`, counted in
+    trajectories/env.py's GuardedEnvironment, which logged why) makes the sample's score `error_score`, counted in
     reward/errors and reward/env/errors."""
     bad = [not math.isfinite(e) for e in env]
     scored.parts = [{**p, "env": e} for p, e in zip(scored.sample_parts(), env)]

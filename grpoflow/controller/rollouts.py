@@ -2,7 +2,7 @@
 
 `Rollouts` has one path for every kind of run (single-turn, environment or tool conversations, agent
 episodes): `submit(items, params, seed)` sends the prompts to the rollout worker group, where each
-worker plays its share of the trajectories over its engine's request batcher (multiturn/rollout.py),
+worker plays its share of the trajectories over its engine's request batcher (trajectories/rollout.py),
 and `Pending.result()` is the sampled `Batch`: group ids from the items' positions, the prompt texts
 and dataset rows the controller already holds attached by group, and the rollout's metrics.
 
@@ -27,10 +27,10 @@ from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import PromptSampler
 from grpoflow.distributed.worker_group import GroupCall, WorkerGroup
-from grpoflow.multiturn.loop import RolloutItem
-from grpoflow.multiturn.trajectory import Progress
-from grpoflow.multiturn.turns import SampleInfo, rollout_metrics
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.trajectories.loop import RolloutItem
+from grpoflow.trajectories.trajectory import Progress
+from grpoflow.trajectories.turns import SampleInfo, rollout_metrics
+from grpoflow.engines.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
 

@@ -7,7 +7,7 @@ group:
 
     {"step", "group", "data_source", "prompt", "row": {short scalar columns}, "samples": [
         {"completion", "score", "reward_parts": {...}, "advantage", "length", "trained_tokens",
-         "policy_version", "truncated", "ended" (why it ended: multiturn/trajectory.py END_REASONS),
+         "policy_version", "truncated", "ended" (why it ended: trajectories/trajectory.py END_REASONS),
          "conversation": [chat messages]          (multi-turn / agent samples only)
          "segments": [{"text", "tokens", "source": "model" | "env", "trained"}]}
                                                   (when some response tokens were not trained)

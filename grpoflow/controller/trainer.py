@@ -36,14 +36,14 @@ from grpoflow.controller.rewarding import build_rewards, reward_roles
 from grpoflow.controller.rollouts import RolloutQueue, Rollouts, step_seed
 from grpoflow.controller.step_math import AdvantageInputs, group_rows, partition_groups, token_rewards
 from grpoflow.controller.train_samples import TrainSamples
-from grpoflow.controller.validation import val_params, val_seed, validate
+from grpoflow.controller.held_out import evaluate_held_out, val_params, val_seed
 from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.data.batch import Batch
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.controller.reward_health import reward_health
 from grpoflow.rewards.scoring import RewardScorer, Scores
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.engines.protocol import SamplingParams
 from grpoflow.training.bf16_units import this_machines_compute_dtype
 from grpoflow.training.budget import microbatch_budget
 from grpoflow.training.forward import UpdateSchedule
@@ -349,14 +349,16 @@ class Controller:
         finally:
             self.placement.close()
 
-    def validate(self, step: int) -> dict[str, float]:
+    def evaluate_held_out(self, step: int) -> dict[str, float]:
+        """The validation after step `step` (0: before training): the `val/...` metrics of the held-out prompts."""
         if not self.val_items:
             return {}
         with self.engines_awake():  # as `grpoflow eval` does (commands/evaluate.py), with the run's roles
-            return validate(self.rollouts, self.val_items, self.rewards.score, params=val_params(self.cfg),
-                            batch_size=self.cfg.rollout.val_batch_size, samples_path=self.run_dir / "samples.jsonl",
-                            step=step, num_samples=self.cfg.trainer.log_samples,
-                            seed=val_seed(self.cfg.trainer.seed, step))
+            return evaluate_held_out(self.rollouts, self.val_items, self.rewards.score, params=val_params(self.cfg),
+                                     batch_size=self.cfg.rollout.val_batch_size,
+                                     samples_path=self.run_dir / "samples.jsonl", step=step,
+                                     num_samples=self.cfg.trainer.log_samples,
+                                     seed=val_seed(self.cfg.trainer.seed, step))
 
     def save_checkpoint(self, step: int) -> Path:
         """Everything needed to continue exactly: weights, optimizers, sampler, KL controller, RNG, and the

@@ -50,7 +50,7 @@ class Batch:
     completions: list = field(default_factory=list)  # [B] decoded response text
     rows: list = field(default_factory=list)         # [B] dataset row (dict) of the prompt
     conversations: list = field(default_factory=list)  # [B] multi-turn: the whole conversation (chat messages)
-    infos: list = field(default_factory=list)  # [B] multiturn.turns.SampleInfo: turns, tool calls, reward parts
+    infos: list = field(default_factory=list)  # [B] trajectories.turns.SampleInfo: turns, tool calls, reward parts
     reward_parts: list = field(default_factory=list)   # [B] dict: the parts of each sample's score (rewarding.py)
 
     def __len__(self) -> int:

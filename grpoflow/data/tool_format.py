@@ -20,7 +20,7 @@ anywhere in the assistant's text, any number of times. A call that cannot be use
 never raises on model text. For every format, `parse(prefix + render(a) + render(b))` is `[a, b]` and `strip`
 of that text is the prefix (tests/unit/test_tool_format.py).
 
-Standard library only (with `plugins`): demonstrations in `tasks` and trajectories in `multiturn` both use it.
+Standard library only (with `plugins`): demonstrations in `tasks` and trajectories in `trajectories` both use it.
 """
 
 from __future__ import annotations

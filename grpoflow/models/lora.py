@@ -5,7 +5,7 @@ so a KL term costs no second copy of the model. The rollout engine receives merg
 `W + scale * B @ A` under the base model's parameter names, computed without touching the
 trained weights (merge-then-unmerge would drift by rounding every step), or with
 `rollout.lora_sync=adapter` only the adapter tensors (`is_adapter_weight`), which the engine applies
-itself (rollout/hf_adapter.py, vLLM's LoRA requests).
+itself (engines/hf_adapter.py, vLLM's LoRA requests).
 """
 
 from __future__ import annotations

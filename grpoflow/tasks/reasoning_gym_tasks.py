@@ -10,7 +10,7 @@ list). The rows are `reasoning_gym.create_dataset(task, size=, seed=, **options)
      "reasoning_gym": {"task": task, "options": {"size": ..., "seed": ..., ...}, "index": i}}
 
 `demo` is a warm start's target (`sft.response_key=demo`: the answer as the assistant turn); so the `reasoning_gym`
-reward (rewards/reasoning_gym_reward.py) and environment (multiturn/reasoning_gym_env.py) can rebuild the entry and
+reward (rewards/reasoning_gym_reward.py) and environment (trajectories/reasoning_gym_env.py) can rebuild the entry and
 score with the task's own `score_answer`. Without `data.val_files`, a reasoning_gym training spec is validated on the
 same task with `seed + 1` and at most 100 rows (`default_val_spec`).
 """

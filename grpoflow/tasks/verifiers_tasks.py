@@ -10,8 +10,8 @@ first N tasks; required for an infinite taskset) and any field of the taskset's 
      "task": "<taskset>/<i>" (names the task in train_samples.jsonl and grpoflow view),
      "verifiers": {"taskset": {"id": ..., **options}, "limit": N, "index": i}}
 
-`rollout.agent.program=verifiers` (multiturn/verifiers_agent.py) rebuilds the task from the `verifiers` column and plays
-it; the prompt column is what grpoflow's length filter and an episode that never called the model see.
+`rollout.agent.program=verifiers` (trajectories/verifiers_agent.py) rebuilds the task from the `verifiers` column and
+plays it; the prompt column is what grpoflow's length filter and an episode that never called the model see.
 """
 
 from __future__ import annotations

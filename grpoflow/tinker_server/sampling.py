@@ -8,9 +8,9 @@ the engine loads them, bit for bit what the full merged snapshot would hold), a 
 One rollout engine per base model holds one set of weights at a time and is handed a session's snapshot
 (`update_weights`, an exact copy) before it samples for it, so a sample uses the saved weights bit for bit; the
 base model's own weights are the training models' shared copy (models.BaseModels.shared), not another one.
-A sample ends at every id grpoflow's rollouts end at (`rollout.factory.end_ids`: the tokenizer's EOS and each
+A sample ends at every id grpoflow's rollouts end at (`engines.factory.end_ids`: the tokenizer's EOS and each
 `eos_token_id` of the model's generation_config.json). Sampling is whole-batch generation over the
-engine (`rollout.whole_batch.generate_batch`, the one path its rollouts and the judge take too); queued requests
+engine (`engines.whole_batch.generate_batch`, the one path its rollouts and the judge take too); queued requests
 with the same weights and parameters run as one batch (futures.Runner).
 """
 
@@ -29,9 +29,9 @@ import torch
 from tinker import types
 
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
-from grpoflow.rollout.factory import end_ids
-from grpoflow.rollout.hf import HFRolloutEngine
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.engines.factory import end_ids
+from grpoflow.engines.hf import HFRolloutEngine
+from grpoflow.engines.protocol import SamplingParams
 from grpoflow.errors import UserError
 from grpoflow.tinker_server.models import BaseModel
 from grpoflow.tinker_server.wire import EMPTY_LOGPROB, PromptScores, Sequence

@@ -31,7 +31,7 @@ from grpoflow.config import TinkerConfig
 from grpoflow.atomic_folder import publish_folder, recover_folders
 from grpoflow.tinker_server import sampling, training
 from grpoflow.errors import UserError
-from grpoflow.rollout.whole_batch import generate_batch
+from grpoflow.engines.whole_batch import generate_batch
 from grpoflow.tinker_server.futures import Futures, Job, Outcome, Runner, SeqGate
 from grpoflow.tinker_server.models import (MODEL_FILE, BaseModels, ModelSpec, TrainingModel, check_state,
                                            model_folder_name, safe_name)

@@ -3,5 +3,5 @@
 `engine` (`TrainEngine`: forward_backward / optimizer_step / named_weights / save / load),
 `microbatch` (token-budget micro-batches, equal counts across ranks), `collectives` (the rank's
 device and the few all-reduces the workers need), `forward` (the no-grad log-prob pass).
-Nothing here imports `grpoflow.rollout`: the two meet only in the workers.
+Nothing here imports `grpoflow.engines`: the two meet only in the workers.
 """

@@ -1,7 +1,7 @@
 """`grpoflow view RUN_DIR...`: a page on 127.0.0.1 with a run's curves, its rollouts and its facts.
 
 A FastAPI app serves the page (static/), Plotly's own bundle from the `plotly` package (no CDN: the page works
-with no network) and a few JSON routes over the run folders (run_folder.py); the page polls them, so it follows
+with no network) and a few JSON routes over the run folders (watched_run.py); the page polls them, so it follows
 a run that is training. Routes (`i` is the run's position on the command line):
 
     GET /api/runs                               [{id, name, path}]
@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from grpoflow.errors import MissingExtraError, UserError
 from grpoflow.local_http import LocalOnly
-from grpoflow.viewer.run_folder import RunFolder
+from grpoflow.viewer.watched_run import WatchedRun
 
 STATIC = Path(__file__).parent / "static"
 PAGES = {"index.html": "text/html", "app.js": "text/javascript", "curves.js": "text/javascript",
@@ -59,12 +59,12 @@ def build_app(run_dirs: Sequence[str | Path], *, refresh_s: float = 2.0, host: s
     from fastapi import FastAPI, HTTPException
     from fastapi.responses import FileResponse, JSONResponse, Response
 
-    runs = [RunFolder(d) for d in run_dirs]
+    runs = [WatchedRun(d) for d in run_dirs]
     bundle = plotly_bundle()
     app = FastAPI(title="grpoflow view", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(LocalOnly, host=host, port=port)
 
-    def run(i: int) -> RunFolder:
+    def run(i: int) -> WatchedRun:
         if not 0 <= i < len(runs):
             raise HTTPException(404, f"no run {i}: this viewer shows runs 0..{len(runs) - 1}")
         return runs[i]

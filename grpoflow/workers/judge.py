@@ -10,9 +10,9 @@ whole (`broadcast`) and rank 0's replies are kept, so it needs no collective.
 from __future__ import annotations
 
 from grpoflow.models.loading import load_tokenizer
-from grpoflow.rollout.factory import build_engine
-from grpoflow.rollout.protocol import SamplingParams
-from grpoflow.rollout.whole_batch import generate_batch
+from grpoflow.engines.factory import build_engine
+from grpoflow.engines.protocol import SamplingParams
+from grpoflow.engines.whole_batch import generate_batch
 from grpoflow.training.precision import role_precision
 
 

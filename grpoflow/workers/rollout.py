@@ -1,5 +1,5 @@
 """The rollout role: a share of a step's prompts -> a `Batch` of their trajectories, played over the engine's
-request batcher (multiturn/rollout.py: single-turn samples, environment or tool conversations, agent
+request batcher (trajectories/rollout.py: single-turn samples, environment or tool conversations, agent
 episodes); receives weights (a stream when colocated with the actor, buckets through the controller when
 split)."""
 
@@ -12,11 +12,11 @@ from torch import Tensor
 
 from grpoflow.config import Config, RolloutConfig
 from grpoflow.data.batch import Batch, split_bounds
-from grpoflow.multiturn.loop import RolloutItem
-from grpoflow.multiturn.rollout import Kind, run_rollout
-from grpoflow.rollout.factory import build_engine
-from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
-from grpoflow.rollout.pushed_weights import PushedWeights
+from grpoflow.trajectories.loop import RolloutItem
+from grpoflow.trajectories.rollout import Kind, run_rollout
+from grpoflow.engines.factory import build_engine
+from grpoflow.engines.protocol import RolloutEngine, SamplingParams
+from grpoflow.engines.pushed_weights import PushedWeights
 from grpoflow.workers.rollout_kinds import build_rollout
 from grpoflow.models.loading import load_tokenizer
 
@@ -47,14 +47,14 @@ class RolloutWorker:
                 complete: int | None = None) -> Batch:
         """`params.n` trajectories of each item over this worker's engine, as samples whose group ids are the
         items' positions (prompt-major; an agent episode may give several samples). With `seed`, turn t of
-        sample j of an item draws from its own stream (multiturn/turns.py), so the samples do not depend on
+        sample j of an item draws from its own stream (trajectories/turns.py), so the samples do not depend on
         batching, placement or the other trajectories.
 
         rollout.partial: items carry their samples so far (`RolloutItem.carried`, each with its own seed), which go
         on from there; with `complete`, every sample still running pauses once this worker's share of `complete`
         groups (the step's data.prompts_per_step, split over the workers as their items are) have finished. Every
         sample comes back, finished or not, with its progress (`infos[i].progress`, `.paused`, `.finished_at`;
-        multiturn/loop.py)."""
+        trajectories/loop.py)."""
         if seed is not None:
             torch.manual_seed(seed)
         quota = None

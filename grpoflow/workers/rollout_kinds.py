@@ -1,4 +1,4 @@
-"""The kind of rollout a run's config asks for (multiturn/rollout.py plays it): single-turn samples, conversations
+"""The kind of rollout a run's config asks for (trajectories/rollout.py plays it): single-turn samples, conversations
 with `rollout.multi_turn.env` / `.tools`, or `rollout.agent.program` episodes through the OpenAI-compatible
 endpoint."""
 
@@ -9,13 +9,13 @@ from typing import Any, Callable
 from grpoflow.config import Config
 from grpoflow.data.tool_format import tool_format
 from grpoflow.errors import UserError
-from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import load_env, with_system_prompt
-from grpoflow.multiturn.loop import EnvLoop, SingleTurn
-from grpoflow.multiturn.rollout import Kind
-from grpoflow.multiturn.tool_runner import ToolRunner
-from grpoflow.multiturn.tools import load_tools, tool_from_function
-from grpoflow.multiturn.turns import ToolUse
+from grpoflow.trajectories.chat import ChatRenderer
+from grpoflow.trajectories.env import load_env, with_system_prompt
+from grpoflow.trajectories.loop import EnvLoop, SingleTurn
+from grpoflow.trajectories.rollout import Kind
+from grpoflow.trajectories.tool_runner import ToolRunner
+from grpoflow.trajectories.tools import load_tools, tool_from_function
+from grpoflow.trajectories.turns import ToolUse
 
 
 def build_rollout(cfg: Config, tokenizer: Any) -> Kind:
@@ -41,8 +41,8 @@ def opening_of(cfg: Config) -> Callable[[dict], list[dict]]:
 
 def build_agent_episodes(cfg: Config, tokenizer: Any) -> Any:
     """The agent of `rollout.agent.program` and a started endpoint (imports fastapi: the `agents` extra)."""
-    from grpoflow.multiturn.agents import AgentEpisodes, load_agent
-    from grpoflow.multiturn.endpoint import Endpoint
+    from grpoflow.trajectories.agents import AgentEpisodes, load_agent
+    from grpoflow.trajectories.endpoint import Endpoint
 
     a, m = cfg.rollout.agent, cfg.rollout.multi_turn
     assert a.program

@@ -19,9 +19,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 def test_sampling_log_probs_on_cuda_match_the_trainer(tiny_model_path):
     from grpoflow.data.batch import Batch
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
-    from grpoflow.rollout.hf import HFRolloutEngine
-    from grpoflow.rollout.protocol import SamplingParams
-    from grpoflow.rollout.whole_batch import generate_batch
+    from grpoflow.engines.hf import HFRolloutEngine
+    from grpoflow.engines.protocol import SamplingParams
+    from grpoflow.engines.whole_batch import generate_batch
     from grpoflow.training.forward import batch_log_probs
 
     tok = load_tokenizer(tiny_model_path)

@@ -8,9 +8,9 @@ import pytest
 
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
-from grpoflow.multiturn.agents import AgentEpisodes, AgentFailure
-from grpoflow.multiturn.endpoint import Endpoint
-from grpoflow.rollout.protocol import EngineAbilities, SamplingParams
+from grpoflow.trajectories.agents import AgentEpisodes, AgentFailure
+from grpoflow.trajectories.endpoint import Endpoint
+from grpoflow.engines.protocol import EngineAbilities, SamplingParams
 from scripted import play
 
 
@@ -24,7 +24,7 @@ class Never:  # no agent here reaches the model
     def admit(self, requests):
         raise AssertionError("unused")
 
-    step = admit
+    tick = admit
 
 
 def episodes_of(agent, endpoint):

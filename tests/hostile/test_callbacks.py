@@ -107,9 +107,9 @@ def test_an_agent_that_calls_sys_exit_is_an_error_not_a_timeout(caplog):
     from grpoflow.data.batch import Batch
     from grpoflow.data.dataset import PromptItem
     from grpoflow.models.tiny import build_char_tokenizer
-    from grpoflow.multiturn.agents import AgentEpisodes
-    from grpoflow.multiturn.endpoint import Endpoint
-    from grpoflow.rollout.protocol import EngineAbilities, SamplingParams
+    from grpoflow.trajectories.agents import AgentEpisodes
+    from grpoflow.trajectories.endpoint import Endpoint
+    from grpoflow.engines.protocol import EngineAbilities, SamplingParams
     from scripted import play
 
     class Never:  # no agent here calls the model
@@ -122,7 +122,7 @@ def test_an_agent_that_calls_sys_exit_is_an_error_not_a_timeout(caplog):
         def admit(self, requests):
             raise AssertionError("unused")
 
-        step = admit
+        tick = admit
 
     async def agent(row, client):
         if row["prompt"] == "p1":

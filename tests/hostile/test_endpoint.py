@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from grpoflow.models.tiny import build_char_tokenizer
-from grpoflow.rollout.protocol import Completion, EngineAbilities
+from grpoflow.engines.protocol import Completion, EngineAbilities
 from scripted import serving
 
 
@@ -33,7 +33,7 @@ class EchoEngine:
         self.prompt_tokens += sum(len(q.prompt_ids) for _, q in requests)
         self.admitted += requests
 
-    def step(self, version):
+    def tick(self, version):
         admitted, self.admitted = self.admitted, []
         ids = self.tok.encode("ok", add_special_tokens=False) + [self.end_id]
         return [(rid, Completion(ids, [0.0] * len(ids), [version] * len(ids), "stop")) for rid, _ in admitted]

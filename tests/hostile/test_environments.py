@@ -19,9 +19,9 @@ from grpoflow.config import load_config
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
-from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.loop import EnvLoop
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.trajectories.chat import ChatRenderer
+from grpoflow.trajectories.loop import EnvLoop
+from grpoflow.engines.protocol import SamplingParams
 from scripted import ScriptedEngine, play
 
 HUNG = textwrap.dedent('''

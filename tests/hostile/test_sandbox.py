@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from grpoflow.data.tool_format import ToolCall
-from grpoflow.multiturn.tool_runner import ToolRunner
+from grpoflow.trajectories.tool_runner import ToolRunner
 from grpoflow import user_code
-from grpoflow.multiturn.tools import load_tools
+from grpoflow.trajectories.tools import load_tools
 from grpoflow.sandbox import python_paths, unreadable_for_nobody
 
 # Sends an object whose unpickling runs `exec(...)`, which writes the unpickling process's pid to MARKER.

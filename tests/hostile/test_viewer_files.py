@@ -7,7 +7,7 @@ import json
 import logging
 
 from grpoflow.metrics_file import read_metrics
-from grpoflow.viewer.run_folder import RunFolder, StepIndex
+from grpoflow.viewer.watched_run import WatchedRun, StepIndex
 
 
 def write(path, lines):
@@ -18,7 +18,7 @@ def test_a_non_object_metrics_line_is_skipped_not_fatal(tmp_path, caplog):
     write(tmp_path / "metrics.jsonl", [json.dumps({"step": 1, "critic/score/mean": 0.5, "timing_s/step": 1.0}),
                                        "3", "[]", '"text"', "null", '{"no": "step"}',
                                        json.dumps({"step": 2, "critic/score/mean": 0.7, "timing_s/step": 1.0})])
-    run = RunFolder(tmp_path)
+    run = WatchedRun(tmp_path)
     with caplog.at_level(logging.WARNING, logger="grpoflow.metrics"):
         records, _ = run.metrics.since(0, run.metrics.generation)
     assert [r["step"] for r in records] == [1, 2]
@@ -42,6 +42,6 @@ def test_train_samples_are_read_by_step_through_an_index(tmp_path):
     with open(tmp_path / "train_samples.jsonl", "a") as f:
         f.write('les": []}\n')
     assert index.steps() == [1, 2, 3, 4] and index.records(4) == [{"step": 4, "group": 0, "samples": []}]
-    run = RunFolder(tmp_path)
+    run = WatchedRun(tmp_path)
     assert [g["group"] for g in run.groups("train", 3)] == [0, 1, 2, 3]
     assert run.rollout_steps()["train"] == [1, 2, 3, 4]

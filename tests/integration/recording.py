@@ -20,8 +20,8 @@ class Recording:
         self.requests.update(requests)
         self.engine.admit(requests)
 
-    def step(self, version):
-        done = self.engine.step(version)
+    def tick(self, version):
+        done = self.engine.tick(version)
         for rid, c in done:
             q = self.requests[rid]
             self.sampled[q.stream] = (list(q.prompt_ids), c.ids, c.log_probs)

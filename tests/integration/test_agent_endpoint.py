@@ -12,14 +12,14 @@ from grpoflow.controller.metrics import read_metrics
 from grpoflow.controller.rollouts import metrics_of
 from grpoflow.commands.run import sft_stage, train
 from grpoflow.data.dataset import PromptItem
-from grpoflow.multiturn.agents import AgentEpisodes
-from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.endpoint import Endpoint
-from grpoflow.multiturn.env import GuessNumber
-from grpoflow.multiturn.loop import EnvLoop, RolloutItem
-from grpoflow.multiturn.rollout import run_rollout
-from grpoflow.multiturn.turns import stream_seed
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.trajectories.agents import AgentEpisodes
+from grpoflow.trajectories.chat import ChatRenderer
+from grpoflow.trajectories.endpoint import Endpoint
+from grpoflow.trajectories.env import GuessNumber
+from grpoflow.trajectories.loop import EnvLoop, RolloutItem
+from grpoflow.trajectories.rollout import run_rollout
+from grpoflow.trajectories.turns import stream_seed
+from grpoflow.engines.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 from recording import Recording
 

@@ -6,7 +6,7 @@ import torch
 
 from grpoflow.models import logprobs
 from grpoflow.models.loading import load_causal_lm
-from grpoflow.rollout.protocol import left_pad
+from grpoflow.engines.protocol import left_pad
 
 
 def _batch():

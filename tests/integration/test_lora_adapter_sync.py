@@ -10,10 +10,10 @@ from grpoflow.config import ActorConfig, LoRAConfig, ModelConfig, load_config  #
 from grpoflow.controller.metrics import read_metrics  # noqa: E402
 from grpoflow.commands.run import train  # noqa: E402
 from grpoflow.models.loading import load_tokenizer  # noqa: E402
-from grpoflow.rollout.factory import build_engine  # noqa: E402
-from grpoflow.rollout.protocol import SamplingParams  # noqa: E402
+from grpoflow.engines.factory import build_engine  # noqa: E402
+from grpoflow.engines.protocol import SamplingParams  # noqa: E402
 from grpoflow.workers.actor import ActorWorker  # noqa: E402
-from grpoflow.rollout.whole_batch import generate_batch  # noqa: E402
+from grpoflow.engines.whole_batch import generate_batch  # noqa: E402
 
 LORA = {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj", "up_proj"]}
 PROMPTS = [[40, 41, 42], [50, 51], [60, 61, 62, 63, 64]]

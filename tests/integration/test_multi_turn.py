@@ -17,14 +17,14 @@ from grpoflow.commands.run import sft_stage, train
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.logprobs import response_log_probs
-from grpoflow.multiturn.chat import ChatRenderer, TemplateError
-from grpoflow.multiturn.env import GuessNumber
+from grpoflow.trajectories.chat import ChatRenderer, TemplateError
+from grpoflow.trajectories.env import GuessNumber
 from grpoflow.controller.rollouts import metrics_of
 from grpoflow.data.tool_format import HERMES
-from grpoflow.multiturn.loop import EnvLoop, RolloutItem
-from grpoflow.multiturn.rollout import run_rollout
-from grpoflow.multiturn.turns import stream_seed
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.trajectories.loop import EnvLoop, RolloutItem
+from grpoflow.trajectories.rollout import run_rollout
+from grpoflow.trajectories.turns import stream_seed
+from grpoflow.engines.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 from kills import comparable, kill_at_step, train_process
 from recording import Recording

@@ -20,8 +20,8 @@ from grpoflow.config import ConfigError, load_config  # noqa: E402
 from grpoflow.controller.checks import check_multi_turn  # noqa: E402
 from grpoflow.controller.metrics import read_metrics  # noqa: E402
 from grpoflow.commands.run import sft_stage, train  # noqa: E402
-from grpoflow.multiturn.env import GuardedEnvironment, StepResult, load_env  # noqa: E402
-from grpoflow.multiturn.openenv_env import observation_text  # noqa: E402
+from grpoflow.trajectories.env import GuardedEnvironment, StepResult, load_env  # noqa: E402
+from grpoflow.trajectories.openenv_env import observation_text  # noqa: E402
 
 HERE = Path(__file__).parent
 

@@ -19,7 +19,7 @@ from grpoflow.controller.checks import check_config
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
-from grpoflow.multiturn.turns import SampleInfo
+from grpoflow.trajectories.turns import SampleInfo
 from grpoflow.training.timing import StageTimer
 
 ITEMS = [PromptItem([40, 41], f"{a}+{b}=", {"answer": str(a + b)}, "addition", index=i)

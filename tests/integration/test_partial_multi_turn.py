@@ -1,4 +1,4 @@
-"""rollout.partial for conversations (multiturn/loop.py EnvLoop, resumed) on the tiny model warm-started on the
+"""rollout.partial for conversations (trajectories/loop.py EnvLoop, resumed) on the tiny model warm-started on the
 guess_number and calculator_tool demonstrations: conversations paused anywhere (mid-turn, after tool calls) and
 continued with the same weights are the uninterrupted ones; continued with new weights, their log-probs are the
 teacher-forced ones under the weights that sampled each token; an environment whose replies use an unseeded random
@@ -17,12 +17,12 @@ from grpoflow.config import load_config
 from grpoflow.controller.checkpoint import CheckpointManager, load_state
 from grpoflow.errors import UserError
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
-from grpoflow.multiturn.loop import RolloutItem
-from grpoflow.multiturn.rollout import played_batch, run_rollout
-from grpoflow.multiturn.trajectory import Progress
-from grpoflow.multiturn.turns import info_of
-from grpoflow.rollout.hf import HFRolloutEngine
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.trajectories.loop import RolloutItem
+from grpoflow.trajectories.rollout import played_batch, run_rollout
+from grpoflow.trajectories.trajectory import Progress
+from grpoflow.trajectories.turns import info_of
+from grpoflow.engines.hf import HFRolloutEngine
+from grpoflow.engines.protocol import SamplingParams
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
 from grpoflow.workers.rollout_kinds import build_env_loop
 from kills import comparable, kill_at_step, train_process, train_to_end

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from grpoflow.data.batch import Batch
-from grpoflow.rollout.hf import HFRolloutEngine
-from grpoflow.rollout.protocol import SamplingParams, eos_response_mask, left_pad
+from grpoflow.engines.hf import HFRolloutEngine
+from grpoflow.engines.protocol import SamplingParams, eos_response_mask, left_pad
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.training.forward import batch_log_probs
-from grpoflow.rollout.whole_batch import generate_batch
+from grpoflow.engines.whole_batch import generate_batch
 
 
 def test_left_pad_and_eos_mask():
@@ -174,7 +174,7 @@ def test_a_sample_ends_at_every_eos_id_of_the_models_generation_config(tmp_path,
     import json
     import shutil
 
-    from grpoflow.rollout.factory import build_engine, end_ids
+    from grpoflow.engines.factory import build_engine, end_ids
 
     tok = load_tokenizer(tiny_model_path)
     folder = tmp_path / "model"

@@ -24,8 +24,8 @@ from grpoflow.commands.run import sft_stage, train  # noqa: E402
 from grpoflow.config import load_config  # noqa: E402
 from grpoflow.data.dataset import PromptItem  # noqa: E402
 from grpoflow.models.tiny import build_char_tokenizer  # noqa: E402
-from grpoflow.multiturn.agents import AgentEpisodes, load_agent  # noqa: E402
-from grpoflow.rollout.protocol import SamplingParams  # noqa: E402
+from grpoflow.trajectories.agents import AgentEpisodes, load_agent  # noqa: E402
+from grpoflow.engines.protocol import SamplingParams  # noqa: E402
 from grpoflow.tasks.verifiers_tasks import verifiers_rows  # noqa: E402
 from scripted import ScriptedEngine, play, serving  # noqa: E402
 from vf_echo import WORDS, letters  # noqa: E402

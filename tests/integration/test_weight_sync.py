@@ -11,8 +11,8 @@ from grpoflow.config import ActorConfig, Config, RolloutConfig
 from grpoflow.controller.weight_sync import WeightSync
 from grpoflow.distributed.host import LocalPool
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
-from grpoflow.rollout.external import WeightSyncTimeout
-from grpoflow.rollout.pushed_weights import PushedWeights
+from grpoflow.engines.external import WeightSyncTimeout
+from grpoflow.engines.pushed_weights import PushedWeights
 from grpoflow.workers.actor import ActorWorker
 from grpoflow.workers.rollout import RolloutWorker
 

@@ -8,11 +8,11 @@ from transformers import AutoTokenizer
 
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.logprobs import response_log_probs
-from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import GuessNumber
-from grpoflow.multiturn.loop import EnvLoop, RolloutItem
-from grpoflow.multiturn.rollout import run_rollout
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.trajectories.chat import ChatRenderer
+from grpoflow.trajectories.env import GuessNumber
+from grpoflow.trajectories.loop import EnvLoop, RolloutItem
+from grpoflow.trajectories.rollout import run_rollout
+from grpoflow.engines.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
 pytestmark = pytest.mark.real_model

@@ -4,9 +4,9 @@ teacher-forced ones, generation stops at <|im_end|> and the masks end there."""
 import pytest
 import torch
 
-from grpoflow.rollout.hf import HFRolloutEngine
-from grpoflow.rollout.protocol import SamplingParams
-from grpoflow.rollout.whole_batch import generate_batch
+from grpoflow.engines.hf import HFRolloutEngine
+from grpoflow.engines.protocol import SamplingParams
+from grpoflow.engines.whole_batch import generate_batch
 from grpoflow.models.logprobs import response_log_probs
 from real_model_helpers import chat_ids
 

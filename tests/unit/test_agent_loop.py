@@ -1,4 +1,4 @@
-"""multiturn.loop.EnvLoop with a scripted engine (the model's reply is a function of the conversation so far):
+"""trajectories.loop.EnvLoop with a scripted engine (the model's reply is a function of the conversation so far):
 segments, masks, budgets, turn limits, environment seeds, tool calls and their failures, counted exactly."""
 
 import re
@@ -9,14 +9,14 @@ import torch
 
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
-from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import GuessNumber
-from grpoflow.multiturn.loop import EnvLoop
-from grpoflow.multiturn.tool_runner import ToolRunner
-from grpoflow.multiturn.tools import tool_from_function
-from grpoflow.multiturn.turns import ToolUse
-from grpoflow.rollout.protocol import SamplingParams
-from grpoflow.rollout.random_streams import prompt_seeds
+from grpoflow.trajectories.chat import ChatRenderer
+from grpoflow.trajectories.env import GuessNumber
+from grpoflow.trajectories.loop import EnvLoop
+from grpoflow.trajectories.tool_runner import ToolRunner
+from grpoflow.trajectories.tools import tool_from_function
+from grpoflow.trajectories.turns import ToolUse
+from grpoflow.engines.protocol import SamplingParams
+from grpoflow.engines.random_streams import prompt_seeds
 from sandbox_tools import hog, spin
 from scripted import ScriptedEngine, play
 
@@ -253,7 +253,7 @@ def test_tool_calls_on_the_last_turn_are_not_run():
 
 
 def test_the_system_prompt_opens_a_conversation_once():
-    from grpoflow.multiturn.env import with_system_prompt
+    from grpoflow.trajectories.env import with_system_prompt
     user = [{"role": "user", "content": "Guess 1-8"}]
     assert with_system_prompt(user, "Be brief.") == [{"role": "system", "content": "Be brief."}] + user
     own = [{"role": "system", "content": "Mine."}] + user

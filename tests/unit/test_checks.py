@@ -1,6 +1,6 @@
 """The one start-up check: every registry-backed config key is resolved before any model loads.
 
-These typos used to pass config validation and fail inside a worker, after the warm start and the
+These typos used to pass the config's checks and fail inside a worker, after the warm start and the
 first rollout (actor.loss_agg_mode, actor.kl_estimator, algorithm.kl_penalty), or were checked
 against a list the config hard-coded beside the registry (rollout.engine, algorithm.kl_ctrl.type).
 """

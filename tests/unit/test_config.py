@@ -9,12 +9,12 @@ from grpoflow.config import (
     Config,
     ConfigError,
     batch_schedule,
+    check_config_values,
     help_text,
     load_config,
     parse_override,
     resolve_defaults,
     to_yaml,
-    validate,
 )
 
 
@@ -295,22 +295,22 @@ def test_help_text_lists_every_key_with_its_help():
     ("actor.clip_ratio_c=1", "actor.clip_ratio_c must be > 1"),
     ("actor.kl_coef=-0.1", "actor.kl_coef must be >= 0"),
 ])
-def test_validate_rejects_bad_choices_and_ranges(override, fragment):
+def test_check_config_values_rejects_bad_choices_and_ranges(override, fragment):
     with pytest.raises(ConfigError) as err:
         load_config(overrides=[override])
     assert fragment in str(err.value)
 
 
-def test_validate_accepts_boundary_values():
+def test_check_config_values_accepts_boundary_values():
     cfg = load_config(overrides=["rollout.top_p=1", "data.overlong=error", "actor.kl_coef=0"])
-    validate(cfg)  # no error
+    check_config_values(cfg)  # no error
 
 
-def test_validate_on_a_mutated_config():
+def test_check_config_values_on_a_mutated_config():
     cfg = Config()
     cfg.rollout.top_p = 1.01
     with pytest.raises(ConfigError, match="top_p"):
-        validate(cfg)
+        check_config_values(cfg)
 
 
 @pytest.mark.parametrize("override", ["actor.clip_ratio_low=nan", "actor.grad_clip=nan", "reward.error_score=nan"])

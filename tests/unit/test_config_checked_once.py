@@ -1,11 +1,11 @@
-"""A config is checked once, at the edge: `load_config` resolves and validates it, `grpoflow train` runs the
+"""A config is checked once, at the edge: `load_config` resolves it and checks its values, `grpoflow train` runs the
 start-up check (`check_config`, which imports the user's files) once, and the Controller only requires the mark
 that check leaves. No check rewrites what the user set; the dependent values are resolved by loading."""
 
 import pytest
 
-from grpoflow.config import (Config, ConfigError, is_checked, load_config, resolve_defaults, resolve_total_steps,
-                             validate)
+from grpoflow.config import (Config, ConfigError, check_config_values, is_checked, load_config, resolve_defaults,
+                             resolve_total_steps)
 from grpoflow.controller.checks import check_config
 
 TINY = ["model.path=builtin:tiny-0.5m", "sft.steps=0", "data.prompts_per_step=4", "rollout.n=2",
@@ -21,14 +21,14 @@ def _controller(cfg: Config):
 # ---------------------------------------------------------------- the checks change nothing
 
 
-def test_validate_refuses_an_unresolved_config_instead_of_resolving_it():
+def test_check_config_values_refuses_an_unresolved_config_instead_of_resolving_it():
     cfg = Config()  # actor.rollout_is=None: resolved by loading, not by a check
     with pytest.raises(ConfigError, match="actor.rollout_is=None is unresolved"):
-        validate(cfg)
+        check_config_values(cfg)
     assert cfg.actor.rollout_is is None
     resolve_defaults(cfg)
     before = cfg.to_dict()
-    validate(cfg)
+    check_config_values(cfg)
     assert cfg.to_dict() == before and cfg.actor.rollout_is == "off"
 
 
@@ -41,7 +41,7 @@ def test_resolving_keeps_what_the_user_set():
 def test_the_start_up_check_changes_no_value_and_marks_the_config():
     cfg = load_config(None, ["trainer.total_epochs=2"])
     before = cfg.to_dict()
-    assert not is_checked(cfg)  # loaded and validated, not yet through the registries
+    assert not is_checked(cfg)  # loaded and its values checked, not yet through the registries
     check_config(cfg)
     assert cfg.to_dict() == before and is_checked(cfg)
     cfg.rollout.n = 3

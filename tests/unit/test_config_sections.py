@@ -8,7 +8,7 @@ import yaml
 
 from grpoflow.config import Config, ConfigError, help_text, load_config, saved_config, to_yaml
 from grpoflow.config.moved import MOVED, translate_moved
-from grpoflow.viewer.run_folder import read_config, schedule_line, summary
+from grpoflow.viewer.watched_run import read_config, schedule_line, summary
 from old_configs import NEWER_THAN_THE_MOVE, old_flat
 
 # every old flat key, with a value of its type, and its new name (written out by hand, not derived from MOVED)

@@ -1,4 +1,4 @@
-"""Continuous batching (rollout/continuous.py, slots.py) and the request batcher (rollout/batcher.py) on a tiny model:
+"""Continuous batching (engines/continuous.py, slots.py) and the request batcher (engines/batcher.py) on a tiny model:
 requests that join a running decode batch sample what they would alone, a trajectory's next turn reusing its KV
 cache gives the log-probs of a fresh prefill, and the batcher's admission does not depend on the clock."""
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model
-from grpoflow.rollout.batcher import EngineFailure, RequestBatcher
-from grpoflow.rollout.continuous import ContinuousSampler
-from grpoflow.rollout.protocol import EngineAbilities, Request
-from grpoflow.rollout.slots import SlotCache, attention_mask
+from grpoflow.engines.batcher import EngineFailure, RequestBatcher
+from grpoflow.engines.continuous import ContinuousSampler
+from grpoflow.engines.protocol import EngineAbilities, Request
+from grpoflow.engines.slots import SlotCache, attention_mask
 
 TOK = build_char_tokenizer()
 MODEL = build_tiny_model(TOK, size="0.5m").eval()
@@ -33,7 +33,7 @@ def run(s, schedule, version=0):
     while t < len(schedule) or s.busy:
         s.admit(schedule[t] if t < len(schedule) else [])
         live.append(sum(r is not None for r in s.rows))
-        done.update(s.step(version))
+        done.update(s.tick(version))
         t += 1
     return done, live
 
@@ -106,8 +106,8 @@ def test_kv_reuse_and_evictions_reach_the_rollout_metrics():
     """Each completion says how many prompt tokens came from its trajectory's kept KV cache and how many other kept
     caches keeping its own pushed out; summed over a step's samples they are rollout/kv_reused_tokens and
     rollout/kv_evicted."""
-    from grpoflow.multiturn.trajectory import Trajectory
-    from grpoflow.multiturn.turns import count_engine_work, info_of, rollout_metrics
+    from grpoflow.trajectories.trajectory import Trajectory
+    from grpoflow.trajectories.turns import count_engine_work, info_of, rollout_metrics
 
     firsts = [Request(ids("Guess 1-8:"), 6, stream=7, key=0), Request(ids("Guess 2-9:"), 6, stream=9, key=1)]
     unbounded = sampler()
@@ -163,8 +163,8 @@ class Engine:
         self.ticks.append([q.stream for _, q in requests])
         self.s.admit(requests)
 
-    def step(self, version):
-        return self.s.step(version)
+    def tick(self, version):
+        return self.s.tick(version)
 
 
 async def converse(client, k, turns, think):
@@ -213,7 +213,7 @@ def test_admission_follows_token_counts_not_the_clock():
 
 def test_an_engine_failure_reaches_every_waiting_trajectory_and_nothing_hangs():
     class Broken(Engine):
-        def step(self, version):
+        def tick(self, version):
             raise RuntimeError("out of memory")
 
     async def main():

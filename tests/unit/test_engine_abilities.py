@@ -1,5 +1,5 @@
-"""Engines declare their abilities (rollout/protocol.py `EngineAbilities`) and are never probed for them; every
-engine samples one way, whole-batch generation (rollout/whole_batch.py) included.
+"""Engines declare their abilities (engines/protocol.py `EngineAbilities`) and are never probed for them; every
+engine samples one way, whole-batch generation (engines/whole_batch.py) included.
 
 - the declarations: the HF engines step, pause and sleep; pausing without stepping is refused;
 - `build_engine` refuses an engine that does not declare its abilities, or lacks the verbs its declaration
@@ -20,15 +20,15 @@ import torch
 
 from grpoflow.errors import UserError
 from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model
-from grpoflow.multiturn.loop import RolloutItem, SingleTurn
-from grpoflow.multiturn.rollout import run_rollout
-from grpoflow.rollout.batcher import EngineFailure, RequestBatcher
-from grpoflow.rollout.factory import build_engine
-from grpoflow.rollout.hf import HFRolloutEngine
-from grpoflow.rollout.hf_adapter import HFAdapterEngine
-from grpoflow.rollout.protocol import EngineAbilities, Generation, Request, SamplingParams
-from grpoflow.rollout.random_streams import prompt_seeds
-from grpoflow.rollout.whole_batch import BatchCalls, generate_batch, stepper
+from grpoflow.trajectories.loop import RolloutItem, SingleTurn
+from grpoflow.trajectories.rollout import run_rollout
+from grpoflow.engines.batcher import EngineFailure, RequestBatcher
+from grpoflow.engines.factory import build_engine
+from grpoflow.engines.hf import HFRolloutEngine
+from grpoflow.engines.hf_adapter import HFAdapterEngine
+from grpoflow.engines.protocol import EngineAbilities, Generation, Request, SamplingParams
+from grpoflow.engines.random_streams import prompt_seeds
+from grpoflow.engines.whole_batch import BatchCalls, generate_batch, stepper
 
 TOK = build_char_tokenizer()
 MODEL = build_tiny_model(TOK, size="0.5m").eval()
@@ -56,7 +56,7 @@ def test_a_declaration_is_frozen_and_pausing_needs_stepping():
 
 
 ENGINE_FILE = """
-from grpoflow.rollout.protocol import EngineAbilities
+from grpoflow.engines.protocol import EngineAbilities
 
 
 class Base:
@@ -100,7 +100,7 @@ undeclared, stepping_without_step, batch_without_generate = (build("Undeclared")
 @pytest.mark.parametrize("fn, message", [
     ("undeclared", r"built a Undeclared, which is not a rollout engine: give it `abilities = EngineAbilities\("),
     ("stepping_without_step", r"built a SteppingWithoutStep, which declares stepping but lacks a verb of it: give it "
-                              r"`busy`, `admit`, `step` and `pause`"),
+                              r"`busy`, `admit`, `tick` and `pause`"),
     ("batch_without_generate", r"built a BatchWithoutGenerate, which declares no stepping but has no "
                                r"`generate\(prompts, params, seeds\)`"),
 ])
@@ -121,7 +121,7 @@ class EchoBatch:
         self.calls = []
 
     def generate(self, prompts, params, seeds=None):
-        from grpoflow.rollout.external import pack_samples
+        from grpoflow.engines.external import pack_samples
 
         self.calls.append(list(seeds))
         responses = [[p[-1] + 1, 2][:params.max_new_tokens] for p in prompts for _ in range(params.n)]
@@ -176,7 +176,7 @@ class NeverFinishes:
     def admit(self, requests):
         self.admitted += requests
 
-    def step(self, version):
+    def tick(self, version):
         return []
 
     def pause(self):
@@ -207,7 +207,7 @@ def test_a_rollout_samples_what_whole_batch_generation_samples_for_the_same_seed
 
 # --------------------------------------------------------------------------- no probes left in the package
 
-ABILITY_NAMES = {"abilities", "admit", "step", "busy", "pause", "sleep", "wake", "can_sleep", "end_rollout",
+ABILITY_NAMES = {"abilities", "admit", "tick", "busy", "pause", "sleep", "wake", "can_sleep", "end_rollout",
                  "generate", "update_weights", "eos_token_id", "pad_token_id", "admission_wait_s"}
 
 

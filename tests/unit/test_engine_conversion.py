@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from grpoflow.errors import UserError
-from grpoflow.rollout.external import WeightSyncTimeout, pack_samples, weight_buckets
-from grpoflow.rollout.sglang import check_sglang_result, samples_from_sglang
-from grpoflow.rollout.whole_batch import generate_batch
+from grpoflow.engines.external import WeightSyncTimeout, pack_samples, weight_buckets
+from grpoflow.engines.sglang import check_sglang_result, samples_from_sglang
+from grpoflow.engines.whole_batch import generate_batch
 
 # Two prompts, n=2, EOS=2, pad=0:
 #   sample 0: 10, EOS          -> ends at EOS
@@ -120,7 +120,7 @@ def test_weight_sync_sender_error_is_raised():
 
 def test_build_engine_names_the_choices_and_the_install():
     from grpoflow.models.tiny import build_char_tokenizer
-    from grpoflow.rollout.factory import build_engine
+    from grpoflow.engines.factory import build_engine
 
     tokenizer = build_char_tokenizer()
     with pytest.raises(ValueError, match=r"rollout.engine='tgi'.*'hf', 'sglang', 'vllm'"):
@@ -135,8 +135,8 @@ def test_build_engine_names_the_choices_and_the_install():
 
 def test_rollout_worker_builds_the_hf_engine(tiny_model_path):
     from grpoflow.config import Config, RolloutConfig
-    from grpoflow.rollout.hf import HFRolloutEngine
-    from grpoflow.rollout.protocol import SamplingParams
+    from grpoflow.engines.hf import HFRolloutEngine
+    from grpoflow.engines.protocol import SamplingParams
     from grpoflow.workers.rollout import RolloutWorker
 
     worker = RolloutWorker(0, 1, model_path=tiny_model_path, cfg=Config(rollout=RolloutConfig(sync_timeout_s=5.0)))
@@ -146,7 +146,7 @@ def test_rollout_worker_builds_the_hf_engine(tiny_model_path):
 
 
 def test_only_the_tested_vllm_release_is_accepted():
-    from grpoflow.rollout.vllm import check_vllm_version
+    from grpoflow.engines.vllm import check_vllm_version
 
     for tested in ("0.32.0", "0.32.1", "0.32.0+cpu"):
         check_vllm_version(tested)
@@ -157,7 +157,7 @@ def test_only_the_tested_vllm_release_is_accepted():
 
 
 def test_a_sleeping_vllm_engine_on_a_gpu_empties_torchs_cache_before_it_wakes(monkeypatch):
-    from grpoflow.rollout.vllm import VLLMRolloutEngine
+    from grpoflow.engines.vllm import VLLMRolloutEngine
 
     calls: list = []
 

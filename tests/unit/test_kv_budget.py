@@ -1,4 +1,4 @@
-"""The HF engine's KV cache inside a budget (rollout/kv_budget.py, continuous.py): a budget too small for the batch
+"""The HF engine's KV cache inside a budget (engines/kv_budget.py, continuous.py): a budget too small for the batch
 samples exactly what one batch does, a few rows at a time; a request that can never fit is a clear error before
 anything runs; the cache is kept in the engine's dtype; the budget from memory counts bytes per token as a model's
 config says."""
@@ -9,11 +9,11 @@ from transformers import LlamaConfig
 
 from grpoflow.errors import UserError
 from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model
-from grpoflow.rollout.factory import build_engine
-from grpoflow.rollout.hf import HFRolloutEngine
-from grpoflow.rollout.kv_budget import bytes_per_column, kv_budget_columns
-from grpoflow.rollout.protocol import Request, SamplingParams
-from grpoflow.rollout.whole_batch import generate_batch
+from grpoflow.engines.factory import build_engine
+from grpoflow.engines.hf import HFRolloutEngine
+from grpoflow.engines.kv_budget import bytes_per_column, kv_budget_columns
+from grpoflow.engines.protocol import Request, SamplingParams
+from grpoflow.engines.whole_batch import generate_batch
 
 TOK = build_char_tokenizer()
 MODEL = build_tiny_model(TOK, size="0.5m").eval()
@@ -33,7 +33,7 @@ def most_rows_at_once(eng):
     s.admit([(r, Request(tuple(PROMPTS[r // 4]), 12, stream=r)) for r in range(20)])
     while s.busy:
         most = max(most, sum(r is not None for r in s.rows))
-        s.step(0)
+        s.tick(0)
     return most
 
 

@@ -1,9 +1,9 @@
 """The dependency direction of DESIGN.md section 2, checked on the source with `ast`.
 
-    errors, plugins, user_code -> algorithms, rewards -> data, models -> training | rollout -> multiturn -> workers
+    errors, plugins, user_code -> algorithms, rewards -> data, models -> training | engines -> trajectories -> workers
         -> distributed -> controller -> commands -> cli
 
-`training` and `rollout` sit side by side and never import each other; `config` imports only `foreign` (verl's
+`training` and `engines` sit side by side and never import each other; `config` imports only `foreign` (verl's
 and TRL's keys; stdlib only) and `errors`, and inside it `schema <- checks <- loading` (`moved`: stdlib only).
 `errors` (the user-error types, stdlib only) sits under everything, and so does `atomic_folder` (folders published
 whole, stdlib only: the run's checkpoints and the Tinker server's saved states).
@@ -26,10 +26,10 @@ ROOT = Path(grpoflow.__file__).parent
 
 # The parts of grpoflow, and the grpoflow parts each may NOT import. `tasks` (built-in task data)
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
-UPPER_OF_DATA = {"training", "rollout", "multiturn", "workers", "distributed", "controller", "commands",
+UPPER_OF_DATA = {"training", "engines", "trajectories", "workers", "distributed", "controller", "commands",
                  "tinker_server", "cli", "plotting", "viewer"}
 EVERY_PART = {"errors", "plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards",
-              "data", "models", "tasks", "training", "rollout", "multiturn", "workers", "distributed", "controller",
+              "data", "models", "tasks", "training", "engines", "trajectories", "workers", "distributed", "controller",
               "commands", "tinker_server", "config", "foreign", "cli", "viewer",
               "local_http", "atomic_folder", "metrics_file"}
 FORBIDDEN_PARTS = {
@@ -39,7 +39,7 @@ FORBIDDEN_PARTS = {
     "user_code_child": EVERY_PART - {"sandbox", "user_code_child"},
     "user_code": EVERY_PART - {"errors", "plugins", "sandbox", "user_code_child", "user_code"},
     # reads metrics.jsonl via metrics_file
-    "plotting": {"training", "rollout", "workers", "distributed", "commands", "tinker_server", "cli"},
+    "plotting": {"training", "engines", "workers", "distributed", "commands", "tinker_server", "cli"},
     # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
     "viewer": EVERY_PART - {"errors", "plugins", "config", "viewer", "local_http", "metrics_file"},
     "local_http": EVERY_PART - {"local_http"},  # stdlib only: the local servers' Host and body-type checks
@@ -50,12 +50,13 @@ FORBIDDEN_PARTS = {
     "data": UPPER_OF_DATA,
     "models": UPPER_OF_DATA,
     "tasks": UPPER_OF_DATA,
-    "training": {"rollout", "multiturn", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
+    "training": {"engines", "trajectories", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
                  "plotting"},
-    "rollout": {"training", "multiturn", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
+    "engines": {"training", "trajectories", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
                 "plotting"},
     # the agent loop drives the engines through a generate function it is given: no workers, no placement
-    "multiturn": {"training", "workers", "distributed", "controller", "commands", "tinker_server", "cli", "plotting"},
+    "trajectories": {"training", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
+                     "plotting"},
     "workers": {"distributed", "controller", "commands", "tinker_server", "cli", "plotting"},
     "distributed": {"controller", "commands", "tinker_server", "cli", "plotting"},
     # the step and the run around it; what builds a run from its config is a command, above it
@@ -64,7 +65,7 @@ FORBIDDEN_PARTS = {
     "commands": {"cli"},
     # the Tinker API server, on the engines and atomic folders; `grpoflow serve tinker` (commands/serve.py) starts
     # it. It sits beside the controller, not above it: nothing of the RL step or its checkpoints
-    "tinker_server": {"commands", "cli", "workers", "distributed", "multiturn", "controller"},
+    "tinker_server": {"commands", "cli", "workers", "distributed", "trajectories", "controller"},
     # schema, checks and loading of plain values: no torch, no registries (CONFIG_ORDER inside it)
     "config": EVERY_PART - {"errors", "config", "foreign"},
     "foreign": EVERY_PART - {"foreign"},  # verl's keys and TRL's fields -> ours; stdlib only

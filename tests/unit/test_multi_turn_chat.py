@@ -1,11 +1,11 @@
-"""multiturn.chat: token-exact rendering, the end-of-turn separator, and the template check, by hand on a ChatML
+"""trajectories.chat: token-exact rendering, the end-of-turn separator, and the template check, by hand on a ChatML
 and a Llama-3-style template (char tokenizers: one id per character, so the expected ids are readable)."""
 
 import pytest
 
 from grpoflow.errors import UserError
 from grpoflow.models.tiny import build_char_tokenizer
-from grpoflow.multiturn.chat import ChatRenderer, TemplateError
+from grpoflow.trajectories.chat import ChatRenderer, TemplateError
 
 LLAMA3_TEMPLATE = (
     "{{ '<|begin_of_text|>' }}"

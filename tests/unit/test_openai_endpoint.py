@@ -11,10 +11,10 @@ import pytest
 
 from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
-from grpoflow.multiturn.agents import AgentEpisodes, reward_parts
-from grpoflow.multiturn.episode import EpisodeRecord
-from grpoflow.multiturn.turns import stream_seed
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.trajectories.agents import AgentEpisodes, reward_parts
+from grpoflow.trajectories.episode import EpisodeRecord
+from grpoflow.trajectories.turns import stream_seed
+from grpoflow.engines.protocol import SamplingParams
 from scripted import ScriptedEngine, final, play, serving
 
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}</tool_call>'
@@ -344,7 +344,7 @@ def test_an_engine_failure_is_raised_as_such_not_scored_as_the_agents(served):
 def test_an_agent_that_blocks_the_event_loop_is_abandoned_after_the_grace_period(served, monkeypatch):
     import time
 
-    import grpoflow.multiturn.agents as agents
+    import grpoflow.trajectories.agents as agents
 
     endpoint, engine = served
     monkeypatch.setattr(agents, "GRACE_S", 0.5)
@@ -362,7 +362,7 @@ def test_an_agent_that_blocks_the_event_loop_is_abandoned_after_the_grace_period
 
 
 def test_messages_become_template_messages():
-    from grpoflow.multiturn.openai_api import template_messages
+    from grpoflow.trajectories.openai_api import template_messages
 
     ours = {"call_1": "raw reply <tool_call>...</tool_call>"}
     messages = [

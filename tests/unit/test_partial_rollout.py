@@ -17,11 +17,11 @@ from grpoflow.data.sampler import EpochSampler
 from grpoflow.distributed.worker_group import WorkerGroup, broadcast
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model
-from grpoflow.multiturn.loop import RolloutItem, SingleTurn
-from grpoflow.multiturn.rollout import run_rollout
-from grpoflow.multiturn.trajectory import Progress
-from grpoflow.rollout.hf import HFRolloutEngine
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.trajectories.loop import RolloutItem, SingleTurn
+from grpoflow.trajectories.rollout import run_rollout
+from grpoflow.trajectories.trajectory import Progress
+from grpoflow.engines.hf import HFRolloutEngine
+from grpoflow.engines.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
 TOK = build_char_tokenizer()

@@ -188,8 +188,8 @@ def test_bad_split_arguments(tmp_path, kwargs, message):
 
 def test_a_multi_turn_runs_tool_schemas_count_in_the_prompt_length():
     from grpoflow.models.tiny import build_char_tokenizer
-    from grpoflow.multiturn.chat import ChatRenderer
-    from grpoflow.multiturn.tools import load_tools
+    from grpoflow.trajectories.chat import ChatRenderer
+    from grpoflow.trajectories.tools import load_tools
 
     tok = build_char_tokenizer()
     tok.chat_template = ("{% for t in tools or [] %}{{ t | tojson }}\n{% endfor %}{% for m in messages %}<|im_start|>"

@@ -1,8 +1,8 @@
-"""grpoflow.rollout.random_streams: per-row counter-based streams and inverse-CDF sampling."""
+"""grpoflow.engines.random_streams: per-row counter-based streams and inverse-CDF sampling."""
 
 import torch
 
-from grpoflow.rollout.random_streams import hash32, prompt_seeds, row_seeds, sample_from, uniforms
+from grpoflow.engines.random_streams import hash32, prompt_seeds, row_seeds, sample_from, uniforms
 
 
 def rows(seed, indices, n):
@@ -55,12 +55,12 @@ def test_inverse_cdf_draws_follow_the_probabilities_and_skip_zeros():
 
 
 def test_every_turn_of_every_trajectory_has_its_own_stream():
-    from grpoflow.multiturn.turns import stream_seed
+    from grpoflow.trajectories.turns import stream_seed
     # turn 0 is the single-turn sample's stream; later turns must not meet another trajectory's turn 0
     seeds = [stream_seed(11, i, 4, j, t) for i in range(6) for j in range(4) for t in range(5)]
     assert len(set(seeds)) == len(seeds)
 
 
 def test_first_turn_seeds_are_the_streams_of_turn_zero():
-    from grpoflow.multiturn.turns import first_turn_seeds, stream_seed
+    from grpoflow.trajectories.turns import first_turn_seeds, stream_seed
     assert first_turn_seeds(5, [3, 0, 9], 2) == [stream_seed(5, i, 2, j, 0) for i in (3, 0, 9) for j in range(2)]

@@ -7,8 +7,8 @@ from grpoflow.controller.rollouts import PendingRollout, RolloutQueue
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import EpochSampler
-from grpoflow.multiturn.turns import SampleInfo
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.trajectories.turns import SampleInfo
+from grpoflow.engines.protocol import SamplingParams
 
 
 def queue(items):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpoflow.rollout.sampling import sample_tokens, top_p_filter
+from grpoflow.engines.sampling import sample_tokens, top_p_filter
 
 
 @pytest.mark.parametrize("top_p, kept", [(0.5, [0]), (0.7, [0, 1]), (0.8, [0, 1]), (0.81, [0, 1, 2]),

@@ -11,7 +11,7 @@ from grpoflow.tinker_server.futures import SeqGate  # noqa: E402
 from grpoflow.tinker_server.models import BaseModel, ModelSpec, TrainingModel  # noqa: E402
 from grpoflow.tinker_server.sampling import WEIGHTS_FILE, Samplers, Session  # noqa: E402
 from grpoflow.tinker_server.service import save_sampler_folder  # noqa: E402
-from grpoflow.rollout.whole_batch import generate_batch  # noqa: E402
+from grpoflow.engines.whole_batch import generate_batch  # noqa: E402
 
 
 def trained_lora(tiny_model_path: str, seed: int) -> TrainingModel:
@@ -94,13 +94,13 @@ def test_an_adapter_snapshot_loads_the_same_merged_weights_bit_for_bit(tiny_mode
 
 
 def test_a_sample_ends_at_every_eos_id_of_the_generation_config(tiny_model_path, tmp_path):
-    """The server's sampler stops where grpoflow's rollouts stop (rollout.factory.end_ids): at the tokenizer's EOS
+    """The server's sampler stops where grpoflow's rollouts stop (engines.factory.end_ids): at the tokenizer's EOS
     and at each other `eos_token_id` of generation_config.json (Llama-3-Instruct and Qwen2.5 list several)."""
     import json
     import shutil
 
     from grpoflow.models.loading import load_tokenizer
-    from grpoflow.rollout.protocol import SamplingParams
+    from grpoflow.engines.protocol import SamplingParams
 
     params = SamplingParams(n=1, max_new_tokens=12, temperature=1.0)  # seeded below: the same draws each time
     prompt = [5, 6, 7]

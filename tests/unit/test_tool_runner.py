@@ -12,8 +12,8 @@ import time
 import pytest
 
 from grpoflow.data.tool_format import ToolCall
-from grpoflow.multiturn.tool_runner import ToolResult, ToolRunner, status_counts
-from grpoflow.multiturn.tools import load_tools, tool_from_function
+from grpoflow.trajectories.tool_runner import ToolResult, ToolRunner, status_counts
+from grpoflow.trajectories.tools import load_tools, tool_from_function
 
 TIMEOUT = 1.0
 SLACK = 2.0

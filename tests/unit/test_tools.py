@@ -6,8 +6,8 @@ from typing import Literal, Optional
 
 import pytest
 
-from grpoflow.multiturn.builtin_tools import calculator, python
-from grpoflow.multiturn.tools import TOOLS, load_tools, register_tool, tool_from_function
+from grpoflow.trajectories.builtin_tools import calculator, python
+from grpoflow.trajectories.tools import TOOLS, load_tools, register_tool, tool_from_function
 
 
 def search_flights(origin: str, max_stops: int, cabin: Literal["economy", "business"] = "economy",
@@ -95,7 +95,7 @@ def test_a_function_that_cannot_be_described_is_a_clear_error(fn, what):
 
 
 USER_TOOLS = textwrap.dedent('''
-    from grpoflow.multiturn.tools import register_tool
+    from grpoflow.trajectories.tools import register_tool
 
     def word_count(text: str) -> int:
         """Count the words in a text.
@@ -133,7 +133,7 @@ def test_load_tools_from_a_file_and_by_name(user_file):
 
 
 def test_load_tools_from_a_module():
-    (tool,) = load_tools(["grpoflow.multiturn.builtin_tools:calculator"])
+    (tool,) = load_tools(["grpoflow.trajectories.builtin_tools:calculator"])
     assert tool.name == "calculator" and tool.fn is calculator and not tool.sandboxed  # registered trusted
 
 
@@ -150,7 +150,7 @@ def test_unknown_tool_names_the_closest():
     with pytest.raises(ValueError, match="Unknown tool 'calculater'; did you mean 'calculator'"):
         load_tools(["calculater"])
     with pytest.raises(ValueError, match="has no function 'nope'"):
-        load_tools(["grpoflow.multiturn.builtin_tools:nope"])
+        load_tools(["grpoflow.trajectories.builtin_tools:nope"])
 
 
 def test_builtins_are_registered():

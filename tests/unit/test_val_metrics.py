@@ -57,7 +57,7 @@ def test_extract_answer():
 
 
 def test_conversation_means_by_hand():
-    from grpoflow.controller.validation import conversation_means
+    from grpoflow.controller.held_out import conversation_means
 
     assert conversation_means([(2, 1), (1, 0), (3, 2)]) == [("turns", 2.0), ("tool_calls", 1.0)]
     assert conversation_means([]) == []

@@ -9,8 +9,8 @@ import pytest
 
 from grpoflow.config import ConfigError
 from grpoflow.commands.run import read_rows
-from grpoflow.multiturn.agents import load_agent
-from grpoflow.multiturn.verifiers_agent import env_config_dict, episode_rewards
+from grpoflow.trajectories.agents import load_agent
+from grpoflow.trajectories.verifiers_agent import env_config_dict, episode_rewards
 from grpoflow.tasks.verifiers_tasks import parse_spec
 
 
@@ -102,7 +102,7 @@ def test_the_taskset_comes_from_the_rows_not_the_agent_args():
 
 @needs_verifiers
 def test_without_uv_the_run_stops_at_start_saying_so(monkeypatch):
-    import grpoflow.multiturn.verifiers_agent as adapter
+    import grpoflow.trajectories.verifiers_agent as adapter
 
     monkeypatch.setattr(adapter.shutil, "which", lambda name: None)
     with pytest.raises(ValueError, match="uv, which is not on PATH"):

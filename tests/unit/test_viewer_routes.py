@@ -14,7 +14,7 @@ pytest.importorskip("plotly")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from grpoflow.config import load_config, to_yaml  # noqa: E402
-from grpoflow.viewer import run_folder  # noqa: E402
+from grpoflow.viewer import watched_run  # noqa: E402
 from grpoflow.viewer.server import STATIC, build_app  # noqa: E402
 
 
@@ -143,13 +143,13 @@ def test_the_viewer_reads_the_files_the_run_writes():
     from grpoflow.controller import restart, train_samples
     from grpoflow.controller.metrics import MetricsLogger
 
-    assert run_folder.TRAIN_SAMPLES == train_samples.FILE
-    assert run_folder.RESTARTS == restart.RESTARTS_FILE
-    assert MetricsLogger("x").path.name == run_folder.METRICS
+    assert watched_run.TRAIN_SAMPLES == train_samples.FILE
+    assert watched_run.RESTARTS == restart.RESTARTS_FILE
+    assert MetricsLogger("x").path.name == watched_run.METRICS
 
 
 def test_the_viewer_does_not_import_torch():
-    code = "import sys, grpoflow.viewer.server, grpoflow.viewer.run_folder; print('torch' in sys.modules)"
+    code = "import sys, grpoflow.viewer.server, grpoflow.viewer.watched_run; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
 

@@ -15,10 +15,10 @@ import torch
 pytest.importorskip("vllm", reason="vllm is not installed (.ci/vllm_stage runs these tests)")
 
 from grpoflow.config import Config, RolloutConfig  # noqa: E402
-from grpoflow.rollout.external import WeightSyncTimeout  # noqa: E402
-from grpoflow.multiturn.loop import RolloutItem  # noqa: E402
-from grpoflow.rollout.protocol import SamplingParams  # noqa: E402
-from grpoflow.rollout.whole_batch import generate_batch  # noqa: E402
+from grpoflow.engines.external import WeightSyncTimeout  # noqa: E402
+from grpoflow.trajectories.loop import RolloutItem  # noqa: E402
+from grpoflow.engines.protocol import SamplingParams  # noqa: E402
+from grpoflow.engines.whole_batch import generate_batch  # noqa: E402
 from grpoflow.models.loading import load_causal_lm  # noqa: E402
 from grpoflow.workers.rollout import RolloutWorker  # noqa: E402
 

@@ -13,8 +13,8 @@ pytest.importorskip("peft")
 from grpoflow.config import Config, RolloutConfig  # noqa: E402
 from grpoflow.models.loading import load_causal_lm  # noqa: E402
 from grpoflow.models.lora import add_lora, is_adapter_weight  # noqa: E402
-from grpoflow.rollout.protocol import SamplingParams  # noqa: E402
-from grpoflow.rollout.whole_batch import generate_batch  # noqa: E402
+from grpoflow.engines.protocol import SamplingParams  # noqa: E402
+from grpoflow.engines.whole_batch import generate_batch  # noqa: E402
 from grpoflow.workers.rollout import RolloutWorker  # noqa: E402
 
 pytestmark = pytest.mark.vllm

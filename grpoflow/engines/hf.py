@@ -1,6 +1,6 @@
-"""The transformers rollout engine: continuous batching over an HF causal LM (`rollout.continuous`).
+"""The transformers rollout engine: continuous batching over an HF causal LM (`engines.continuous`).
 
-It declares stepping, pausing and sleeping (`EngineAbilities`): the request batcher drives it (`admit` / `step`:
+It declares stepping, pausing and sleeping (`EngineAbilities`): the request batcher drives it (`admit` / `tick`:
 requests join and leave the running decode batch, a trajectory's next turn reuses its KV cache), and whole-batch
 generation (`whole_batch.generate_batch`: the judge, the Tinker sampler) steps the same sampler to the end.
 """
@@ -13,12 +13,12 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
-from grpoflow.rollout.continuous import COMPACT_FRACTION, ContinuousSampler
-from grpoflow.rollout.protocol import Completion, EngineAbilities, Request, SamplingParams, stop_ids
+from grpoflow.engines.continuous import COMPACT_FRACTION, ContinuousSampler
+from grpoflow.engines.protocol import Completion, EngineAbilities, Request, SamplingParams, stop_ids
 
 
 class HFRolloutEngine:
-    """KV-cached sampling with a transformers causal LM (CPU or one GPU), see `rollout.sampling`.
+    """KV-cached sampling with a transformers causal LM (CPU or one GPU), see `engines.sampling`.
 
     The engine computes in the dtype of the model it is given, and keeps its KV cache in it: a rollout copy
     loaded in bfloat16 decodes in bfloat16 and receives the trainer's float32 weights cast on copy.
@@ -34,8 +34,8 @@ class HFRolloutEngine:
                  kv_reuse_mb: int = 1024, compact_fraction: int = COMPACT_FRACTION,
                  kv_budget_columns: int | None = None) -> None:
         """`compact_fraction`: finished rows' slots are compacted away once they are 1 / compact_fraction of
-        the decode batch (rollout/continuous.py). `kv_budget_columns`: the most token columns the KV cache of the
-        running requests may hold (rollout/kv_budget.py); more requests wait for room. None: no limit."""
+        the decode batch (engines/continuous.py). `kv_budget_columns`: the most token columns the KV cache of the
+        running requests may hold (engines/kv_budget.py); more requests wait for room. None: no limit."""
         self.model = model.eval()
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
@@ -59,8 +59,8 @@ class HFRolloutEngine:
                                                                                       if t not in eos])))
                             for rid, q in requests])
 
-    def step(self, version: int) -> list[tuple[int, Completion]]:
-        return self.sampler.step(version)
+    def tick(self, version: int) -> list[tuple[int, Completion]]:
+        return self.sampler.tick(version)
 
     def pause(self) -> list[tuple[int, Completion]]:
         """Every running request stopped where it is (finish "paused"; rollout.partial)."""

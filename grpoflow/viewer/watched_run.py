@@ -154,7 +154,7 @@ class StepIndex:
         return out
 
 
-class RunFolder:
+class WatchedRun:
     """One run folder's files, each followed as the run writes it."""
 
     def __init__(self, path: str | Path) -> None:

@@ -5,7 +5,7 @@ An engine holds its own copy of the weights (possibly in another dtype or on ano
 actor's weights one tensor at a time with a version, and declares its abilities (`EngineAbilities`) instead of
 being probed for them. It samples in one of two ways, which its `abilities.stepping` names:
 
-    stepping (SteppingEngine)   requests join and leave a running decode batch: `admit`, `step`, `busy`
+    stepping (SteppingEngine)   requests join and leave a running decode batch: `admit`, `tick`, `busy`
                                 (the HF engine's continuous sampler, vLLM's per-request engine)
     whole batch (BatchEngine)   `generate` decodes a batch of prompts per call (SGLang, whose scheduler runs
                                 on its own clock); `whole_batch.BatchCalls` serves it as a stepping engine
@@ -28,7 +28,7 @@ from torch import Tensor
 class EngineAbilities:
     """What an engine can do, declared by the engine (callers branch on it, never on `hasattr`).
 
-    stepping: requests join and leave a running decode batch (`SteppingEngine`: `busy`, `admit`, `step`); False:
+    stepping: requests join and leave a running decode batch (`SteppingEngine`: `busy`, `admit`, `tick`); False:
         the engine decodes whole batches (`BatchEngine.generate`), served one call per batcher tick.
     pausing: `pause()` stops every running request at a token boundary and hands back what each sampled
         (rollout.partial); needs stepping.
@@ -69,7 +69,7 @@ class Generation:
 
 @dataclass(frozen=True)
 class Request:
-    """One sample of one prompt: what a trajectory asks of the request batcher (`rollout.batcher`).
+    """One sample of one prompt: what a trajectory asks of the request batcher (`engines.batcher`).
 
     `stream` seeds this request's random stream (`random_streams.uniforms`), so its tokens do not depend
     on the requests it shares a decode batch with; its first new token draws at stream position `position`
@@ -128,14 +128,14 @@ class RolloutEngine(Protocol):
 
 @runtime_checkable
 class StepEngine(Protocol):
-    """Requests that join and leave a running decode batch: what the request batcher drives (rollout/batcher.py)."""
+    """Requests that join and leave a running decode batch: what the request batcher drives (engines/batcher.py)."""
 
     @property
     def busy(self) -> bool: ...
 
     def admit(self, requests: list[tuple[int, Request]]) -> None: ...
 
-    def step(self, version: int) -> list[tuple[int, Completion]]:
+    def tick(self, version: int) -> list[tuple[int, Completion]]:
         """One decode step of every running request; returns (request id, completion) of those that finished."""
         ...
 

@@ -1,5 +1,5 @@
 """Trajectories as coroutines: a plain sample (`SingleTurn`), or a conversation with an environment and tools
-(`EnvLoop`). Each trajectory awaits its model turns from the request batcher (rollout/batcher.py), which
+(`EnvLoop`). Each trajectory awaits its model turns from the request batcher (engines/batcher.py), which
 batches every trajectory's requests continuously; none waits for another's turn.
 
 A conversation: sample a turn (at most the budget left, ending at the template's end-of-turn token), let
@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from grpoflow.errors import UserError
-from grpoflow.multiturn.chat import ChatRenderer
-from grpoflow.multiturn.env import GuardedEnvironment, with_system_prompt
-from grpoflow.multiturn.trajectory import Progress, Segment, Trajectory
-from grpoflow.multiturn.turns import (SampleInfo, ToolUse, add_model_turn, count_engine_work, env_seeds,
+from grpoflow.trajectories.chat import ChatRenderer
+from grpoflow.trajectories.env import GuardedEnvironment, with_system_prompt
+from grpoflow.trajectories.trajectory import Progress, Segment, Trajectory
+from grpoflow.trajectories.turns import (SampleInfo, ToolUse, add_model_turn, count_engine_work, env_seeds,
                                      first_turn_seeds, info_of, joined, stream_seed)
-from grpoflow.rollout.batcher import Client, RequestBatcher
-from grpoflow.rollout.protocol import Completion, Request, SamplingParams
+from grpoflow.engines.batcher import Client, RequestBatcher
+from grpoflow.engines.protocol import Completion, Request, SamplingParams
 
 
 @dataclass

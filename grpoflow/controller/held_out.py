@@ -1,7 +1,9 @@
-"""Validation: k samples per held-out prompt, metrics per data source, sample completions to read.
+"""Evaluation on the held-out prompts (validation): k samples per prompt, metrics per data source, sample
+completions to read.
 
-The run's validation (Controller.validate) and `grpoflow eval` sample with the same `val_params` and `val_seed`, so
-that eval of a run's last checkpoint gives the run's last validation figures (exactly, greedy or sampled).
+The run's validation (Controller.evaluate_held_out) and `grpoflow eval` sample with the same `val_params` and
+`val_seed`, so that eval of a run's last checkpoint gives the run's last validation figures (exactly, greedy or
+sampled).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from grpoflow.controller.rollouts import Rollouts, step_seed
 from grpoflow.controller.val_metrics import extract_answer, group_metrics
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
-from grpoflow.rollout.protocol import SamplingParams
+from grpoflow.engines.protocol import SamplingParams
 from grpoflow.rewards.scoring import Scores
 
 
@@ -32,9 +34,9 @@ def val_seed(seed: int, step: int) -> int:
     return 10**9 + step_seed(seed, step)
 
 
-def validate(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batch], Scores], *, params: SamplingParams,
-             batch_size: int,
-             samples_path: Path | None = None, step: int = 0, num_samples: int = 0, seed: int | None = None
+def evaluate_held_out(rollouts: Rollouts, items: list[PromptItem], reward: Callable[[Batch], Scores], *,
+                      params: SamplingParams, batch_size: int,
+                      samples_path: Path | None = None, step: int = 0, num_samples: int = 0, seed: int | None = None
              ) -> dict[str, float]:
     """`val/<data_source>/<metric>` and `val/<metric>` over all prompts, for k = `params.n` samples
     each: mean@k, and for k > 1 std@k, pass@1, pass@k, maj@k (see val_metrics).

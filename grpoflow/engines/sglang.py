@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 
 from grpoflow.errors import UserError
-from grpoflow.rollout.external import import_engine, pack_samples, weight_buckets
-from grpoflow.rollout.protocol import EngineAbilities, Generation, SamplingParams, stop_ids
+from grpoflow.engines.external import import_engine, pack_samples, weight_buckets
+from grpoflow.engines.protocol import EngineAbilities, Generation, SamplingParams, stop_ids
 
 INSTALL_HINT = "rollout.engine=sglang needs SGLang and a GPU: pip install 'grpoflow[sglang]' (docs/rollout-engines.md)."
 

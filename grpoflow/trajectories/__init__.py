@@ -1,5 +1,5 @@
-"""Multi-turn rollouts (docs/multi-turn.md): the model acts over several turns against environments and tools,
-and each conversation is one training sample, token-exact.
+"""Trajectories of every kind (docs/multi-turn.md): single-turn samples, and conversations where the model acts over
+several turns against environments and tools; each trajectory is one training sample, token-exact.
 
     chat.py         ChatRenderer: token-exact rendering (continuations as chat-template suffixes, the end-of-turn
                     separator restored), the prefix-preserving template check
@@ -13,7 +13,7 @@ and each conversation is one training sample, token-exact.
                     environment rebuilt by replay, its replies checked); play_each, the one driver, with its pause
                     Quota
     turns.py        what every trajectory shares: random streams, budget and end-of-turn rules, tool calls, SampleInfo
-    rollout.py      run_rollout: a kind's trajectories over a RequestBatcher (rollout/batcher.py) -> one Batch
+    rollout.py      run_rollout: a kind's trajectories over a RequestBatcher (engines/batcher.py) -> one Batch
     tools.py        Tool, tool_from_function (typed function + docstring -> chat-template schema), the
                     tool registry, load_tools(specs); the built-ins are registered from builtin_tools.py
     builtin_tools.py  calculator (safe arithmetic via `ast`) and python (runs code; sandboxed); how tool calls are
@@ -31,7 +31,7 @@ Agent programs through an OpenAI-compatible endpoint (docs/agents.md; extra `age
     verifiers_agent.py  rollout.agent.program=verifiers: a verifiers environment's own rollout, its rubric as the reward
                     (extra verifiers)
 
-A part beside `rollout` (DESIGN.md places multi-turn with the rollout): it drives the engines through the request
+A part beside `engines` (DESIGN.md places multi-turn with the rollout): it drives the engines through the request
 batcher it is given and imports no workers, placement, controller or config. This file imports nothing: tool worker
 processes import the tool modules, and nothing heavier.
 """

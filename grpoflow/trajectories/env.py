@@ -285,8 +285,8 @@ class GuessNumber:
 # ---------------------------------------------------------------- environments of the field (docs/environments.md)
 # Their modules import their package only when an environment is played (optional extras).
 
-from grpoflow.multiturn.openenv_env import OpenEnvEnvironment  # noqa: E402
-from grpoflow.multiturn.reasoning_gym_env import ReasoningGymEnv  # noqa: E402
+from grpoflow.trajectories.openenv_env import OpenEnvEnvironment  # noqa: E402
+from grpoflow.trajectories.reasoning_gym_env import ReasoningGymEnv  # noqa: E402
 
 register_env("reasoning_gym")(ReasoningGymEnv)
 register_env("openenv")(OpenEnvEnvironment)

@@ -18,8 +18,8 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from grpoflow.rollout.external import WeightSyncTimeout
-from grpoflow.rollout.protocol import RolloutEngine
+from grpoflow.engines.external import WeightSyncTimeout
+from grpoflow.engines.protocol import RolloutEngine
 
 _END = object()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from grpoflow.rollout.random_streams import sample_from
+from grpoflow.engines.random_streams import sample_from
 
 
 def sample_tokens(logits: Tensor, *, temperature: float, top_p: float,

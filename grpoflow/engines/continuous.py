@@ -6,7 +6,7 @@
     admit(requests)   each new request takes a free slot; the requests admitted together are prefilled in
                       one forward (identical prompts once, their KV copied to the other slots: a prompt's n
                       samples), a request whose trajectory left KV behind prefills only the new tokens
-    step()            every request in a slot draws its next token from the logits it holds; the finished
+    tick()            every request in a slot draws its next token from the logits it holds; the finished
                       ones leave (their KV is parked for their trajectory's next turn), the others are fed
                       their token in one decode forward over the slots
 
@@ -16,7 +16,7 @@ finished rows. Draws use each request's own counter-based stream at its own posi
 (`random_streams`), so a request's tokens do not depend on when it was admitted or what it shares a
 batch with (up to the last bits of the batched arithmetic, which the batcher's admission order fixes).
 
-With a KV budget (`kv_budget_columns`, rollout/kv_budget.py) the slot cache holds at most that many token
+With a KV budget (`kv_budget_columns`, engines/kv_budget.py) the slot cache holds at most that many token
 columns (slots x capacity). `admit` queues the requests and takes them in their order while the cache they
 would need fits; the rest wait and join as rows finish (at the end of a step). Whether a request fits depends
 only on token counts (prompt lengths, max_new_tokens, tokens sampled so far), never on the clock, so a run
@@ -34,10 +34,10 @@ from torch import Tensor
 
 from grpoflow.errors import UserError
 from grpoflow.models.loading import cache_keyword
-from grpoflow.rollout.protocol import Completion, Request
-from grpoflow.rollout.random_streams import uniforms
-from grpoflow.rollout.sampling import sample_tokens
-from grpoflow.rollout.slots import SlotCache, attention_mask, supports
+from grpoflow.engines.protocol import Completion, Request
+from grpoflow.engines.random_streams import uniforms
+from grpoflow.engines.sampling import sample_tokens
+from grpoflow.engines.slots import SlotCache, attention_mask, supports
 
 # Free slots are compacted away once they are at least 1 / COMPACT_FRACTION of the slots: a decode step's
 # matrix products read every weight once whatever the row count, so a few idle rows cost little, while
@@ -108,7 +108,7 @@ class ParkedKV:
 
 
 class ContinuousSampler:
-    """Slots of a `SlotCache` over `model`; `admit` and `step` as the module docstring says."""
+    """Slots of a `SlotCache` over `model`; `admit` and `tick` as the module docstring says."""
 
     def __init__(self, model: torch.nn.Module, *, pad_token_id: int, kv_reuse_bytes: int = 1 << 30,
                  compact_fraction: int = COMPACT_FRACTION, kv_budget_columns: int | None = None) -> None:
@@ -231,7 +231,7 @@ class ContinuousSampler:
     # ------------------------------------------------------------ step
 
     @torch.no_grad()
-    def step(self, version: int) -> list[tuple[int, Completion]]:
+    def tick(self, version: int) -> list[tuple[int, Completion]]:
         """Every live request draws a token; returns the (request id, completion) of those that finished."""
         live = [s for s, r in enumerate(self.rows) if r is not None]
         if not live:

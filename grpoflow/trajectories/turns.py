@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from grpoflow.data.tool_format import HERMES, ToolCall, ToolFormat
-from grpoflow.multiturn.tool_runner import ToolRunner
-from grpoflow.multiturn.trajectory import Progress, Segment, Trajectory
-from grpoflow.rollout.protocol import Completion
-from grpoflow.rollout.random_streams import prompt_seeds, row_seeds
+from grpoflow.trajectories.tool_runner import ToolRunner
+from grpoflow.trajectories.trajectory import Progress, Segment, Trajectory
+from grpoflow.engines.protocol import Completion
+from grpoflow.engines.random_streams import prompt_seeds, row_seeds
 
 TURN_STRIDE = 1009  # turn t of sample j of prompt i: stream index (i * n + j) * TURN_STRIDE + t, for t >= 1
 TURN_SALT = 0x5BD1E995  # later turns draw from seeds of their own (a turn-t index never meets a dataset index)

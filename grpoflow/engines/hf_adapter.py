@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from grpoflow.models.lora import add_lora, is_adapter_weight
-from grpoflow.rollout.hf import HFRolloutEngine
-from grpoflow.rollout.protocol import Completion, Request
+from grpoflow.engines.hf import HFRolloutEngine
+from grpoflow.engines.protocol import Completion, Request
 
 
 class HFAdapterEngine:
@@ -48,8 +48,8 @@ class HFAdapterEngine:
     def admit(self, requests: list[tuple[int, Request]]) -> None:
         self.inner.admit(requests)
 
-    def step(self, version: int) -> list[tuple[int, Completion]]:
-        return self.inner.step(version)
+    def tick(self, version: int) -> list[tuple[int, Completion]]:
+        return self.inner.tick(version)
 
     def pause(self) -> list[tuple[int, Completion]]:
         return self.inner.pause()

@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 from grpoflow.data.tool_format import ToolCall
 from grpoflow.errors import UserError
-from grpoflow.multiturn.tools import Tool
+from grpoflow.trajectories.tools import Tool
 from grpoflow.user_code import Outcome, ResourceLimits, UserCodeProcesses, dumps_function
 
 log = logging.getLogger("grpoflow.tools")

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from grpoflow.errors import MissingExtraError
-from grpoflow.rollout.protocol import Generation, left_pad
+from grpoflow.engines.protocol import Generation, left_pad
 
 
 def import_engine(module: str, install_hint: str):

@@ -37,8 +37,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from grpoflow.rollout.protocol import Completion, Request, RolloutEngine
-from grpoflow.rollout.whole_batch import stepper
+from grpoflow.engines.protocol import Completion, Request, RolloutEngine
+from grpoflow.engines.whole_batch import stepper
 
 
 class EngineFailure(RuntimeError):
@@ -69,7 +69,7 @@ class RequestBatcher:
         self._seq = 0
         self._closed = False
         self._event = asyncio.Event()
-        self.busy_s = 0.0                        # seconds in the engine's admit and step
+        self.busy_s = 0.0                        # seconds in the engine's admit and tick
         self.ticks = 0
         self.failure: EngineFailure | None = None
         self.pausing = False                     # pause() was called: requests are handed back unfinished
@@ -153,7 +153,7 @@ class RequestBatcher:
         for w in admitted:
             self.running[w.seq] = (w.order, w.future)
         self.engine.admit([(w.seq, w.request) for w in admitted])
-        finished = self.engine.step(self.version())
+        finished = self.engine.tick(self.version())
         self.busy_s += time.perf_counter() - started
         self.ticks += 1
         self._hand_back(finished)

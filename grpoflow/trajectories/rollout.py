@@ -23,11 +23,11 @@ from typing import Callable, Protocol
 import torch
 
 from grpoflow.data.batch import Batch
-from grpoflow.multiturn.loop import Played, RolloutItem
-from grpoflow.multiturn.trajectory import Progress, to_batch
-from grpoflow.multiturn.turns import info_of
-from grpoflow.rollout.batcher import RequestBatcher
-from grpoflow.rollout.protocol import RolloutEngine, SamplingParams
+from grpoflow.trajectories.loop import Played, RolloutItem
+from grpoflow.trajectories.trajectory import Progress, to_batch
+from grpoflow.trajectories.turns import info_of
+from grpoflow.engines.batcher import RequestBatcher
+from grpoflow.engines.protocol import RolloutEngine, SamplingParams
 
 
 class Kind(Protocol):

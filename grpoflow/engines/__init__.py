@@ -1,4 +1,4 @@
-"""Rollout: turning prompt token ids into sampled responses with their log-probs.
+"""Engines: turning prompt token ids into sampled responses with their log-probs.
 
 `protocol` (the `RolloutEngine` seam, the `EngineAbilities` each engine declares, `SamplingParams`,
 `Generation`), `hf` (the own KV-cached loop over a transformers model, `sampling` + `random_streams`),

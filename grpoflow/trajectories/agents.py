@@ -45,14 +45,14 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from grpoflow.errors import UserError
-from grpoflow.multiturn.endpoint import Endpoint
-from grpoflow.multiturn.episode import EpisodeRecord
-from grpoflow.multiturn.loop import Played, RolloutItem
-from grpoflow.multiturn.trajectory import Trajectory
-from grpoflow.multiturn.turns import info_of
+from grpoflow.trajectories.endpoint import Endpoint
+from grpoflow.trajectories.episode import EpisodeRecord
+from grpoflow.trajectories.loop import Played, RolloutItem
+from grpoflow.trajectories.trajectory import Trajectory
+from grpoflow.trajectories.turns import info_of
 from grpoflow.plugins import load_from_file
-from grpoflow.rollout.batcher import Client, RequestBatcher
-from grpoflow.rollout.protocol import Request, SamplingParams
+from grpoflow.engines.batcher import Client, RequestBatcher
+from grpoflow.engines.protocol import Request, SamplingParams
 
 log = logging.getLogger("grpoflow.agents")
 
@@ -65,7 +65,7 @@ class EngineError(RuntimeError):
 
 
 def _verifiers_agent(agent_args: dict, model_name: str) -> AgentFn:
-    from grpoflow.multiturn.verifiers_agent import build
+    from grpoflow.trajectories.verifiers_agent import build
 
     return build(agent_args, model_name)
 

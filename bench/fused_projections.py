@@ -7,7 +7,17 @@ modules for fused stand-ins (weights concatenated, the same arithmetic), checks 
 unchanged, and times one forward + backward of a token-mean loss over the last `--response` positions of a
 `--batch` x `--tokens` batch, the variants alternating, `--repeats` rounds. Prints the median seconds per variant.
 
+`--dtype bfloat16` runs each variant as grpoflow's actor computes with `model.compute_dtype=bfloat16` on a CPU
+(training/precision.py: the policy's `copy` with grouped attention): float32 master weights, a bf16 compute copy
+(`training.mixed_precision.ComputeCopy`: forward and backward in bf16, each gradient added into its master's float32
+`.grad`), `models.attention`'s grouped-query attention kernel, and the head's log-probs from `head_log_probs` in row
+chunks (`actor.logprob_chunk_size` 128). The fused modules are built on the masters, so the copy is fused as well.
+The log-prob check (float32: within 1e-4 of the first variant's) then allows bf16 rounding: every variant's response
+log-probs must lie within the difference that bf16 itself makes (the first variant's bf16 log-probs against its
+float32 ones, max |difference|).
+
     .venv/bin/python bench/fused_projections.py --model /tmp/grpoflow-smollm2/hf --threads 2
+    .venv/bin/python bench/fused_projections.py --model /tmp/grpoflow-smollm2/hf --threads 2 --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -21,6 +31,13 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoModelForCausalLM
 from transformers.models.llama import modeling_llama
+
+from grpoflow.models.attention import use_grouped_attention
+from grpoflow.models.head_logprobs import head_log_probs
+from grpoflow.training.mixed_precision import ComputeCopy
+
+HEAD_CHUNK = 128  # actor.logprob_chunk_size's default
+FLOAT32_TOLERANCE = 1e-4  # float32: the same products, at most summed in another order (measured: 0, bit-identical)
 
 
 class FusedMLP(nn.Module):
@@ -70,9 +87,22 @@ def load(path: str, variant: str) -> nn.Module:
 
 
 def response_log_probs(model: nn.Module, ids: torch.Tensor, response: int) -> torch.Tensor:
-    """[B, response] log-probs of the last `response` ids, the head run on those positions only."""
+    """[B, response] log-probs of the last `response` ids, the head run on those positions only. A bf16 model (the
+    compute copy) takes them as grpoflow's actor does: `head_log_probs`, products in bf16, softmax in float32."""
     hidden = model.model(ids[:, :-1]).last_hidden_state[:, -response:]
-    return model.lm_head(hidden).float().log_softmax(-1).gather(-1, ids[:, -response:, None]).squeeze(-1)
+    labels = ids[:, -response:]
+    if model.lm_head.weight.dtype == torch.bfloat16:
+        log_probs, _ = head_log_probs(hidden.reshape(-1, hidden.shape[-1]), model.lm_head.weight, labels.reshape(-1),
+                                      chunk_size=HEAD_CHUNK, compute_dtype=torch.bfloat16)
+        return log_probs.view(labels.shape)
+    return model.lm_head(hidden).float().log_softmax(-1).gather(-1, labels[..., None]).squeeze(-1)
+
+
+def compute_copy(master: nn.Module) -> ComputeCopy:
+    """grpoflow's bf16 compute (precision.role_precision("policy", compute_dtype="bfloat16") on a CPU: how="copy",
+    grouped attention): the masters stay float32, forward and backward run on the bf16 copy."""
+    use_grouped_attention(master)  # before the copy: the copy's config is a deepcopy of the master's
+    return ComputeCopy(master, torch.bfloat16)
 
 
 def main() -> None:
@@ -84,27 +114,39 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--variants", default="none,mlp,attention,both")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="compute dtype: float32 (the module as loaded) or bfloat16 (grpoflow's bf16 compute copy of "
+                        "float32 masters, grouped attention; default float32)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     ids = torch.randint(0, 49_000, (args.batch, args.tokens + 1), generator=torch.Generator().manual_seed(0))
     variants = args.variants.split(",")
-    models = {v: load(args.model, v) for v in variants}
+    masters = {v: load(args.model, v) for v in variants}
+    # what runs forward and backward; with bf16 its gradients land in the masters' float32 .grad (ComputeCopy)
+    models = masters if args.dtype == "float32" else {v: compute_copy(m).compute for v, m in masters.items()}
     with torch.no_grad():
         ref = response_log_probs(models[variants[0]], ids, args.response)
+        tol = FLOAT32_TOLERANCE
+        if args.dtype == "bfloat16":  # what bf16 itself changes: the first variant's bf16 copy against its masters
+            tol = (ref - response_log_probs(load(args.model, variants[0]), ids, args.response)).abs().max().item()
+            print(f"{variants[0]} bf16 vs float32: max |log-prob difference| = {tol:.2e} (the tolerance below)")
         for v in variants[1:]:
             diff = (response_log_probs(models[v], ids, args.response) - ref).abs().max().item()
             print(f"{v}: max |log-prob - {variants[0]}| = {diff:.2e}")
+            if diff > tol:
+                raise SystemExit(f"{v}: its log-probs differ from {variants[0]}'s by {diff:.2e} > {tol:.2e} "
+                                 f"({args.dtype}): not the same arithmetic")
     times: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(args.repeats + 1):           # round 0 warms up and is not counted
         for v in variants:
-            model = models[v]
-            model.zero_grad(set_to_none=True)
+            masters[v].zero_grad(set_to_none=True)
+            models[v].zero_grad(set_to_none=True)
             start = time.perf_counter()
-            response_log_probs(model, ids, args.response).mean().backward()
+            response_log_probs(models[v], ids, args.response).mean().backward()
             if r:
                 times[v].append(time.perf_counter() - start)
-    print(f"forward + backward, {args.batch} x {args.tokens} tokens, {args.threads} threads, median of "
-          f"{args.repeats}:")
+    print(f"forward + backward, {args.dtype}, {args.batch} x {args.tokens} tokens, {args.threads} threads, median "
+          f"of {args.repeats}:")
     for v in variants:
         print(f"  {v:10s} {statistics.median(times[v]):7.2f} s   ({', '.join(f'{t:.2f}' for t in times[v])})")
 

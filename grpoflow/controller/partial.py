@@ -19,18 +19,23 @@ previous output).
 
 Every token keeps the weight version that sampled it (Batch.token_versions); the actor's token-level importance
 weights (actor.rollout_is=token, on by default with rollout.partial) correct for the older ones. A checkpoint saves
-the pool (as the async queue saves its steps in flight), so a resumed run continues the same samples.
+the pool (as the async queue saves its steps in flight), so a resumed run continues the same samples. Each saved group
+holds a digest of its prompt's token ids: a resume whose training data changed under the checkpoint (a group's index
+now holds another prompt, or no prompt) drops those groups with one warning, and the pool tops up with new prompts,
+rather than continue samples on a prompt they were not sampled for.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
+from tqdm import tqdm
 
 from grpoflow.controller.rollouts import PendingRollout, Rollouts, attach, metrics_of
 from grpoflow.data.dataset import PromptItem
@@ -58,6 +63,15 @@ class Group:
         to sample) would be more than `max_staleness` versions old one step later."""
         oldest = self.oldest
         return version - (version if oldest is None else oldest) >= max_staleness
+
+
+def prompt_digest(prompt_ids: list[int]) -> str:
+    """A short digest of a prompt's token ids: what a checkpoint's carried group was sampled for."""
+    return hashlib.sha256(",".join(map(str, prompt_ids)).encode()).hexdigest()[:16]
+
+
+def warn(text: str) -> None:
+    tqdm.write(f"WARNING: {text}")
 
 
 def partial_metrics(token_versions: Tensor, mask: Tensor, version: int) -> dict[str, float]:
@@ -155,16 +169,36 @@ class PartialQueue:
 
     def state_dict(self) -> dict[str, Any]:
         """{"sampler": its position, "in_flight": the pool (every group's samples so far)}."""
-        groups = [{"item": g.item, "done_at": list(g.done_at) if g.done_at else None,
+        groups = [{"item": g.item, "prompt": prompt_digest(self.items[g.item].prompt_ids),
+                   "done_at": list(g.done_at) if g.done_at else None,
                    "samples": [dataclasses.asdict(p) for p in g.samples]} for g in self.pool]
         return {"sampler": self.sampler.state_dict(), "in_flight": {"partial_pool": groups}}
 
     def load_state_dict(self, sampler: dict[str, Any], step: int, in_flight: Any = None) -> None:
-        """Continue after checkpoint step `step` with the sampler at `sampler` and the saved pool."""
+        """Continue after checkpoint step `step` with the sampler at `sampler` and the saved pool. A saved group
+        whose prompt is not the one now at its index (the training data changed since the checkpoint; its digest
+        differs, or the index is past the end) is dropped, with one warning; a checkpoint written before the
+        digests were saved is taken as it is."""
         self.sampler.load_state_dict(sampler)
         saved = in_flight.get("partial_pool", []) if isinstance(in_flight, dict) else []
+        same = [self.same_prompt(g) for g in saved]
+        kept = [g for g, ok in zip(saved, same) if ok]
+        if len(kept) < len(saved):
+            dropped = [g for g, ok in zip(saved, same) if not ok]
+            begun = sum(bool(p.get("ids") or p.get("past")) for g in dropped for p in g["samples"])
+            warn(f"rollout.partial: dropped {len(dropped)} of the {len(saved)} groups in flight in the checkpoint "
+                 f"({begun} samples begun): the prompt now at their index is not the one they were sampled for, so "
+                 "the training data (data.train_files) changed since the checkpoint was written; new prompts take "
+                 "their places. Resume with the unchanged data to continue them.")
         self.pool = [Group(g["item"], [Progress.from_data(p) for p in g["samples"]],
-                           tuple(g["done_at"]) if g["done_at"] else None) for g in saved]
+                           tuple(g["done_at"]) if g["done_at"] else None) for g in kept]
+
+    def same_prompt(self, saved: dict[str, Any]) -> bool:
+        """Whether a saved group's prompt is the one now at its index (no digest saved: taken as the same)."""
+        index = saved["item"]
+        if not 0 <= index < len(self.items):
+            return False
+        return "prompt" not in saved or saved["prompt"] == prompt_digest(self.items[index].prompt_ids)
 
     def drain(self) -> None:
         """Nothing runs between steps (each step's rollout is over when `take` returns)."""

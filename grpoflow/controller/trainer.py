@@ -271,7 +271,7 @@ class Controller:
         equal carry no signal: they are set aside and more prompts are drawn, up to `max_draws`
         rounds; if still short, set-aside groups fill the step (their advantage is zero).
         """
-        cfg, n, want = self.cfg, self.cfg.rollout.n, self.cfg.data.prompts_per_step
+        cfg, want = self.cfg, self.cfg.data.prompts_per_step
         draws = cfg.algorithm.filter_groups.max_draws if cfg.algorithm.filter_groups.enable else 1
         kept: list[tuple[Batch, object]] = []
         spare: list[tuple[Batch, object]] = []
@@ -287,10 +287,12 @@ class Controller:
                 shaped, scored = self.rewards.shaped(batch, step)
                 batch = batch.replace(scores=shaped, reward_parts=scored.sample_parts())
             self.reward_health.check(step, scored, shaped, batch.group_ids)  # stops a run that would learn nothing
-            # each drawn prompt's pass rate -> the curriculum; zero-advantage share (groups of n samples only)
+            # each drawn prompt's pass rate -> the curriculum, by group id and over episodes (an agent episode may
+            # give several samples: its `final` one counts); the zero-advantage share over the groups present
             raw = torch.tensor(scored.scores, dtype=torch.float32)
-            metrics.update(group_feedback(self.queue.sampler, pending.items, shaped, raw, n,
-                                          self.cfg.data.curriculum.solved_score))
+            final = [info.final for info in batch.infos] if len(batch.infos) == len(batch) else None
+            metrics.update(group_feedback(self.queue.sampler, pending.items, shaped, raw, batch.group_ids,
+                                          self.cfg.data.curriculum.solved_score, final))
             scores = scored if scores is None else scores.merge(scored)
             if draws == 1:
                 metrics.update({**scores.metrics(), **length_metrics(batch)})

@@ -1,5 +1,6 @@
 """CurriculumSampler: pools by recent pass rate, shares, retirement, exact resume (grpoflow/data/curriculum.py)."""
 
+import pytest
 import torch
 
 from grpoflow.controller.curriculum import group_feedback
@@ -66,6 +67,37 @@ def test_group_feedback_pass_rates_and_zero_advantage_share():
     items = [PromptItem([1], "a", {}, "d", index=i) for i in (2, 0)]
     # item 2: scores 1, 1 (all solved, zero advantage); item 0: 1, 0 (pass rate 0.5, signal)
     scores = torch.tensor([1.0, 1.0, 1.0, 0.0])
-    out = group_feedback(s, items, scores, scores, 2, 1.0)
+    out = group_feedback(s, items, scores, scores, torch.tensor([0, 0, 1, 1]), 1.0)
     assert out["groups/zero_advantage_share"] == 0.5
     assert list(s.history[2]) == [1.0] and list(s.history[0]) == [0.5]
+
+
+def test_group_feedback_on_agent_groups_of_any_size():
+    """Issue 36: in agent runs a prompt's episodes give any number of samples (several, one, none), so groups are
+    not n samples; each prompt's pass rate comes from its own samples, found by group id (it used to observe
+    nothing: a curriculum in an agent run learned nothing)."""
+    s = CurriculumSampler(5, seed=0, easy_above=0.8, hard_below=0.2)
+    items = [PromptItem([1], "a", {}, "d", index=i) for i in (4, 1, 3, 0)]
+    # item 4 (group 0): 3 samples, 2 solved; item 1 (group 1): 1 sample, solved; item 3 (group 2): no sample at all;
+    # item 0 (group 3): 2 samples, none solved. Interleaved, as an agent's samples may come back.
+    group_ids = torch.tensor([0, 1, 3, 0, 0, 3])
+    raw = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    out = group_feedback(s, items, raw, raw, group_ids, 1.0)
+    assert list(s.history[4]) == [pytest.approx(2 / 3)] and list(s.history[1]) == [1.0] and list(s.history[0]) == [0.0]
+    assert 3 not in s.history  # no sample: nothing observed
+    assert s.pools() == {"easy": [1], "learnable": [2, 3, 4], "hard": [0]}
+    # groups 1 (a single sample) and 3 (all 0) carry no signal; group 0 does: 2 of the 3 present groups are flat
+    assert out["groups/zero_advantage_share"] == pytest.approx(2 / 3)
+    assert out["curriculum/easy"] == 1.0 and out["curriculum/hard"] == 1.0
+
+
+def test_group_feedback_counts_an_agent_episode_once():
+    """An agent episode whose context was reset gives several samples, all with the episode's reward; its pass
+    rate counts episodes (the sample marked final), not samples."""
+    s = CurriculumSampler(2, seed=0)
+    items = [PromptItem([1], "a", {}, "d", index=i) for i in (0, 1)]
+    # prompt 0: episode A (3 samples, solved) and episode B (1 sample, failed) -> 1 of 2 episodes: 0.5, not 0.75
+    group_ids = torch.tensor([0, 0, 0, 0, 1])
+    raw = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0])
+    group_feedback(s, items, raw, raw, group_ids, 1.0, final=[False, False, True, True, True])
+    assert list(s.history[0]) == [0.5] and list(s.history[1]) == [1.0]

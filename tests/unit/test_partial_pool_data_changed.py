@@ -1,0 +1,68 @@
+"""Issue 36: a data file whose content changed under a checkpoint with partial rollout carried samples onto other
+prompts. The saved pool now holds a digest of each group's prompt; a resume drops the groups whose prompt changed."""
+
+from __future__ import annotations
+
+from grpoflow.controller.partial import Group, PartialQueue
+from grpoflow.controller.rollouts import Rollouts
+from grpoflow.data.dataset import PromptItem
+from grpoflow.data.sampler import EpochSampler
+from grpoflow.engines.protocol import SamplingParams
+from grpoflow.trajectories.trajectory import Progress
+
+
+def items_of(texts: list[str]) -> list[PromptItem]:
+    return [PromptItem([ord(c) for c in t], t, {"prompt": t}, "s", index=i) for i, t in enumerate(texts)]
+
+
+def queue_of(items: list[PromptItem]) -> PartialQueue:
+    return PartialQueue(Rollouts(None), items, EpochSampler(len(items), seed=0),  # type: ignore[arg-type]
+                        prompts_per_step=2, params=SamplingParams(n=2, max_new_tokens=8), oversample=2.0,
+                        max_staleness=1, seed_of=lambda step: step, version=lambda: 1, pad_token_id=0)
+
+
+def begun(seed: int) -> Progress:
+    return Progress(seed, ids=[5, 6], log_probs=[-0.5, -0.25], versions=[0, 0])
+
+
+def saved_pool() -> tuple[list[PromptItem], dict]:
+    items = items_of(["1+1=", "2+2=", "3+3=", "4+4="])
+    queue = queue_of(items)
+    queue.pool = [Group(1, [begun(1), Progress(1)]), Group(3, [begun(3), begun(4)]), Group(0, [begun(0), Progress(0)])]
+    return items, queue.state_dict()
+
+
+def test_groups_whose_prompt_changed_under_the_checkpoint_are_dropped_with_one_warning(capsys):
+    items, state = saved_pool()
+    edited = items_of(["1+1=", "2+2=", "3+3=", "9*9="])  # row 3 edited in the data file
+    queue = queue_of(edited)
+    queue.load_state_dict(state["sampler"], 1, state["in_flight"])
+    assert [g.item for g in queue.pool] == [1, 0]  # 3's samples were of "4+4=": not carried onto "9*9="
+    for g in queue.pool:  # every carried group continues on the prompt it was sampled for
+        assert edited[g.item].prompt_ids == items[g.item].prompt_ids
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("WARNING:")]
+    assert len(warnings) == 1, warnings
+    assert "dropped 1 of the 3 groups" in warnings[0] and "2 samples begun" in warnings[0]
+    assert "data.train_files" in warnings[0] and "changed" in warnings[0]
+
+
+def test_a_shorter_data_file_drops_the_groups_past_its_end(capsys):
+    _, state = saved_pool()
+    queue = queue_of(items_of(["1+1=", "2+2="]))
+    queue.load_state_dict(state["sampler"], 1, state["in_flight"])
+    assert [g.item for g in queue.pool] == [1, 0]
+    assert "dropped 1 of the 3 groups" in capsys.readouterr().out
+
+
+def test_unchanged_data_and_old_checkpoints_without_digests_resume_as_before(capsys):
+    items, state = saved_pool()
+    queue = queue_of(items_of(["1+1=", "2+2=", "3+3=", "4+4="]))
+    queue.load_state_dict(state["sampler"], 1, state["in_flight"])
+    assert [(g.item, g.samples) for g in queue.pool] == [(1, [begun(1), Progress(1)]), (3, [begun(3), begun(4)]),
+                                                          (0, [begun(0), Progress(0)])]
+    for g in state["in_flight"]["partial_pool"]:  # written before the digests were saved
+        del g["prompt"]
+    queue = queue_of(items_of(["1+1=", "2+2=", "3+3=", "9*9="]))
+    queue.load_state_dict(state["sampler"], 1, state["in_flight"])
+    assert [g.item for g in queue.pool] == [1, 3, 0]
+    assert "WARNING" not in capsys.readouterr().out

@@ -20,13 +20,6 @@ The trained tokens are the ones grpoflow's endpoint recorded as the engine sampl
 text is never re-tokenized. An episode that verifiers marks failed (a harness error, a timeout, a rubric that
 did not run) raises, so agents.py scores it reward.error_score with a warning naming verifiers' error.
 Imports verifiers only when built.
-
-verifiers' harness programs run as uv scripts (PEP 723 `# /// script` blocks), whose environments uv builds from
-PyPI into its cache the first time. Building the agent prepares them, once per process and before step 1
-(`prepare_harness`: `uv sync --script` of each; the start-up check builds the agent, so a run stops there): uv
-honours its own settings, `UV_OFFLINE=1` (only the cache) and `UV_CACHE_DIR` (which cache), and a harness it
-cannot build is one UserError naming the script, the command, uv's last words and the fix, not an error in every
-episode of step 1.
 """
 
 from __future__ import annotations
@@ -35,11 +28,8 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import shutil
-import subprocess
-from pathlib import Path
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, AsyncIterator
 
 from grpoflow.errors import UserError
 from grpoflow.tasks.verifiers_tasks import import_verifiers, task_of
@@ -47,71 +37,6 @@ from grpoflow.tasks.verifiers_tasks import import_verifiers, task_of
 log = logging.getLogger("grpoflow.verifiers")
 EPISODE_HEADER = "X-Episode-Id"
 LOCAL_RUNTIME = {"type": "subprocess"}
-SCRIPT_BLOCK = "# /// script"  # PEP 723: a file uv runs as a script, with its own environment
-PREPARE_TIMEOUT_S = 900.0
-_prepared: set[str] = set()  # the scripts whose environment uv built in this process
-
-
-def harness_scripts(vf: Any) -> list[Path]:
-    """verifiers' uv scripts: the package's .py files with a PEP 723 `# /// script` block (its harness programs)."""
-    root = Path(vf.__file__).resolve().parent
-    if root.name == "v1":
-        root = root.parent
-    found = []
-    for path in sorted(root.rglob("*.py")):
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        if any(line.strip() == SCRIPT_BLOCK for line in text.splitlines()):
-            found.append(path)
-    return found
-
-
-def harness_names(env_args: dict) -> str:
-    """The harness ids the seats of `rollout.agent.args` name (verifiers' default: bash; YAML's null: null)."""
-    ids = set()
-    for value in env_args.values():
-        harness = value.get("harness") if isinstance(value, dict) else None
-        if isinstance(harness, dict):
-            ids.add("null" if harness.get("id", "bash") is None else str(harness.get("id", "bash")))
-    return ", ".join(repr(i) for i in sorted(ids or {"bash"}))
-
-
-def uv_offline() -> bool:
-    return os.environ.get("UV_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def prepare_harness(scripts: Iterable[Path], harness: str, *, timeout_s: float = PREPARE_TIMEOUT_S) -> None:
-    """Build each uv script's environment (`uv sync --script`), once per process; a script that cannot be built is a
-    UserError naming `harness`, the command, the end of uv's output and the fix."""
-    uv = shutil.which("uv") or "uv"
-    for script in scripts:
-        if str(script) in _prepared:
-            continue
-        command = [uv, "sync", "--script", str(script)]
-        shown = " ".join(["uv", "sync", "--script", str(script)])
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
-                                  stdin=subprocess.DEVNULL)
-            failed = f"exited {done.returncode}" if done.returncode else ""
-            tail = (done.stderr.strip() or done.stdout.strip())[-1500:]
-        except subprocess.TimeoutExpired:
-            failed, tail = f"did not finish in {timeout_s:.0f} s", ""
-        except OSError as e:
-            failed, tail = f"could not start ({e})", ""
-        if failed:
-            where = "UV_OFFLINE is set, so uv looked only in its cache (UV_CACHE_DIR, default ~/.cache/uv), which " \
-                "does not hold this harness's packages" if uv_offline() else "uv could not fetch or install its " \
-                "packages (no network, a proxy, an index it cannot reach?)"
-            raise UserError(
-                f"rollout.agent.program=verifiers: verifiers' harness {harness} (the uv script {script.name}) could "
-                f"not be built before step 1: `{shown}` {failed}; {where}." + (f"\nuv said:\n{tail}" if tail else "") +
-                "\nFix: build it once on a machine that reaches PyPI (run that command, or this run, online: uv keeps "
-                "it in its cache), then run offline with UV_OFFLINE=1 and UV_CACHE_DIR pointing at that cache (copy "
-                "the folder to this machine if it is another one); or give the seat a container runtime that holds "
-                "it ({runtime: {type: docker}}).")
-        _prepared.add(str(script))
 
 
 def episode_rewards(episode: Any) -> dict[str, float]:
@@ -170,8 +95,6 @@ class VerifiersAgent:
                             "which is not on PATH: pip install 'grpoflow[verifiers]' installs it into the "
                             "environment's bin folder; add that folder to PATH.")
         self.env_args, self.model_name = dict(env_args), model_name
-        if all(r in (None, LOCAL_RUNTIME) for r in runtimes):  # harnesses run here: build them now, not per episode
-            prepare_harness(harness_scripts(self.vf), harness_names(env_args))
         self._stack: contextlib.AsyncExitStack | None = None  # the open step's serving environments
         self._envs: dict[str, Any] = {}
         self._locks: dict[str, asyncio.Lock] = {}

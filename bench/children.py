@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from figures import count_params, greedy_lengths, grpoflow_step
+from rg_task import RG_TASKS
 
 CACHE = Path(__file__).resolve().parent / ".cache"
 HELDOUT = 200         # held-out prompts for the greedy accuracy (at most)
@@ -25,7 +26,7 @@ TASKS = {"addition": {"train_files": "builtin:addition/train", "reward": "exact_
          "chat_addition": {"train_files": "builtin:chat_addition/train", "reward": "gsm8k_flexible",
                            "eval_new_tokens": 24},
          # reasoning-gym (bench/rg_task.py): the training file is written on first use
-         "rg_chain_sum": {"train_files": None, "reward": "gsm8k_flexible", "eval_new_tokens": 24},
+         **{task: {"train_files": None, "reward": "gsm8k_flexible", "eval_new_tokens": 24} for task in RG_TASKS},
          # the multi-turn tool task of compare_trl_multi_turn.py (no single-turn held-out evaluation)
          "calculator": {"train_files": "builtin:calculator/train", "reward": "exact_match", "eval_new_tokens": 0}}
 

@@ -4,6 +4,12 @@
     .venv/bin/python bench/learning.py --task chat_addition --model /tmp/grpoflow-smollm2/hf --steps 10
     .venv/bin/python bench/learning.py --task rg_chain_sum --model /tmp/grpoflow-smollm2/hf --steps 10
     .venv/bin/python bench/learning.py ... --variant eps4 algorithm.epsilon=1e-4   # a grpoflow variant beside
+    .venv/bin/python bench/learning.py --task rg_gcd ... --seeds 1 --out piece.json  # one piece of a study
+    .venv/bin/python bench/learning.py --merge pieces/*.json                        # tasks x seeds, merged
+
+A study across tasks runs in pieces (one task, one or more seeds, every framework; `--out` keeps each piece's runs)
+that `--merge` puts together: per task the mean ± SE over its seeds, overall the mean of the task means with
+SE = sqrt(sum of the task SEs squared) / tasks, and the difference grpoflow minus TRL in held-out gain.
 
 Each run is one child process of bench/compare_trl.py (`--child grpoflow|trl`, see bench/children.py), one
 after another, seed by seed (grpoflow, TRL, then the next seed), so slow drift of a shared machine hits both.
@@ -34,6 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from children import TASKS  # noqa: E402
 from compare_trl import CACHE, spawn, wait_until_idle  # noqa: E402
 
 TINY_SIZES = ("0.5m", "4m", "30m")  # --model given as one of these: the built-in model, warm-started (cached)
@@ -131,7 +138,7 @@ def report(args, before: dict, figures: list[dict]) -> str:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--task", default="addition", choices=["addition", "chat_addition", "rg_chain_sum"])
+    p.add_argument("--task", default="addition", choices=[t for t in TASKS if t != "calculator"])
     p.add_argument("--model", default="4m", help="an HF folder, or a built-in size (0.5m, 4m, 30m; warm-started)")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
@@ -146,6 +153,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--wait-idle", type=float, default=0.0, help="wait up to this many seconds for idle cores")
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
+    p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="PIECE",
+                   help="print the study table of these pieces' JSON files (written by --out) and run nothing")
     args = p.parse_args(argv)
     tiny = args.model in TINY_SIZES
     args.max_new_tokens = args.max_new_tokens or (16 if tiny else 24)
@@ -153,8 +162,72 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+SHAPE = ("model", "steps", "prompts", "group_size", "max_new_tokens", "lr", "compute_dtype", "variant")
+
+
+def merge(paths: list[Path]) -> str:
+    """The study table of several pieces (`--out` files): per task, every framework's held-out accuracy and gain over
+    all the task's seeds; then the overall gain (mean of the task means, SE from the task SEs) and grpoflow - TRL."""
+    pieces = [json.loads(p.read_text()) for p in paths]
+    tasks: dict[str, dict] = {}
+    for piece, path in zip(pieces, paths):
+        if "runs" not in piece:
+            raise SystemExit(f"{path} has no per-seed runs: it was written before --merge existed; run it again")
+        task = tasks.setdefault(piece["args"]["task"], {"shape": {k: piece["args"][k] for k in SHAPE},
+                                                        "before": piece["before"], "runs": {}})
+        shape = {k: piece["args"][k] for k in SHAPE}
+        if shape != task["shape"]:
+            raise SystemExit(f"{path} ran {piece['args']['task']} with {shape}, another piece with {task['shape']}: "
+                             "merge only pieces of one shape")
+        for label, runs in piece["runs"].items():
+            seen = {r["seed"] for r in task["runs"].get(label, [])}
+            twice = seen & {r["seed"] for r in runs}
+            if twice:
+                raise SystemExit(f"{label} seed {sorted(twice)} of {piece['args']['task']} is in two pieces")
+            task["runs"].setdefault(label, []).extend(runs)
+    shape = next(iter(tasks.values()))["shape"]
+    labels = list(next(iter(tasks.values()))["runs"])
+    lines = [f"{shape['model']}: {shape['prompts']} prompts x {shape['group_size']} samples, <= "
+             f"{shape['max_new_tokens']} new tokens, lr {shape['lr']:g}, {shape['steps']} steps, compute "
+             f"{shape['compute_dtype']}; held-out greedy accuracy, mean ± SE over seeds", "",
+             "| task | before | seeds | " + " | ".join(f"{label} after | {label} gain" for label in labels)
+             + (" | grpoflow - trl |" if {"grpoflow", "trl"} <= set(labels) else " |"),
+             "|---|---|---|" + "---|---|" * len(labels) + ("---|" if {"grpoflow", "trl"} <= set(labels) else "")]
+    gains: dict[str, list[tuple[float, float]]] = {label: [] for label in labels}
+    diffs = []
+    for name, task in tasks.items():
+        base = task["before"]["accuracy"]
+        cells = []
+        for label in labels:
+            accs = [r["accuracy"] for r in task["runs"].get(label, [])]
+            if not accs:
+                raise SystemExit(f"{name} has no {label} runs")
+            gain = mean_se([a - base for a in accs])
+            gains[label].append(gain)
+            cells.append(f"{pm(mean_se(accs), '{:.1%}')} | {pm(gain, '{:+.1%}')}")
+        row = f"| {name} | {base:.1%} | {len(task['runs'][labels[0]])} | " + " | ".join(cells)
+        if {"grpoflow", "trl"} <= set(labels):
+            d = diff_se([r["accuracy"] for r in task["runs"]["grpoflow"]],
+                        [r["accuracy"] for r in task["runs"]["trl"]])
+            diffs.append(d)
+            row += f" | {pm(d, '{:+.1%}')}"
+        lines.append(row + " |")
+
+    def overall(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+        return statistics.mean(m for m, _ in pairs), sum(se ** 2 for _, se in pairs) ** 0.5 / len(pairs)
+
+    row = f"| overall ({len(tasks)} tasks) | | | " + " | ".join(f" | {pm(overall(gains[label]), '{:+.1%}')}"
+                                                                  for label in labels)
+    if diffs:
+        row += f" | {pm(overall(diffs), '{:+.1%}')}"
+    return "\n".join(lines + [row + " |"])
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
+    if args.merge:
+        print(merge(args.merge))
+        return
     started = time.perf_counter()
     logs = CACHE / "logs" / f"learning-{args.task}"
     logs.mkdir(parents=True, exist_ok=True)
@@ -182,8 +255,9 @@ def main(argv: list[str] | None = None) -> None:
                      f"{run['steps'][-1]['reward']:.2f} | {run['run_wall_s']:.0f}s")
     figures = [summarize(label, rs, before) for label, rs in results.items()]
     print(report(args, before, figures))
-    record = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "before": before,
-              "figures": figures, "wall_s": time.perf_counter() - started}
+    record = {"args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
+                       if k != "merge"}, "before": before, "figures": figures, "runs": results,
+              "wall_s": time.perf_counter() - started}
     if args.out:
         args.out.write_text(json.dumps(record, indent=1))
     print(json.dumps(record))

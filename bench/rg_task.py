@@ -16,20 +16,34 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-# task label -> (reasoning-gym dataset, its options). Small sums and differences: SmolLM2-135M-Instruct gets about
-# a third of them right greedy, and a few GRPO steps can move that.
-RG_TASKS = {"rg_chain_sum": ("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2})}
+# task label -> (reasoning-gym dataset, its options[, an instruction appended to each question]). The learning study
+# (issue 38) uses the four below chain_sum: tasks outside the addition family on which SmolLM2-135M-Instruct's greedy
+# held-out accuracy (24 new tokens) is 15-35 %, measured 2026-12-03: letter counting 32 %, GCD 25 %, LCM 16.5 %,
+# the next term of a sequence 13 %. Without "Answer with only the number." the model explains until the budget cuts
+# it (GCD 1 %, 95 % cut; letter counting 26 %); leg counting, products, simple equations, count bits and count
+# primes stayed at 0-7 % with it, so they were not chosen.
+ONLY_THE_NUMBER = "Answer with only the number."
+RG_TASKS = {"rg_chain_sum": ("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}),
+            "rg_letter_counting": ("letter_counting", {"min_words": 3, "max_words": 8}, ONLY_THE_NUMBER),
+            "rg_gcd": ("gcd", {"min_value": 1, "max_value": 30}, ONLY_THE_NUMBER),
+            "rg_lcm": ("lcm", {"min_value": 1, "max_value": 30}, ONLY_THE_NUMBER),
+            "rg_number_sequence": ("number_sequence", {"min_terms": 4, "max_terms": 5, "max_complexity": 1,
+                                                       "min_value": -20, "max_value": 20}, ONLY_THE_NUMBER)}
+STUDY_TASKS = ("rg_letter_counting", "rg_gcd", "rg_lcm", "rg_number_sequence")
 TRAIN_SIZE, HELDOUT_SIZE = 1000, 200
-TRAIN_SEED, HELDOUT_SEED = 1, 2
+# reasoning-gym draws item i from Random(seed + i): seeds 1 and 2 would give the same questions shifted by one, so
+# the held-out seed lies far beyond the training items' seeds.
+TRAIN_SEED, HELDOUT_SEED = 1, 1_000_003
 
 
 def rg_splits(task: str) -> tuple[list[dict], list[dict]]:
     """(training rows, held-out rows) of a reasoning-gym task; held-out questions are not in the training rows."""
     import reasoning_gym
-    name, options = RG_TASKS[task]
+    name, options, *instruction = RG_TASKS[task]
+    suffix = "".join(" " + i for i in instruction)
 
     def rows(size: int, seed: int) -> list[dict]:
-        return [{"prompt": [{"role": "user", "content": e["question"]}], "answer": str(e["answer"]),
+        return [{"prompt": [{"role": "user", "content": e["question"] + suffix}], "answer": str(e["answer"]),
                  "data_source": task} for e in reasoning_gym.create_dataset(name, size=size, seed=seed, **options)]
 
     train = rows(TRAIN_SIZE, TRAIN_SEED)

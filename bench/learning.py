@@ -7,7 +7,8 @@
     .venv/bin/python bench/learning.py --task rg_gcd ... --seeds 1 --out piece.json  # one piece of a study
     .venv/bin/python bench/learning.py --merge pieces/*.json                        # tasks x seeds, merged
 
-A study across tasks runs in pieces (one task, one or more seeds, every framework; `--out` keeps each piece's runs)
+A study across tasks runs in pieces (one task, one or more seeds, one or more frameworks; `--out` keeps each piece's
+runs)
 that `--merge` puts together: per task the mean ± SE over its seeds, overall the mean of the task means with
 SE = sqrt(sum of the task SEs squared) / tasks, and the difference grpoflow minus TRL in held-out gain.
 
@@ -186,7 +187,7 @@ def merge(paths: list[Path]) -> str:
                 raise SystemExit(f"{label} seed {sorted(twice)} of {piece['args']['task']} is in two pieces")
             task["runs"].setdefault(label, []).extend(runs)
     shape = next(iter(tasks.values()))["shape"]
-    labels = list(next(iter(tasks.values()))["runs"])
+    labels = list(dict.fromkeys(label for task in tasks.values() for label in task["runs"]))
     lines = [f"{shape['model']}: {shape['prompts']} prompts x {shape['group_size']} samples, <= "
              f"{shape['max_new_tokens']} new tokens, lr {shape['lr']:g}, {shape['steps']} steps, compute "
              f"{shape['compute_dtype']}; held-out greedy accuracy, mean ± SE over seeds", "",
@@ -205,7 +206,8 @@ def merge(paths: list[Path]) -> str:
             gain = mean_se([a - base for a in accs])
             gains[label].append(gain)
             cells.append(f"{pm(mean_se(accs), '{:.1%}')} | {pm(gain, '{:+.1%}')}")
-        row = f"| {name} | {base:.1%} | {len(task['runs'][labels[0]])} | " + " | ".join(cells)
+        seeds = sorted({r["seed"] for runs in task["runs"].values() for r in runs})
+        row = f"| {name} | {base:.1%} | {' '.join(map(str, seeds))} | " + " | ".join(cells)
         if {"grpoflow", "trl"} <= set(labels):
             d = diff_se([r["accuracy"] for r in task["runs"]["grpoflow"]],
                         [r["accuracy"] for r in task["runs"]["trl"]])

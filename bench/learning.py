@@ -168,7 +168,8 @@ SHAPE = ("model", "steps", "prompts", "group_size", "max_new_tokens", "lr", "com
 
 def merge(paths: list[Path]) -> str:
     """The study table of several pieces (`--out` files): per task, every framework's held-out accuracy and gain over
-    all the task's seeds; then the overall gain (mean of the task means, SE from the task SEs) and grpoflow - TRL."""
+    all the task's seeds; then the overall gain (mean of the task means, SE from the task SEs) and grpoflow - TRL,
+    over the tasks that every framework has run."""
     pieces = [json.loads(p.read_text()) for p in paths]
     tasks: dict[str, dict] = {}
     for piece, path in zip(pieces, paths):
@@ -199,27 +200,35 @@ def merge(paths: list[Path]) -> str:
     for name, task in tasks.items():
         base = task["before"]["accuracy"]
         cells = []
+        complete = all(task["runs"].get(label) for label in labels)  # only these count in the overall row
         for label in labels:
             accs = [r["accuracy"] for r in task["runs"].get(label, [])]
             if not accs:
-                raise SystemExit(f"{name} has no {label} runs")
+                cells.append("not run | not run")
+                continue
             gain = mean_se([a - base for a in accs])
-            gains[label].append(gain)
+            if complete:
+                gains[label].append(gain)
             cells.append(f"{pm(mean_se(accs), '{:.1%}')} | {pm(gain, '{:+.1%}')}")
         seeds = sorted({r["seed"] for runs in task["runs"].values() for r in runs})
         row = f"| {name} | {base:.1%} | {' '.join(map(str, seeds))} | " + " | ".join(cells)
-        if {"grpoflow", "trl"} <= set(labels):
+        if complete and {"grpoflow", "trl"} <= set(labels):
             d = diff_se([r["accuracy"] for r in task["runs"]["grpoflow"]],
                         [r["accuracy"] for r in task["runs"]["trl"]])
             diffs.append(d)
             row += f" | {pm(d, '{:+.1%}')}"
+        elif {"grpoflow", "trl"} <= set(labels):
+            row += " | not run"
         lines.append(row + " |")
 
     def overall(pairs: list[tuple[float, float]]) -> tuple[float, float]:
         return statistics.mean(m for m, _ in pairs), sum(se ** 2 for _, se in pairs) ** 0.5 / len(pairs)
 
-    row = f"| overall ({len(tasks)} tasks) | | | " + " | ".join(f" | {pm(overall(gains[label]), '{:+.1%}')}"
-                                                                  for label in labels)
+    counted = len(gains[labels[0]])
+    if not counted:
+        return "\n".join(lines)
+    row = f"| overall ({counted} of {len(tasks)} tasks) | | | " + " | ".join(
+        f" | {pm(overall(gains[label]), '{:+.1%}')}" for label in labels)
     if diffs:
         row += f" | {pm(overall(diffs), '{:+.1%}')}"
     return "\n".join(lines + [row + " |"])

@@ -37,7 +37,8 @@ TRAIN_SEED, HELDOUT_SEED = 1, 1_000_003
 
 
 def rg_splits(task: str) -> tuple[list[dict], list[dict]]:
-    """(training rows, held-out rows) of a reasoning-gym task; held-out questions are not in the training rows."""
+    """(training rows, held-out rows) of a reasoning-gym task: up to HELDOUT_SIZE distinct held-out questions, none of
+    them in the training rows."""
     import reasoning_gym
     name, options, *instruction = RG_TASKS[task]
     suffix = "".join(" " + i for i in instruction)
@@ -48,8 +49,12 @@ def rg_splits(task: str) -> tuple[list[dict], list[dict]]:
 
     train = rows(TRAIN_SIZE, TRAIN_SEED)
     seen = {r["prompt"][0]["content"] for r in train}
-    held = [r for r in rows(2 * HELDOUT_SIZE, HELDOUT_SEED) if r["prompt"][0]["content"] not in seen]
-    return train, held[:HELDOUT_SIZE]
+    held = []  # distinct questions outside the training rows (GCD and LCM of numbers <= 30 repeat within 1,000 draws)
+    for r in rows(10 * HELDOUT_SIZE, HELDOUT_SEED):
+        if r["prompt"][0]["content"] not in seen and len(held) < HELDOUT_SIZE:
+            seen.add(r["prompt"][0]["content"])
+            held.append(r)
+    return train, held
 
 
 def rg_train_file(task: str, cache: Path) -> Path:

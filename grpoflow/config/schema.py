@@ -94,8 +94,8 @@ class DataConfig:
                             "or `reasoning_gym:TASK?size=500&seed=0&option=value` for a reasoning-gym task "
                             "(pip install 'grpoflow[reasoning-gym]'; docs/environments.md).")
     val_files: Optional[list] = opt(None, "Validation files. None: the built-in task's held-out split when "
-                                    "training on it (a reasoning_gym:TASK spec: the same task with seed + 1, at most "
-                                    "100 rows), otherwise no validation.")
+                                    "training on it (a reasoning_gym:TASK spec: the same task with seed + size, past "
+                                    "the training entries' seeds, at most 100 rows), otherwise no validation.")
     prompt_key: str = opt("prompt", "Column holding the prompt (a string or a list of chat messages).")
     prompts_per_step: int = opt(32, "Prompts drawn per RL step; each gets `rollout.n` samples.")
     max_prompt_length: int = opt(512, "Prompts longer than this many tokens are dropped (or an error, see "

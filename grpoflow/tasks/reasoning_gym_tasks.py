@@ -12,7 +12,8 @@ list). The rows are `reasoning_gym.create_dataset(task, size=, seed=, **options)
 `demo` is a warm start's target (`sft.response_key=demo`: the answer as the assistant turn); so the `reasoning_gym`
 reward (rewards/reasoning_gym_reward.py) and environment (trajectories/reasoning_gym_env.py) can rebuild the entry and
 score with the task's own `score_answer`. Without `data.val_files`, a reasoning_gym training spec is validated on the
-same task with `seed + 1` and at most 100 rows (`default_val_spec`).
+same task with `seed + size` and at most 100 rows (`default_val_spec`): reasoning-gym draws entry i from
+`Random(seed + i)`, so `seed + 1` would replay the training questions shifted by one.
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ def reasoning_gym_rows(spec: str) -> list[dict]:
 
 
 def default_val_spec(train_spec: str) -> str:
-    """The held-out split of a training spec: the same task and options, seed + 1, at most VAL_SIZE rows."""
+    """The held-out split of a training spec: the same task and options, at most VAL_SIZE rows drawn from the seeds
+    after the training entries' (entry i of a reasoning-gym dataset comes from Random(seed + i), so the training rows
+    use seeds seed .. seed + size - 1; seed + 1 would give the same questions shifted by one)."""
     task, options = parse_spec(train_spec)
-    return format_spec(task, {**options, "seed": int(options["seed"]) + 1,
+    return format_spec(task, {**options, "seed": int(options["seed"]) + int(options["size"]),
                               "size": min(int(options["size"]), VAL_SIZE)})

@@ -131,8 +131,9 @@ def check_env_args(spec: str, env_cls: type, env_args: dict) -> None:
 
 
 def check_agent(cfg: Config, estimator: Callable) -> None:
-    """rollout.agent.program names an async (row, client) function, its libraries are installed, and nothing asks
-    for groups of exactly rollout.n samples (agent episodes may split into several samples)."""
+    """rollout.agent.program names an async (row, client) function or a built-in agent that can be built (verifiers:
+    its harness is built here, before step 1), its libraries are installed, and nothing asks for groups of exactly
+    rollout.n samples (agent episodes may split into several samples)."""
     a = cfg.rollout.agent
     if not a.program:  # agent episodes are off
         return
@@ -143,7 +144,7 @@ def check_agent(cfg: Config, estimator: Callable) -> None:
     from grpoflow.trajectories.agents import load_agent
 
     try:
-        load_agent(a.program, dict(a.args), a.model)
+        load_agent(a.program, dict(a.args), a.model, [*cfg.data.train_files, *(cfg.data.val_files or [])])
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from None
     if cfg.algorithm.filter_groups.enable:

@@ -30,6 +30,8 @@ Agent programs through an OpenAI-compatible endpoint (docs/agents.md; extra `age
     agents.py       AgentEpisodes: `async def run(row, client)` played n times per row, timeouts, errors
     verifiers_agent.py  rollout.agent.program=verifiers: a verifiers environment's own rollout, its rubric as the reward
                     (extra verifiers)
+    verifiers_harness.py  verifiers' harness programs (uv scripts) built once per process before step 1, with uv's
+                    offline settings honoured; one error when one cannot be built
 
 A part beside `engines` (DESIGN.md places multi-turn with the rollout): it drives the engines through the request
 batcher it is given and imports no workers, placement, controller or config. This file imports nothing: tool worker

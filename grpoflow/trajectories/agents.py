@@ -42,7 +42,7 @@ import logging
 import math
 import threading
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from grpoflow.errors import UserError
 from grpoflow.trajectories.endpoint import Endpoint
@@ -64,22 +64,24 @@ class EngineError(RuntimeError):
     """The rollout engine failed while agents were calling it."""
 
 
-def _verifiers_agent(agent_args: dict, model_name: str) -> AgentFn:
+def _verifiers_agent(agent_args: dict, model_name: str, data_files: list[str]) -> AgentFn:
     from grpoflow.trajectories.verifiers_agent import build
 
-    return build(agent_args, model_name)
+    return build(agent_args, model_name, data_files)
 
 
-# built-in agents: rollout.agent.program=<name>, built from (rollout.agent.args, rollout.agent.model); imported when
-# chosen
-BUILTIN_AGENTS: dict[str, Callable[[dict, str], AgentFn]] = {"verifiers": _verifiers_agent}
+# built-in agents: rollout.agent.program=<name>, built from (rollout.agent.args, rollout.agent.model, the run's data
+# files: the tasks it will play); imported when chosen
+BUILTIN_AGENTS: dict[str, Callable[[dict, str, list[str]], AgentFn]] = {"verifiers": _verifiers_agent}
 
 
-def load_agent(spec: str, agent_args: dict | None = None, model_name: str = "policy") -> AgentFn:
+def load_agent(spec: str, agent_args: dict | None = None, model_name: str = "policy",
+               data_files: Sequence[str] = ()) -> AgentFn:
     """The agent function of `rollout.agent.program=path/to/file.py:function` (an `async def` taking (row, client)),
-    or of a built-in agent's name (BUILTIN_AGENTS) with its `agent_args` (rollout.agent.args)."""
+    or of a built-in agent's name (BUILTIN_AGENTS) with its `agent_args` (rollout.agent.args) and the run's
+    `data_files` (data.train_files and data.val_files)."""
     if spec in BUILTIN_AGENTS:
-        return BUILTIN_AGENTS[spec](dict(agent_args or {}), model_name)
+        return BUILTIN_AGENTS[spec](dict(agent_args or {}), model_name, list(data_files))
     if agent_args:
         raise UserError(f"rollout.agent.args are the settings of a built-in agent ({sorted(BUILTIN_AGENTS)}); "
                         f"rollout.agent.program={spec!r} reads its own settings: leave rollout.agent.args empty.")

@@ -19,6 +19,10 @@ names the episode), this agent
 The trained tokens are the ones grpoflow's endpoint recorded as the engine sampled them (episode.py); verifiers'
 text is never re-tokenized. An episode that verifiers marks failed (a harness error, a timeout, a rubric that
 did not run) raises, so agents.py scores it reward.error_score with a warning naming verifiers' error.
+Building the agent builds the harness of every seat that runs locally, once per process and before step 1 (the
+start-up check builds it, then each rollout worker), with uv's offline settings honoured; a harness that cannot be
+built stops the run there with one error (verifiers_harness.py). It needs the tasksets the agent will play (the
+`verifiers:` specs of data.train_files and data.val_files): a seat that names no harness runs its taskset's.
 Imports verifiers only when built.
 """
 
@@ -29,14 +33,14 @@ import contextlib
 import json
 import logging
 import shutil
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Sequence
 
 from grpoflow.errors import UserError
-from grpoflow.tasks.verifiers_tasks import import_verifiers, task_of
+from grpoflow.tasks.verifiers_tasks import import_verifiers, is_verifiers, parse_spec, task_of
+from grpoflow.trajectories.verifiers_harness import LOCAL_RUNTIME, prepare_harnesses
 
 log = logging.getLogger("grpoflow.verifiers")
 EPISODE_HEADER = "X-Episode-Id"
-LOCAL_RUNTIME = {"type": "subprocess"}
 
 
 def episode_rewards(episode: Any) -> dict[str, float]:
@@ -61,11 +65,11 @@ def episode_rewards(episode: Any) -> dict[str, float]:
     return parts
 
 
-def env_config_dict(env_args: dict, taskset: dict, seats: list[str]) -> dict:
-    """`rollout.agent.args` with the row's taskset, and the local runtime for every seat that names none. A harness
-    id that YAML read as None (`{harness: {id: null}}` on the command line) is verifiers' `null` harness, the only
-    one it can mean (verifiers itself would take None for its default, `bash`)."""
-    raw = {**env_args, "taskset": taskset}
+def env_config_dict(env_args: dict, taskset: dict | None, seats: list[str]) -> dict:
+    """`rollout.agent.args` with the row's taskset (None: none), and the local runtime for every seat that names none.
+    A harness id that YAML read as None (`{harness: {id: null}}` on the command line) is verifiers' `null` harness,
+    the only one it can mean (verifiers itself would take None for its default, `bash`)."""
+    raw = {**env_args} if taskset is None else {**env_args, "taskset": taskset}
     for seat in seats:
         given = dict(raw.get(seat) or {})
         given.setdefault("runtime", dict(LOCAL_RUNTIME))
@@ -80,7 +84,7 @@ class VerifiersAgent:
     """`run(row, client)`: one verifiers episode of the row's task; `step_scope()` around a step's episodes
     (module docstring)."""
 
-    def __init__(self, env_args: dict, model_name: str) -> None:
+    def __init__(self, env_args: dict, model_name: str, tasksets: list[dict] | None = None) -> None:
         try:
             self.vf = import_verifiers()
         except ImportError as e:
@@ -95,6 +99,7 @@ class VerifiersAgent:
                             "which is not on PATH: pip install 'grpoflow[verifiers]' installs it into the "
                             "environment's bin folder; add that folder to PATH.")
         self.env_args, self.model_name = dict(env_args), model_name
+        self.prepare(tasksets or [])
         self._stack: contextlib.AsyncExitStack | None = None  # the open step's serving environments
         self._envs: dict[str, Any] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -124,12 +129,22 @@ class VerifiersAgent:
                 self._envs[key] = env
         return self._envs[key]
 
-    def env_config(self, taskset: dict) -> Any:
-        """The verifiers EnvConfig of an episode of `taskset`."""
+    def env_config(self, taskset: dict | None) -> Any:
+        """The verifiers EnvConfig of an episode of `taskset` (None: without one, to read the seats' settings)."""
         vf = self.vf
-        plain = vf.resolve_env_config({**self.env_args, "taskset": taskset})
+        plain = vf.resolve_env_config(env_config_dict(self.env_args, taskset, []))
         seats = [name for name, value in plain if isinstance(value, vf.AgentConfig)]
         return vf.resolve_env_config(env_config_dict(self.env_args, taskset, seats))
+
+    def prepare(self, tasksets: Sequence[dict]) -> None:
+        """Build the harness of each local seat of each taskset's environment now, not in step 1's episodes
+        (verifiers_harness.py); without tasksets, of the seats `rollout.agent.args` names. A seat without a harness
+        runs its taskset's default (verifiers' `bash` without one)."""
+        vf = self.vf
+        plays: list[dict | None] = [*tasksets] or [None]
+        configs = [(self.env_config(t), vf.default_agent_harness(t["id"]) if t else
+                    vf.harness_config_type("bash")(id="bash")) for t in plays]
+        prepare_harnesses(vf, configs)
 
     async def run(self, row: dict, client: Any) -> dict[str, float]:
         column = row.get("verifiers")
@@ -151,6 +166,8 @@ class VerifiersAgent:
     __call__ = run
 
 
-def build(agent_args: dict, model_name: str) -> Any:
-    """The agent of `rollout.agent.program=verifiers`: called as `agent(row, client)`, with a `step_scope`."""
-    return VerifiersAgent(agent_args, model_name)
+def build(agent_args: dict, model_name: str, data_files: list[str]) -> Any:
+    """The agent of `rollout.agent.program=verifiers` for the `verifiers:` tasksets among `data_files`: called as
+    `agent(row, client)`, with a `step_scope`."""
+    tasksets = [parse_spec(spec)[0] for spec in data_files if is_verifiers(spec)]
+    return VerifiersAgent(agent_args, model_name, tasksets)

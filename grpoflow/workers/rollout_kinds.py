@@ -46,7 +46,7 @@ def build_agent_episodes(cfg: Config, tokenizer: Any) -> Any:
 
     a, m = cfg.rollout.agent, cfg.rollout.multi_turn
     assert a.program
-    agent = load_agent(a.program, dict(a.args), a.model)
+    agent = load_agent(a.program, dict(a.args), a.model, [*cfg.data.train_files, *(cfg.data.val_files or [])])
     # a conversation's prompt is its opening (<= data.max_prompt_length) plus at most a sample's budget; the factor 4
     # leaves room for an agent's own system prompt and tool schemas
     endpoint = Endpoint(tokenizer, model_name=a.model, tool_format=tool_format(m.tool_parser),

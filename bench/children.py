@@ -297,11 +297,13 @@ class StepRecords:
 
 def child_evaluate(spec: dict) -> dict:
     """`heldout_eval` of the model at `spec["model_path"]` on `spec["task"]` (the before-RL figures), cached per
-    folder, weights date and task."""
+    folder, weights date, task and held-out rows (a changed split is evaluated again)."""
+    import hashlib
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     set_threads(spec["threads"])
     path, task = spec["model_path"], spec["task"]
-    key = f"{path}@{max(f.stat().st_mtime for f in Path(path).glob('*.safetensors'))}@{task}"
+    rows = hashlib.sha256(json.dumps(task_rows(task)[1], sort_keys=True).encode()).hexdigest()[:16]
+    key = f"{path}@{max(f.stat().st_mtime for f in Path(path).glob('*.safetensors'))}@{task}@{rows}"
     known = CACHE / "heldout_eval.json"
     cached = json.loads(known.read_text()) if known.exists() else {}
     if key not in cached:

@@ -178,6 +178,9 @@ def merge(paths: list[Path]) -> str:
         task = tasks.setdefault(piece["args"]["task"], {"shape": {k: piece["args"][k] for k in SHAPE},
                                                         "before": piece["before"], "runs": {}})
         shape = {k: piece["args"][k] for k in SHAPE}
+        if piece["before"]["accuracy"] != task["before"]["accuracy"]:
+            raise SystemExit(f"{path} measured {piece['args']['task']} before RL at {piece['before']['accuracy']:.1%}, "
+                             f"another piece at {task['before']['accuracy']:.1%}: their held-out rows differ")
         if shape != task["shape"]:
             raise SystemExit(f"{path} ran {piece['args']['task']} with {shape}, another piece with {task['shape']}: "
                              "merge only pieces of one shape")

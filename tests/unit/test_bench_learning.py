@@ -93,7 +93,8 @@ def test_merge_puts_pieces_together_per_task_and_overall(bench, tmp_path):
     # task a: grpoflow gains 0.1, 0.2 (mean 15.0%, SE 5.0%); trl 0.0, 0.1 (5.0% ± 5.0%); difference 10.0% ± 7.1%
     assert "| a | 30.0% | 0 1 | 45.0% ± 5.0% | +15.0% ± 5.0% | 35.0% ± 5.0% | +5.0% ± 5.0% | +10.0% ± 7.1% |" in table
     # task b from two grpoflow pieces: gains 0.1, 0.3 (20.0% ± 10.0%); trl 0.0, 0.0
-    assert "| b | 50.0% | 0 1 | 70.0% ± 10.0% | +20.0% ± 10.0% | 50.0% ± 0.0% | +0.0% ± 0.0% | +20.0% ± 10.0% |" in table
+    assert ("| b | 50.0% | 0 1 | 70.0% ± 10.0% | +20.0% ± 10.0% | 50.0% ± 0.0% | +0.0% ± 0.0% | +20.0% ± 10.0% |"
+            in table)
     # overall: the mean of the task means, SE = sqrt(sum SE^2) / tasks: grpoflow 17.5% ± sqrt(.05^2 + .1^2) / 2 = 5.6%
     assert "| overall (2 of 2 tasks) | | |  | +17.5% ± 5.6% |  | +2.5% ± 2.5% | +15.0% ± 6.1% |" in table
     (tmp_path / "again.json").write_text(__import__("json").dumps(piece("a", "trl", {1: 0.9})))
@@ -109,6 +110,9 @@ def test_merge_refuses_pieces_of_another_shape_and_counts_only_complete_tasks(be
     paths[0].write_text(__import__("json").dumps(piece("a", "grpoflow", {0: 0.4})))
     paths[1].write_text(__import__("json").dumps(other))
     with pytest.raises(SystemExit, match="merge only pieces of one shape"):
+        learning.merge(paths)
+    paths[1].write_text(__import__("json").dumps(piece("a", "trl", {0: 0.3}, before=0.25)))
+    with pytest.raises(SystemExit, match="their held-out rows differ"):
         learning.merge(paths)
     paths[1].write_text(__import__("json").dumps(piece("b", "trl", {0: 0.3})))
     table = learning.merge(paths)   # neither task has both frameworks yet: no overall row

@@ -98,7 +98,9 @@ def summarize(label: str, results: list[dict], before: dict) -> dict:
 
 
 def pm(pair: tuple[float, float], fmt: str) -> str:
-    """"mean ± SE" (the SE without a sign)."""
+    """"mean ± SE" (the SE without a sign); "mean (1 seed)" where the SE is NaN (`merge`: one seed, no spread)."""
+    if pair[1] != pair[1]:
+        return f"{fmt.format(pair[0])} (1 seed)"
     return f"{fmt.format(pair[0])} ± {fmt.replace('+', '').format(pair[1])}"
 
 
@@ -198,6 +200,9 @@ def merge(paths: list[Path]) -> str:
              "| task | before | seeds | " + " | ".join(f"{label} after | {label} gain" for label in labels)
              + (" | grpoflow - trl |" if {"grpoflow", "trl"} <= set(labels) else " |"),
              "|---|---|---|" + "---|---|" * len(labels) + ("---|" if {"grpoflow", "trl"} <= set(labels) else "")]
+    def spread(values: list[float]) -> tuple[float, float]:  # one seed has no standard error: NaN, not 0
+        return mean_se(values) if len(values) > 1 else (values[0], float("nan"))
+
     gains: dict[str, list[tuple[float, float]]] = {label: [] for label in labels}
     diffs = []
     for name, task in tasks.items():
@@ -209,15 +214,16 @@ def merge(paths: list[Path]) -> str:
             if not accs:
                 cells.append("not run | not run")
                 continue
-            gain = mean_se([a - base for a in accs])
+            gain = spread([a - base for a in accs])
             if complete:
                 gains[label].append(gain)
-            cells.append(f"{pm(mean_se(accs), '{:.1%}')} | {pm(gain, '{:+.1%}')}")
+            cells.append(f"{pm(spread(accs), '{:.1%}')} | {pm(gain, '{:+.1%}')}")
         seeds = sorted({r["seed"] for runs in task["runs"].values() for r in runs})
         row = f"| {name} | {base:.1%} | {' '.join(map(str, seeds))} | " + " | ".join(cells)
         if complete and {"grpoflow", "trl"} <= set(labels):
-            d = diff_se([r["accuracy"] for r in task["runs"]["grpoflow"]],
-                        [r["accuracy"] for r in task["runs"]["trl"]])
+            ours, theirs = ([r["accuracy"] for r in task["runs"][label]] for label in ("grpoflow", "trl"))
+            d = diff_se(ours, theirs) if min(len(ours), len(theirs)) > 1 else (
+                statistics.mean(ours) - statistics.mean(theirs), float("nan"))
             diffs.append(d)
             row += f" | {pm(d, '{:+.1%}')}"
         elif {"grpoflow", "trl"} <= set(labels):

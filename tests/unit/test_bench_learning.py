@@ -117,6 +117,7 @@ def test_merge_refuses_pieces_of_another_shape_and_counts_only_complete_tasks(be
     paths[1].write_text(__import__("json").dumps(piece("b", "trl", {0: 0.3})))
     table = learning.merge(paths)   # neither task has both frameworks yet: no overall row
     assert "not run" in table and "overall" not in table
+    assert "| a | 30.0% | 0 | 40.0% (1 seed) | +10.0% (1 seed) | not run |" in table   # one seed: no SE, not "± 0"
 
 
 def test_reasoning_gym_held_out_questions_are_not_training_questions(bench):

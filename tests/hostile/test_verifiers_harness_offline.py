@@ -78,9 +78,10 @@ print(sorted(SubprocessRuntime._interpreters))   # verifiers' table of built pro
 """
 
 
-def test_offline_with_the_harness_in_uv_cache_it_is_built_from_the_cache_alone(tmp_path):
+def test_offline_with_the_harness_in_uv_cache_it_is_built_from_the_cache_alone(tmp_path, monkeypatch):
     from grpoflow.trajectories.agents import load_agent
 
+    monkeypatch.setenv("PATH", os.pathsep.join([str(Path(uv_bin()).parent), os.environ.get("PATH", "")]))
     # the build online, as a first run does (the integration tests' cache; uv's default unless UV_CACHE_DIR is set)
     online = {k: v for k, v in os.environ.items() if not k.upper().startswith("UV_OFFLINE")}
     uv_cache = subprocess.run([uv_bin(), "cache", "dir"], capture_output=True, text=True, check=True,

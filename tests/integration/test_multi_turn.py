@@ -181,16 +181,26 @@ def test_ray_split_async_gives_the_local_first_step(tmp_path, warm_model):
 def test_sigkill_mid_run_then_resume_equals_the_uninterrupted_run(tmp_path, warm_model):
     args = BASE + [f"model.path={warm_model}", "sft.steps=0", "trainer.total_steps=5", "trainer.save_every=1",
                    "trainer.keep_last=0", "trainer.resume=auto", "algorithm.use_kl_in_reward=true"]
-    full = tmp_path / "full"
-    train(load_config("guess_number", args + [f"trainer.output_dir={full}"]))
-    out = tmp_path / "killed"
-    proc = train_process(["guess_number", *args, f"trainer.output_dir={out}"],
-                         threads=torch.get_num_threads())  # the same float sums as the in-process run
-    kill_after = random.Random().randint(2, 3)
-    kill_at_step(proc, out, kill_after)
-    assert CheckpointManager(out).latest() is not None
-    train(load_config("guess_number", args + [f"trainer.output_dir={out}"]))
+    full, out, _ = uninterrupted_and_resumed("guess_number", args, tmp_path)
     assert comparable(out) == comparable(full)
+
+
+def uninterrupted_and_resumed(recipe: str, args: list[str], tmp_path) -> tuple:
+    """(the uninterrupted run's folder, the folder of a run SIGKILLed after step 2 or 3 and resumed, the last step
+    the killed run saved): the recipe's two runs of 5 steps with `args` (checkpoints every step)."""
+    full = tmp_path / "full"
+    train(load_config(recipe, args + [f"trainer.output_dir={full}"]))
+    out = tmp_path / "killed"
+    proc = train_process([recipe, *args, f"trainer.output_dir={out}"],
+                         threads=torch.get_num_threads())  # the same float sums as the in-process run
+    kill_at_step(proc, out, random.Random().randint(2, 3))
+    latest = CheckpointManager(out).latest()
+    assert latest is not None
+    killed_at = int(latest.name.split("_")[-1])  # step_000002: the resumed run goes on from step 3
+    print(f"killed after step {killed_at}")
+    assert killed_at < 5, "the SIGKILL came after the run's last step: nothing was resumed"
+    train(load_config(recipe, args + [f"trainer.output_dir={out}"]))
+    return full, out, killed_at
 
 
 def test_a_template_that_is_not_prefix_preserving_stops_the_run_before_the_warm_start(tmp_path, tiny_model_path):
@@ -235,19 +245,7 @@ def test_sigkill_mid_tool_run_then_resume_equals_the_uninterrupted_run(tmp_path,
                    "rollout.max_new_tokens=160", "rollout.multi_turn.max_turns=2", "data.val_files=[]",
                    "trainer.total_steps=5", "trainer.save_every=1", "trainer.keep_last=0", "trainer.resume=auto",
                    "trainer.log_train_groups=4"]
-    full = tmp_path / "full"
-    train(load_config("calculator_tool", args + [f"trainer.output_dir={full}"]))
-    out = tmp_path / "killed"
-    proc = train_process(["calculator_tool", *args, f"trainer.output_dir={out}"],
-                         threads=torch.get_num_threads())  # the same float sums as the in-process run
-    kill_after = random.Random().randint(2, 3)
-    kill_at_step(proc, out, kill_after)
-    latest = CheckpointManager(out).latest()
-    assert latest is not None
-    killed_at = int(latest.name.split("_")[-1])  # step_000002: the resumed run goes on from step 3
-    print(f"killed after step {killed_at}")
-    assert killed_at < 5, "the SIGKILL came after the run's last step: nothing was resumed"
-    train(load_config("calculator_tool", args + [f"trainer.output_dir={out}"]))
+    full, out, killed_at = uninterrupted_and_resumed("calculator_tool", args, tmp_path)
     records = comparable(full)
     assert comparable(out) == records
     # not a vacuous equality: the sandboxed tool really ran and answered, in the resumed steps too

@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: train test test-slow test-faults test-hostile test-browser typecheck lint setup clean
+.PHONY: train warm-start test test-slow test-faults test-hostile test-browser typecheck lint setup clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -16,6 +16,12 @@ setup: $(STAMP)
 
 train: $(STAMP)
 	$(VENV)/bin/grpoflow train $(ARGS)
+
+# rebuild the shipped warm start that `make train` starts from (grpoflow/models/warm_start.py says why it ships)
+warm-start: $(STAMP)
+	$(VENV)/bin/grpoflow sft model.path=builtin:tiny-4m sft.steps=900 sft.until_accuracy=0.35 \
+	  trainer.output_dir=runs/warm-start
+	$(VENV)/bin/python -m grpoflow.models.warm_start runs/warm-start/sft_model
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m "not slow and not faults and not hostile and not browser"

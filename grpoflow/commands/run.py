@@ -26,6 +26,7 @@ from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import PromptItem, load_rows, prepare_prompts
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.spec import is_builtin, model_folder
+from grpoflow.models.warm_start import is_warm_start
 from grpoflow.trajectories.chat import ChatRenderer
 from grpoflow.rewards import RewardScorer, build_reward, unscored_message, unscored_sources
 from grpoflow.rewards.by_source import scorer_name
@@ -121,7 +122,8 @@ def held_out_items(cfg: Config, rows: list[dict], tokenizer: Any) -> list[Prompt
 def sft_steps(cfg: Config) -> int:
     if cfg.sft.steps is not None:
         return cfg.sft.steps
-    return DEFAULT_SFT_STEPS if is_builtin(cfg.model.path) else 0
+    built_from_scratch = is_builtin(cfg.model.path) and not is_warm_start(cfg.model.path)
+    return DEFAULT_SFT_STEPS if built_from_scratch else 0
 
 
 def setup_run_dir(cfg: Config, *, auto_dtype: bool = False) -> RunFolder:

@@ -1,8 +1,9 @@
 """Loading a grpoflow config from its layers, later ones winning:
 
 1. the defaults of schema.py, chosen for a pretrained model;
-2. `recipes/builtin.yaml`, only when `model.path` is a `builtin:` model built from scratch: the settings of the
-   built-in addition job that `make train` runs (lr 2e-4 cosine, 8 new tokens, ...);
+2. `recipes/builtin.yaml`, only when `model.path` is a `builtin:` model (built from scratch, or the shipped warm
+   start builtin:tiny-4m-addition): the settings of the built-in addition job that `make train` runs (lr 2e-4
+   cosine, 8 new tokens, ...);
 3. an optional YAML recipe (a path or a preset name; a verl config or a TRL GRPOConfig is translated through
    grpoflow/foreign.py);
 4. `a.b=c` overrides from the command line (verl's keys translated too).

@@ -42,10 +42,11 @@ class LoRAConfig:
 
 @dataclass
 class ModelConfig:
-    path: str = opt("builtin:tiny-4m", "Local HF folder of a causal LM + tokenizer, a `.gguf` file (dequantized once "
-                    "into <output_dir>/base_model; pip install 'grpoflow[gguf]'), or `builtin:tiny-<size>` (size 0.5m, "
-                    "4m, 30m) to build a tiny Llama with a character tokenizer from scratch (recipes/builtin.yaml then "
-                    "applies).")
+    path: str = opt("builtin:tiny-4m-addition", "Local HF folder of a causal LM + tokenizer, a `.gguf` file "
+                    "(dequantized once into <output_dir>/base_model; pip install 'grpoflow[gguf]'), "
+                    "`builtin:tiny-<size>` (size 0.5m, 4m, 30m) to build a tiny Llama with a character tokenizer from "
+                    "scratch, or `builtin:tiny-4m-addition`, the 4M one already warm-started on 2-digit addition "
+                    "(shipped, models/warm_start.py); recipes/builtin.yaml applies to every builtin: model.")
     gguf_cache_dir: Optional[str] = opt(None, "Where commands without a run folder (`grpoflow eval`) convert a "
                                         "`.gguf` model.path, once per file, reused by later commands. None: "
                                         "$XDG_CACHE_HOME/grpoflow/gguf (~/.cache/grpoflow/gguf).")
@@ -418,8 +419,9 @@ class CriticConfig:
 
 @dataclass
 class SFTConfig:
-    steps: Optional[int] = opt(None, "Supervised warm-start steps before RL. None: 400 for a `builtin:` "
-                               "model trained from scratch, else 0.")
+    steps: Optional[int] = opt(None, "Supervised warm-start steps before RL. None: 400 for a `builtin:tiny-<size>` "
+                               "model built from scratch, else 0 (a shipped warm start such as "
+                               "builtin:tiny-4m-addition has had its own).")
     lr: float = opt(1e-5, "AdamW learning rate of the warm start (1e-5 suits a pretrained model; the builtin: "
                     "model trained from scratch uses 1e-3).")
     batch_size: int = opt(64, "Examples per warm-start step.")

@@ -7,6 +7,8 @@ A spec is, in this order:
   resume), or, without one, into the shared conversion cache (`gguf_cache_dir`, `cached_conversion`);
 - `builtin:tiny-<size>`: the tiny model (models/tiny.py) built with `seed` into `into`, once (a folder that holds a
   config.json already is reused); a command without a folder of its own (`into` None) cannot take one;
+- `builtin:tiny-4m-addition`: a shipped warm start (models/warm_start.py) copied into `into` once, or, without one,
+  its folder in the package;
 - a local folder: its absolute path (checkpoints record it);
 - with `hub_cache` (the Tinker server), a name in the local Hugging Face cache, never downloaded.
 
@@ -21,6 +23,7 @@ from pathlib import Path
 from grpoflow.errors import UserError
 from grpoflow.models.gguf import cached_conversion, convert_gguf, is_gguf
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
+from grpoflow.models.warm_start import WARM_STARTS, copy_warm_start, is_warm_start, shipped_folder
 
 BUILTIN = "builtin:"
 BUILTIN_TINY = "builtin:tiny-"
@@ -64,9 +67,11 @@ def model_folder(spec: str, *, setting: str, into: str | Path | None = None, see
 
 
 def _builtin(spec: str, *, setting: str, into: str | Path | None, seed: int) -> str:
+    if is_warm_start(spec):
+        return copy_warm_start(spec, into) if into is not None else str(shipped_folder(spec))
     size = spec.removeprefix(BUILTIN_TINY)
     if not spec.startswith(BUILTIN_TINY) or size not in TINY_SIZES:
-        builtins = [BUILTIN_TINY + s for s in TINY_SIZES]
+        builtins = [BUILTIN_TINY + s for s in TINY_SIZES] + list(WARM_STARTS)
         raise ModelSpecError(f"{setting}={spec}: unknown built-in; use one of {builtins}.")
     if into is None:
         raise ModelSpecError(f"{setting}={spec}: a built-in model is built into a run folder; give that run's folder "

@@ -53,7 +53,7 @@ def test_total_epochs_resolve_into_a_new_checked_config():
     check_config(cfg)
     resolved = resolve_total_steps(cfg, prompts=10)
     assert resolved.trainer.total_steps == 2 * 3  # ceil(10 / 4) steps per epoch
-    assert cfg.trainer.total_steps == 150 and is_checked(cfg) and is_checked(resolved)
+    assert cfg.trainer.total_steps == 300 and is_checked(cfg) and is_checked(resolved)
     assert not is_checked(resolve_total_steps(load_config(None, ["trainer.total_epochs=1"]), prompts=10))
     plain = load_config()
     assert resolve_total_steps(plain, prompts=10) is plain

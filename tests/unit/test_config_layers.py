@@ -16,12 +16,12 @@ def test_defaults_suit_a_pretrained_model():
 
 def test_no_arguments_is_the_builtin_job_with_its_own_settings():
     cfg = load_config()
-    # the values the built-in job was tuned with (README: 19.6% -> 56.6%)
-    assert cfg.model.path == "builtin:tiny-4m"
+    # the values the built-in job was tuned with (README), from the shipped warm start
+    assert cfg.model.path == "builtin:tiny-4m-addition"
     assert (cfg.actor.lr, cfg.actor.lr_schedule, cfg.actor.min_lr_ratio) == (2e-4, "cosine", 0.1)
     assert (cfg.data.max_prompt_length, cfg.rollout.max_new_tokens) == (64, 8)
-    assert (cfg.sft.steps, cfg.sft.lr, cfg.critic.lr) == (None, 1e-3, 1e-4)   # None: 350 for a builtin: model
-    assert (cfg.data.prompts_per_step, cfg.rollout.n, cfg.trainer.total_steps) == (32, 8, 150)
+    assert (cfg.sft.steps, cfg.sft.lr, cfg.critic.lr) == (None, 1e-3, 1e-4)   # None: 400 for builtin:tiny-<size>
+    assert (cfg.data.prompts_per_step, cfg.rollout.n, cfg.trainer.total_steps) == (32, 8, 300)
     assert config_layers() == [BUILTIN_RECIPE]
 
 

@@ -1,0 +1,52 @@
+"""The shipped warm start `make train` begins from (models/warm_start.py): it resolves like any built-in, is not
+warm-started again, answers the held-out additions as docs/performance.md says, and `ship` writes what it loads."""
+
+import json
+from pathlib import Path
+
+import torch
+
+from grpoflow.commands.evaluate import evaluate
+from grpoflow.commands.run import sft_steps
+from grpoflow.config import BUILTIN_RECIPE, config_layers, load_config
+from grpoflow.models.loading import load_causal_lm
+from grpoflow.models.spec import model_folder
+from grpoflow.models.warm_start import PROVENANCE, ship, shipped_folder
+
+SPEC = "builtin:tiny-4m-addition"
+
+
+def test_the_default_job_starts_from_the_shipped_warm_start_without_warm_starting_again():
+    cfg = load_config(None, [])
+    assert cfg.model.path == SPEC and config_layers(None, []) == [BUILTIN_RECIPE]
+    assert sft_steps(cfg) == 0 and cfg.trainer.total_steps == 300
+    assert sft_steps(load_config(None, ["model.path=builtin:tiny-4m"])) == 400   # built from scratch: as before
+
+
+def test_it_is_copied_into_the_run_once_and_is_the_package_folder_elsewhere(tmp_path):
+    into = tmp_path / "base_model"
+    folder = model_folder(SPEC, setting="model.path", into=into)
+    assert folder == str(into.resolve())
+    assert (into / "model.safetensors").read_bytes() == (shipped_folder(SPEC) / "model.safetensors").read_bytes()
+    (into / "model.safetensors").write_bytes(b"kept")   # a run's own copy is never replaced (resume)
+    model_folder(SPEC, setting="model.path", into=into)
+    assert (into / "model.safetensors").read_bytes() == b"kept"
+    assert model_folder(SPEC, setting="model.path") == str(shipped_folder(SPEC))
+
+
+def test_the_shipped_weights_answer_about_a_third_of_the_held_out_additions():
+    """`grpoflow eval` with no arguments: the shipped warm start, greedy, on the built-in task's 500 held-out
+    problems. 36.8% where it was made (docs/performance.md, "make train"); the weights are fixed, so only the
+    last bits of a CPU's float kernels can move a greedy answer. A damaged file or a changed tokenizer or task
+    falls far outside."""
+    metrics = evaluate(load_config(None, []))
+    assert 0.32 <= metrics["val/mean@1"] <= 0.42, metrics
+
+
+def test_ship_stores_bfloat16_that_loads_as_float32_and_says_how_it_was_made(tiny_model_path, tmp_path):
+    dest = ship(tiny_model_path, tmp_path / "shipped", made_by="grpoflow sft ...")
+    original, shipped = load_causal_lm(tiny_model_path), load_causal_lm(dest)
+    for (name, a), (_, b) in zip(original.state_dict().items(), shipped.state_dict().items()):
+        assert b.dtype == torch.float32 and torch.equal(b, a.to(torch.bfloat16).float()), name
+    assert json.loads((dest / PROVENANCE).read_text())["made_by"] == "grpoflow sft ..."
+    assert (dest / "model.safetensors").stat().st_size < 0.6 * (Path(tiny_model_path) / "model.safetensors").stat().st_size

@@ -24,6 +24,7 @@ from grpoflow.training.engine import TrainEngine
 from grpoflow.training.precision import role_precision
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import compute_autocast
+from grpoflow.models.warm_start import SFT_MARKER
 from grpoflow.trajectories.chat import ChatRenderer
 from grpoflow.trajectories.env import with_system_prompt
 
@@ -150,9 +151,6 @@ def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: in
     os.replace(tmp, out_dir)
     tqdm.write(f"sft: {done} steps in {time.perf_counter() - start:.1f}s, final loss {loss:.3f} -> {out_dir}")
     return str(out_dir)
-
-
-SFT_MARKER = "grpoflow_sft.json"
 
 
 def hold_back(examples: list[Example], rows: list[dict], response_key: str, count: int, gen: torch.Generator

@@ -30,6 +30,7 @@ MADE_BY = ("grpoflow sft model.path=builtin:tiny-4m sft.steps=900 sft.until_accu
 KEPT_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
               "chat_template.jinja")
 PROVENANCE = "grpoflow_warm_start.json"
+SFT_MARKER = "grpoflow_sft.json"  # the settings `grpoflow sft` (commands/sft.py) writes beside a warm start's weights
 
 
 def is_warm_start(spec: str) -> bool:
@@ -57,8 +58,6 @@ def ship(sft_folder: str | Path, dest: str | Path, *, made_by: str = MADE_BY, no
     made (with the warm start's settings and `note`, e.g. where it stopped). Returns `dest`."""
     import torch
     from safetensors.torch import load_file, save_file
-
-    from grpoflow.commands.sft import SFT_MARKER  # the warm start's settings, written beside its weights
 
     src, dest = Path(sft_folder), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,8 @@ from datetime import date
 from pathlib import Path
 
 WARM_STARTS_DIR = Path(__file__).parent / "warm_starts"
-# spec -> (folder under WARM_STARTS_DIR, the random-init built-in it was made from)
-WARM_STARTS: dict[str, tuple[str, str]] = {"builtin:tiny-4m-addition": ("tiny-4m-addition", "builtin:tiny-4m")}
+# spec -> its folder under WARM_STARTS_DIR
+WARM_STARTS: dict[str, str] = {"builtin:tiny-4m-addition": "tiny-4m-addition"}
 MADE_BY = ("grpoflow sft model.path=builtin:tiny-4m sft.steps=900 sft.until_accuracy=0.35 "
            "trainer.output_dir=runs/warm-start")
 # the files of an HF folder a warm start keeps (weights are rewritten in bfloat16)
@@ -40,7 +40,7 @@ def is_warm_start(spec: str) -> bool:
 
 def shipped_folder(spec: str) -> Path:
     """The package folder of the shipped warm start `spec`."""
-    return WARM_STARTS_DIR / WARM_STARTS[spec][0]
+    return WARM_STARTS_DIR / WARM_STARTS[spec]
 
 
 def copy_warm_start(spec: str, into: str | Path) -> str:

@@ -9,7 +9,7 @@ docs/performance.md, "make train"). A file lands in the same place everywhere, s
 gain alone (36.4% -> 79-81% in 300 steps over three seeds where it was made).
 
 The weights are stored in bfloat16 (8 MB instead of 16) and load as float32 like any folder. `make warm-start`
-rebuilds the folder: the warm start with the command in `MADE_BY`, then `ship` (this module's `python -m` entry).
+rebuilds the folder: `grpoflow sft` (the command is in the Makefile), then `ship` (this module's `python -m` entry).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import shutil
 from datetime import date
 from pathlib import Path
 
+from grpoflow.atomic_folder import publish_folder
+
 WARM_STARTS_DIR = Path(__file__).parent / "warm_starts"
 # spec -> its folder under WARM_STARTS_DIR
 WARM_STARTS: dict[str, str] = {"builtin:tiny-4m-addition": "tiny-4m-addition"}
-MADE_BY = ("grpoflow sft model.path=builtin:tiny-4m sft.steps=900 sft.until_accuracy=0.35 "
-           "trainer.output_dir=runs/warm-start")
 # the files of an HF folder a warm start keeps (weights are rewritten in bfloat16)
 KEPT_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
               "chat_template.jinja")
@@ -45,14 +45,15 @@ def shipped_folder(spec: str) -> Path:
 
 def copy_warm_start(spec: str, into: str | Path) -> str:
     """Copy the shipped warm start `spec` into the run's model folder `into` once (a folder with a config.json is
-    kept as it is, as a built model is on resume); returns its path."""
+    kept as it is, as a built model is on resume), published whole: a kill mid-copy leaves no half folder under
+    that name. Returns its path."""
     folder = Path(into).resolve()
     if not (folder / "config.json").exists():
-        shutil.copytree(shipped_folder(spec), folder, dirs_exist_ok=True)
+        publish_folder(folder, lambda tmp: shutil.copytree(shipped_folder(spec), tmp))
     return str(folder)
 
 
-def ship(sft_folder: str | Path, dest: str | Path, *, made_by: str = MADE_BY, note: str = "") -> Path:
+def ship(sft_folder: str | Path, dest: str | Path, *, note: str = "") -> Path:
     """Write the HF folder `sft_folder` (a `grpoflow sft` result) as a shipped warm start into `dest`: its weights
     in bfloat16, its config and tokenizer files, and `grpoflow_warm_start.json` saying how, where and when it was
     made (with the warm start's settings and `note`, e.g. where it stopped). Returns `dest`."""
@@ -74,7 +75,8 @@ def ship(sft_folder: str | Path, dest: str | Path, *, made_by: str = MADE_BY, no
     settings = {k: v for k, v in json.loads(marker.read_text()).items() if k != "model_path"} \
         if marker.exists() else {}
     (dest / PROVENANCE).write_text(json.dumps({
-        "made_by": made_by, "then": "python -m grpoflow.models.warm_start SFT_FOLDER", "sft_settings": settings,
+        "made_by": "make warm-start: grpoflow sft (sft_settings), then python -m grpoflow.models.warm_start",
+        "sft_settings": settings,
         "note": note, "date": date.today().isoformat(), "machine": _cpu_name(), "torch": torch.__version__,
         "stored": "bfloat16 (loads as float32)"}, indent=2) + "\n")
     return dest

@@ -2,7 +2,7 @@
 warm-started again, answers the held-out additions as docs/performance.md says, and `ship` writes what it loads."""
 
 import json
-from pathlib import Path
+import shutil
 
 import torch
 
@@ -11,7 +11,7 @@ from grpoflow.commands.run import sft_steps
 from grpoflow.config import BUILTIN_RECIPE, config_layers, load_config
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.spec import model_folder
-from grpoflow.models.warm_start import PROVENANCE, ship, shipped_folder
+from grpoflow.models.warm_start import PROVENANCE, SFT_MARKER, ship, shipped_folder
 
 SPEC = "builtin:tiny-4m-addition"
 
@@ -26,7 +26,7 @@ def test_the_default_job_starts_from_the_shipped_warm_start_without_warm_startin
 def test_it_is_copied_into_the_run_once_and_is_the_package_folder_elsewhere(tmp_path):
     into = tmp_path / "base_model"
     folder = model_folder(SPEC, setting="model.path", into=into)
-    assert folder == str(into.resolve())
+    assert folder == str(into.resolve()) and [p.name for p in tmp_path.iterdir()] == ["base_model"]  # no temp left
     assert (into / "model.safetensors").read_bytes() == (shipped_folder(SPEC) / "model.safetensors").read_bytes()
     (into / "model.safetensors").write_bytes(b"kept")   # a run's own copy is never replaced (resume)
     model_folder(SPEC, setting="model.path", into=into)
@@ -44,10 +44,14 @@ def test_the_shipped_weights_answer_about_a_third_of_the_held_out_additions():
 
 
 def test_ship_stores_bfloat16_that_loads_as_float32_and_says_how_it_was_made(tiny_model_path, tmp_path):
-    dest = ship(tiny_model_path, tmp_path / "shipped", made_by="grpoflow sft ...")
-    original, shipped = load_causal_lm(tiny_model_path), load_causal_lm(dest)
+    made = shutil.copytree(tiny_model_path, tmp_path / "sft_model")
+    (made / SFT_MARKER).write_text(json.dumps({"model_path": "/somewhere/base_model", "steps": 900}))
+    dest = ship(made, tmp_path / "shipped", note="stopped after 600 steps")
+    original, shipped = load_causal_lm(made), load_causal_lm(dest)
     for (name, a), (_, b) in zip(original.state_dict().items(), shipped.state_dict().items()):
         assert b.dtype == torch.float32 and torch.equal(b, a.to(torch.bfloat16).float()), name
-    assert json.loads((dest / PROVENANCE).read_text())["made_by"] == "grpoflow sft ..."
+    provenance = json.loads((dest / PROVENANCE).read_text())
+    # the warm start's settings without the machine's own path, and what the maker noted
+    assert provenance["sft_settings"] == {"steps": 900} and provenance["note"] == "stopped after 600 steps"
     size = (dest / "model.safetensors").stat().st_size
-    assert size < 0.6 * (Path(tiny_model_path) / "model.safetensors").stat().st_size
+    assert size < 0.6 * (made / "model.safetensors").stat().st_size

@@ -49,7 +49,10 @@ def copy_warm_start(spec: str, into: str | Path) -> str:
     that name. Returns its path."""
     folder = Path(into).resolve()
     if not (folder / "config.json").exists():
-        publish_folder(folder, lambda tmp: shutil.copytree(shipped_folder(spec), tmp))
+        def copy(tmp: Path) -> None:
+            shutil.copytree(shipped_folder(spec), tmp)
+
+        publish_folder(folder, copy)
     return str(folder)
 
 

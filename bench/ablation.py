@@ -168,15 +168,19 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     copy = ComputeCopy(model, torch.bfloat16)
     copy.compute.set_attn_implementation(grouped)
 
-    def update_on_copy():
+    def update_on_copy(packed: bool = True, keep_probs: bool = True):
         """The update pass on the bf16 compute copy (training.mixed_precision): the masters cast into it (as after
-        every optimizer step), forward and backward in bf16, gradients added into the float32 masters."""
-        copy.mark_stale()
-        m = copy.refresh()
-        lp, _ = logprobs.response_log_probs(m, gen.prompt_ids, gen.prompt_mask, gen.response_ids, gen.response_mask,
-                                            with_entropy=True, compute_dtype="bfloat16")
-        ((lp * gen.response_mask).sum() / gen.response_mask.sum()).backward()
-        model.zero_grad(set_to_none=True)
+        every optimizer step), forward and backward in bf16, gradients added into the float32 masters; `packed`
+        (models/packed.py) and `keep_probs` (the head's kept probabilities) on or off."""
+        def run():
+            copy.mark_stale()
+            m = copy.refresh()
+            lp, _ = logprobs.response_log_probs(m, gen.prompt_ids, gen.prompt_mask, gen.response_ids,
+                                                gen.response_mask, with_entropy=True, compute_dtype="bfloat16",
+                                                packed=packed, keep_probs=keep_probs)
+            ((lp * gen.response_mask).sum() / gen.response_mask.sum()).backward()
+            model.zero_grad(set_to_none=True)
+        return run
 
     def sampling(attn: str):
         def run():
@@ -205,7 +209,10 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
                                                                                             "bfloat16"),
             f"update: as now, in the {len(two)} micro-batches of a 4,096-token budget": update(
                 True, "grouped", "bfloat16", plans=two),
-            "update: fused head, grouped attention, bf16 compute copy, chunk 128": update_on_copy,
+            "update: bf16 compute copy, padded, head logits recomputed (before)": update_on_copy(False, False),
+            "update: bf16 compute copy, packed responses": update_on_copy(True, False),
+            "update: bf16 compute copy, head probabilities kept": update_on_copy(False, True),
+            "update: bf16 compute copy, packed, head probabilities kept (now)": update_on_copy(),
             "sampling: bf16 weights, sdpa (now)": sampling("sdpa"),
             "sampling: bf16 weights, grouped attention": sampling("grouped"),
             "sampling: finished rows compacted at every finish": sampling_compacting(1),

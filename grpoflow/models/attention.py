@@ -15,6 +15,10 @@ with transformers' additive float mask (0 where a key is visible, the dtype's mi
 `GROUPED_ATTENTION`; a model uses it after `model.set_attn_implementation(GROUPED_ATTENTION)`. The
 actor and the frozen models (reference, teacher) use it for bf16 compute on CPU; the rollout engine does not:
 decoding one query per row, sdpa was as fast or faster (`bench/ablation.py --real-model`).
+
+Given a `packed` layout (models/packed.py: a batch's prompts and responses laid end to end without
+padding), it attends within each packed sequence's blocks instead: only a model whose implementation
+is this one can run packed (`attends_packed`).
 """
 
 from __future__ import annotations
@@ -24,13 +28,22 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
+from grpoflow.models.packed import PackedLayout, packed_attention
+
 GROUPED_ATTENTION = "grpoflow_grouped"
 
 
 def grouped_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
-                      attention_mask: Tensor | None, scaling: float, dropout: float = 0.0, **_) -> tuple[Tensor, None]:
+                      attention_mask: Tensor | None, scaling: float, dropout: float = 0.0,
+                      packed: PackedLayout | None = None, **_) -> tuple[Tensor, None]:
     """query: [B, H, q, d]; key, value: [B, Hk, k, d] with H = g * Hk (query head j uses key/value head j // g);
-    attention_mask: [B, 1, q, k] additive float, or None. Returns ([B, q, H, d], None), transformers' layout."""
+    attention_mask: [B, 1, q, k] additive float, or None. Returns ([B, q, H, d], None), transformers' layout.
+    With `packed` (B = 1, the packed sequence), each of the layout's blocks attends within itself and
+    `attention_mask` is not read."""
+    if packed is not None:
+        def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+            return grouped_attention(module, q, k, v, mask, scaling, dropout)[0]
+        return packed_attention(query, key, value, packed, attend), None
     b, h, q, d = query.shape
     hk, k = key.shape[1], key.shape[2]
     g = h // hk
@@ -52,6 +65,11 @@ def register() -> str:
     AttentionInterface.register(GROUPED_ATTENTION, grouped_attention)
     AttentionMaskInterface.register(GROUPED_ATTENTION, eager_mask)
     return GROUPED_ATTENTION
+
+
+def attends_packed(model: torch.nn.Module) -> bool:
+    """Whether `model` attends with `grouped_attention`, so that it can run a packed batch (models/packed.py)."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == GROUPED_ATTENTION
 
 
 Model = TypeVar("Model", bound=torch.nn.Module)

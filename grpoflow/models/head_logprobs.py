@@ -3,10 +3,13 @@
 Over a large vocabulary (SmolLM2: 49,152 tokens) the [tokens, V] logits are the biggest tensors of
 an RL step: a full float32 log-softmax of 64 x 24 response positions is 300 MB, and autograd keeps
 several such copies for the backward. Here the head's matrix product, the log-sum-exp and the
-entropy run `chunk_size` rows at a time, and only per-row results are kept ([N] log-sum-exp and
-entropy): the backward recomputes each chunk's logits (one more head matmul, cheap next to the
-memory traffic it saves) and turns them into the gradient of the hidden states and of the head
-weight. Only the rows asked for are computed, so padding positions cost nothing.
+entropy run `chunk_size` rows at a time. What the backward needs is the probabilities: when they fit
+in `KEEP_PROBS_BYTES` in the compute dtype (SmolLM2's 1,188 response tokens of a real-model step: 117
+MB in bf16) the forward keeps them, and the label's probability in float32; otherwise (and for an
+entropy bonus, whose gradient needs the logits) only per-row results are kept ([N] log-sum-exp and
+entropy) and the backward recomputes each chunk's logits (one more head matmul). Either way the
+backward turns them into the gradient of the hidden states and of the head weight. Only the rows
+asked for are computed, so padding positions cost nothing.
 
 For softmax(z), z = logits / T, with lse = logsumexp(z), p = exp(z - lse):
 
@@ -25,21 +28,27 @@ from torch import Tensor
 # Rows whose logit gradients are kept (in the compute dtype) for one head-weight gradient product: a [V, rows]
 # x [rows, H] product per block runs near the matmul peak, one per small chunk does not.
 WEIGHT_GRAD_ROWS = 1024
+# The most bytes of [N, V] probabilities (in the compute dtype) the forward keeps for the backward instead of
+# recomputing the logits there.
+KEEP_PROBS_BYTES = 512 << 20
 
 
 def head_log_probs(hidden: Tensor, weight: Tensor, labels: Tensor, *, temperature: float = 1.0,
                    chunk_size: int = 128, with_entropy: bool = False, entropy_grad: bool = False,
-                   compute_dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor | None]:
+                   compute_dtype: torch.dtype = torch.float32, keep_probs_bytes: int | None = None
+                   ) -> tuple[Tensor, Tensor | None]:
     """log softmax(hidden @ weight.T / T)[label] and (optionally) the entropy of each row.
 
     hidden: [N, H] (any float dtype), weight: [V, H] (the LM head, no bias), labels: [N] int64.
     Returns log_probs [N] float32 and entropy [N] float32 (or None). Gradients reach `hidden` and
     `weight` through log_probs, and through entropy only with `entropy_grad` (an entropy bonus);
     otherwise entropy is a detached metric. Equal to the unchunked computation up to float rounding
-    (tests/unit/test_head_logprobs.py).
+    (tests/unit/test_head_logprobs.py). `keep_probs_bytes`: the most bytes of probabilities the forward keeps for
+    the backward (None: `KEEP_PROBS_BYTES`; 0: the backward recomputes the logits).
     """
+    keep = KEEP_PROBS_BYTES if keep_probs_bytes is None else keep_probs_bytes
     log_probs, entropy = _HeadLogProbs.apply(hidden, weight, labels, float(temperature), max(int(chunk_size), 1),
-                                             compute_dtype, with_entropy, entropy_grad)
+                                             compute_dtype, with_entropy, entropy_grad, keep)
     return log_probs, (entropy if with_entropy else None)
 
 
@@ -66,8 +75,9 @@ def logit_grad(z: Tensor, labels: Tensor, lse: Tensor, grad_log_probs: Tensor, *
 
 
 def _forward_chunks(h: Tensor, w: Tensor, labels: Tensor, temperature: float, chunk_size: int, with_entropy: bool,
-                    log_probs: Tensor, lse: Tensor, entropy: Tensor) -> None:
-    """Fill log_probs, lse and (with_entropy) entropy, all [N], chunk by chunk (h: [N, H], w: [V, H])."""
+                    log_probs: Tensor, lse: Tensor, entropy: Tensor, probs: Tensor | None) -> None:
+    """Fill log_probs, lse and (with_entropy) entropy, all [N], and `probs` [N, V] (if given), chunk by chunk
+    (h: [N, H], w: [V, H])."""
     for s in range(0, h.shape[0], chunk_size):
         rows = slice(s, s + chunk_size)
         z = _chunk_logits(h[rows], w, temperature)
@@ -78,19 +88,26 @@ def _forward_chunks(h: Tensor, w: Tensor, labels: Tensor, temperature: float, ch
         log_probs[rows] = z.gather(-1, labels[rows, None]).squeeze(-1) - lse[rows]
         if with_entropy:  # sum_v p_v z_v = sum_v e_v z_v / sum_v e_v
             entropy[rows] = lse[rows] - torch.linalg.vecdot(e, z) / total
+        if probs is not None:
+            probs[rows] = e.div_(total[:, None])
 
 
 class _HeadLogProbs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, labels, temperature, chunk_size, compute_dtype, with_entropy, entropy_grad):
+    def forward(ctx, hidden, weight, labels, temperature, chunk_size, compute_dtype, with_entropy, entropy_grad,
+                keep_probs_bytes):
         h, w = hidden.to(compute_dtype), weight.to(compute_dtype)  # the casts are explicit: no autocast here
         n = h.shape[0]
         log_probs = torch.empty(n, dtype=torch.float32, device=h.device)
         lse = torch.empty_like(log_probs)
         entropy = torch.zeros_like(log_probs)
+        keep = any(ctx.needs_input_grad[:2]) and not (with_entropy and entropy_grad) \
+            and n * w.shape[0] * w.element_size() <= keep_probs_bytes
+        probs = torch.empty(n, w.shape[0], dtype=compute_dtype, device=h.device) if keep else None
         with torch.autocast(h.device.type, enabled=False):
-            _forward_chunks(h, w, labels, temperature, chunk_size, with_entropy, log_probs, lse, entropy)
-        ctx.save_for_backward(hidden, weight, labels, lse, entropy)
+            _forward_chunks(h, w, labels, temperature, chunk_size, with_entropy, log_probs, lse, entropy, probs)
+        ctx.probs = probs  # not a saved tensor: nothing else holds or changes it
+        ctx.save_for_backward(hidden, weight, labels, lse, entropy, log_probs)
         ctx.settings = (temperature, chunk_size, compute_dtype, with_entropy and entropy_grad)
         if not (with_entropy and entropy_grad):
             ctx.mark_non_differentiable(entropy)
@@ -98,7 +115,8 @@ class _HeadLogProbs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_log_probs, grad_entropy):
-        hidden, weight, labels, lse, entropy = ctx.saved_tensors
+        hidden, weight, labels, lse, entropy, log_probs = ctx.saved_tensors
+        probs, ctx.probs = ctx.probs, None
         temperature, chunk_size, compute_dtype, entropy_grad = ctx.settings
         h, w = hidden.to(compute_dtype), weight.to(compute_dtype)
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
@@ -112,12 +130,19 @@ class _HeadLogProbs(torch.autograd.Function):
                 grad_block = torch.empty(min(block, h.shape[0] - b), w.shape[0], dtype=compute_dtype, device=h.device)
                 for s in range(b, b + len(grad_block), chunk_size):
                     rows = slice(s, min(s + chunk_size, b + len(grad_block)))
-                    g_ent = grad_entropy[rows].float() if use_entropy else None
-                    grad_z = logit_grad(_chunk_logits(h[rows], w, temperature), labels[rows], lse[rows], g_lp[rows],
-                                        entropy=entropy[rows], grad_entropy=g_ent)
-                    grad_block[s - b:rows.stop - b] = grad_z / temperature if temperature != 1.0 else grad_z
+                    out = grad_block[s - b:rows.stop - b]
+                    if probs is not None:  # g (onehot(label) - p) / T in the compute dtype, the label's term from
+                        # its float32 probability (no 1 - p cancellation in bf16)
+                        torch.mul(probs[rows], (-g_lp[rows] / temperature).to(compute_dtype)[:, None], out=out)
+                        label_grad = g_lp[rows] * -torch.expm1(log_probs[rows]) / temperature
+                        out.scatter_(-1, labels[rows, None], label_grad.to(compute_dtype)[:, None])
+                    else:
+                        g_ent = grad_entropy[rows].float() if use_entropy else None
+                        grad_z = logit_grad(_chunk_logits(h[rows], w, temperature), labels[rows], lse[rows],
+                                            g_lp[rows], entropy=entropy[rows], grad_entropy=g_ent)
+                        out.copy_(grad_z / temperature if temperature != 1.0 else grad_z)
                     if grad_h is not None:
-                        grad_h[rows] = torch.mm(grad_block[s - b:rows.stop - b], w).to(hidden.dtype)
+                        grad_h[rows] = torch.mm(out, w).to(hidden.dtype)
                 if grad_w is not None:
                     grad_w.add_(torch.mm(grad_block.t(), h[b:b + len(grad_block)]))
-        return (grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None, None, None)
+        return (grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None, None, None, None)

@@ -1,6 +1,6 @@
 """Per-token log-probabilities and entropy of a causal LM's responses.
 
-Three things make this pass cheap:
+Four things make this pass cheap:
 
 - **Shared prompts.** GRPO scores n responses to each prompt. When a micro-batch holds repeated
   prompts, each distinct prompt is run once (its KV cache, with its autograd graph, is then
@@ -11,6 +11,10 @@ Three things make this pass cheap:
   bfloat16, while the parameters, their gradients and the optimizer stay in float32 (master weights):
   on a bf16 compute copy of the model (the actor on one rank, `training.mixed_precision`), or under
   `torch.autocast` for a float32 model (FSDP ranks, LoRA, the critic).
+- **No padding** (models/packed.py), for a model attending with `attention.grouped_attention` (bf16 compute
+  on a CPU): the fused-head path runs each distinct prompt and each response's real tokens once, end to
+  end in one sequence, and attention keeps to each sequence's blocks; otherwise the shared prompt's
+  responses run padded to the longest.
 - **No [B, R, V] logits** for the models whose logits are a plain linear head on the last hidden
   state (`FUSED_HEAD_MODEL_TYPES`: Llama, Mistral, Qwen2/3): the decoder returns hidden states, and
   `head_log_probs` applies the head in row chunks to the real (unpadded) response tokens only,
@@ -28,8 +32,10 @@ import torch.distributed as dist
 from torch import Tensor
 from transformers import DynamicCache
 
+from grpoflow.models.attention import attends_packed
 from grpoflow.models.head_logprobs import head_log_probs
 from grpoflow.models.loading import cache_keyword
+from grpoflow.models.packed import is_right_padded, pack, packed_hidden
 
 # Share the prompt forward only when it removes at least this fraction of the tokens: the
 # shared path runs two forwards instead of one, which costs a few milliseconds of overhead.
@@ -87,7 +93,8 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
                        response_mask: Tensor, *, temperature: float = 1.0, chunk_size: int = 1024,
                        with_entropy: bool = False, entropy_grad: bool = False,
                        compute_dtype: str | torch.dtype | None = None, fused: bool = True,
-                       share_prompts: bool = True) -> tuple[Tensor, Tensor | None]:
+                       share_prompts: bool = True, packed: bool = True, keep_probs: bool = True
+                       ) -> tuple[Tensor, Tensor | None]:
     """Log-probs [B, R] (and entropy [B, R]) of the response tokens given left-padded prompts.
 
     prompt_ids/prompt_mask: [B, P] (left-padded), response_ids/response_mask: [B, R]
@@ -95,8 +102,9 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
     are divided by `temperature` (in float32) so the result matches the sampling distribution.
     The forward runs under `compute_autocast(compute_dtype)` (nothing to do for a model already in that dtype).
     Padding positions hold arbitrary values (0 on the fused-head path): mask them with `response_mask`.
-    `fused` / `share_prompts` False turn the fused head and the shared prompt forward off (they are on where
-    they apply; the results are the same either way, bench/ablation.py times the difference).
+    `fused` / `share_prompts` / `packed` / `keep_probs` False turn the fused head, the shared prompt forward,
+    packing and the head's kept probabilities off (they are on where they apply; the results are the same either
+    way up to float rounding, bench/ablation.py times the difference).
     """
     head = fused_head(model) if fused else None
     if head is None:
@@ -105,13 +113,19 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
                                       share_prompts=share_prompts)
         return token_log_probs(logits, response_ids, chunk_size=chunk_size, temperature=temperature,
                                with_entropy=with_entropy, entropy_grad=entropy_grad)
-    with compute_autocast(compute_dtype, prompt_ids.device, model):
-        hidden = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask, hidden=True,
-                                  share_prompts=share_prompts)
     keep = response_mask.bool()
-    log_probs, entropy = head_log_probs(hidden[keep], head.weight, response_ids[keep], temperature=temperature,
+    with compute_autocast(compute_dtype, prompt_ids.device, model):
+        if packed and share_prompts and attends_packed(model) and not _checkpointing(model) \
+                and is_right_padded(response_mask):
+            selected = packed_hidden(model, pack(prompt_ids, prompt_mask, response_ids, response_mask,
+                                                 mask_dtype=as_dtype(compute_dtype)))
+        else:
+            selected = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask, hidden=True,
+                                        share_prompts=share_prompts)[keep]
+    log_probs, entropy = head_log_probs(selected, head.weight, response_ids[keep], temperature=temperature,
                                         chunk_size=chunk_size, with_entropy=with_entropy, entropy_grad=entropy_grad,
-                                        compute_dtype=as_dtype(compute_dtype))
+                                        compute_dtype=as_dtype(compute_dtype),
+                                        keep_probs_bytes=None if keep_probs else 0)
     zeros = torch.zeros(keep.shape, dtype=torch.float32, device=keep.device)
     return zeros.masked_scatter(keep, log_probs), None if entropy is None else zeros.masked_scatter(keep, entropy)
 

@@ -1,32 +1,33 @@
-"""The trainer's log-prob forward: shared prompts, the fused head and bf16 autocast against the plain float32
-forward."""
+"""The trainer's log-prob forward: shared prompts, packing, the fused head and bf16 autocast against the plain
+float32 forward."""
 
 import pytest
 import torch
 
-from grpoflow.models import logprobs
+from grpoflow.models import attention, logprobs
 from grpoflow.models.loading import load_causal_lm
 from grpoflow.engines.protocol import left_pad
 
 
-def _batch():
-    """3 distinct left-padded prompts x 4 right-padded responses each (12 rows)."""
+def _batch(lengths=(5, 3, 1, 4)):
+    """3 distinct left-padded prompts x 4 right-padded responses each (12 rows) of `lengths` tokens."""
     g = torch.Generator().manual_seed(0)
     prompts = [[10, 11, 12, 13, 14, 15, 16], [20, 21, 22], [30, 31, 32, 33, 34]]
     prompt_ids, prompt_mask = left_pad([p for p in prompts for _ in range(4)], pad_token_id=0)
     response_ids = torch.randint(6, 100, (12, 5), generator=g)
-    lengths = torch.tensor([5, 3, 1, 4] * 3)
+    lengths = torch.tensor(list(lengths) * 3)
     response_mask = (torch.arange(5)[None] < lengths[:, None]).long()
     return prompt_ids, prompt_mask, response_ids.masked_fill(response_mask == 0, 0), response_mask
 
 
 def _log_probs_and_grads(model, batch, *, share: bool, compute_dtype=None, monkeypatch, fused: bool = True,
-                         entropy_coeff: float = 0.0):
+                         entropy_coeff: float = 0.0, packed: bool = True):
     monkeypatch.setattr(logprobs, "MIN_SHARED_SAVING", 0.0 if share else 2.0)  # 2.0: never share
     monkeypatch.setattr(logprobs, "FUSED_HEAD_MODEL_TYPES", ("llama",) if fused else ())
     model.zero_grad()
     lp, ent = logprobs.response_log_probs(model, *batch, temperature=0.7, with_entropy=True,
-                                          entropy_grad=entropy_coeff > 0, compute_dtype=compute_dtype)
+                                          entropy_grad=entropy_coeff > 0, compute_dtype=compute_dtype,
+                                          packed=packed)
     mask = batch[3]
     ((lp * mask).sum() / mask.sum() + entropy_coeff * (ent * mask).sum()).backward()
     return (lp * mask).detach(), (ent * mask).detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
@@ -54,6 +55,42 @@ def test_fused_head_gives_the_logits_path_log_probs_entropy_and_gradients(tiny_m
     torch.testing.assert_close(fused[1], plain[1], atol=1e-5, rtol=1e-5)
     for name, grad in plain[2].items():
         torch.testing.assert_close(fused[2][name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("entropy_coeff", [0.0, 0.3])
+@pytest.mark.parametrize("lengths", [(5, 3, 1, 4), (2, 0, 5, 1)])
+def test_packed_batch_gives_the_padded_log_probs_entropy_and_gradients(tiny_model_path, entropy_coeff, lengths,
+                                                                       monkeypatch):
+    model = load_causal_lm(tiny_model_path)
+    model.set_attn_implementation(attention.register())
+    assert attention.attends_packed(model)
+    calls = []
+    decoder = model.get_decoder()
+    original = decoder.forward
+    monkeypatch.setattr(decoder, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or original(*a, **k))
+    batch = _batch(lengths)
+    padded = _log_probs_and_grads(model, batch, share=True, entropy_coeff=entropy_coeff, packed=False,
+                                  monkeypatch=monkeypatch)
+    assert calls == [(3, 7), (12, 5)]  # the shared prompts, then every response padded to 5
+    calls.clear()
+    packed = _log_probs_and_grads(model, batch, share=True, entropy_coeff=entropy_coeff, monkeypatch=monkeypatch)
+    # one sequence: the 3 prompts' 7 + 3 + 5 tokens, and each response's tokens but its last
+    assert calls == [(1, 15 + 3 * sum(max(n - 1, 0) for n in lengths))]
+    torch.testing.assert_close(packed[0], padded[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed[1], padded[1], atol=1e-5, rtol=1e-5)
+    for name, grad in padded[2].items():
+        torch.testing.assert_close(packed[2][name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_packing_only_with_the_attention_that_reads_the_layout(tiny_model_path, monkeypatch):
+    model = load_causal_lm(tiny_model_path)
+    assert not attention.attends_packed(model)  # sdpa would attend across the packed sequence
+    calls = []
+    decoder = model.get_decoder()
+    original = decoder.forward
+    monkeypatch.setattr(decoder, "forward", lambda *a, **k: calls.append(k["input_ids"].shape) or original(*a, **k))
+    logprobs.response_log_probs(model, *_batch())
+    assert calls == [(3, 7), (12, 5)]
 
 
 def test_fused_head_only_for_plain_linear_heads_on_one_rank(tiny_model_path):

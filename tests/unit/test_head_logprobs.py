@@ -54,8 +54,11 @@ def _inputs(n=13, h=8, v=37, seed=0):
 @pytest.mark.parametrize("chunk", [1, 4, 13, 100])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("weight_grad_rows", [5, 1024])  # 5: several head-weight products per backward
-def test_chunked_values_and_gradients_equal_the_naive_computation(chunk, temperature, weight_grad_rows, monkeypatch):
+@pytest.mark.parametrize("keep_probs_bytes", [0, 1 << 20])   # 0: the backward recomputes the logits
+def test_chunked_values_and_gradients_equal_the_naive_computation(chunk, temperature, weight_grad_rows,
+                                                                  keep_probs_bytes, monkeypatch):
     monkeypatch.setattr(head_logprobs, "WEIGHT_GRAD_ROWS", weight_grad_rows)
+    monkeypatch.setattr(head_logprobs, "KEEP_PROBS_BYTES", keep_probs_bytes)
     hidden, weight, labels, g_lp, _ = _inputs()
     lp, ent = head_log_probs(hidden, weight, labels, temperature=temperature, chunk_size=chunk, with_entropy=True)
     assert not ent.requires_grad  # a metric unless entropy_grad
@@ -96,6 +99,27 @@ def test_bf16_products_stay_close_and_return_fp32():
     assert not torch.equal(lp16, lp32.detach())  # the products did run in bf16
     assert (lp16 - lp32).abs().max() < 0.2 and (ent16 - ent32).abs().max() < 0.1
     assert torch.nn.functional.cosine_similarity(g16.flatten(), weight.grad.flatten(), dim=0) > 0.99
+
+
+def test_kept_bf16_probabilities_give_the_recomputed_gradient_of_a_confident_label(monkeypatch):
+    # a label at p ~ 0.999: its logit gradient g (1 - p) comes from the float32 log-prob, not from 1 - bf16(p)
+    hidden, weight, labels, g_lp, _ = _inputs(n=16, h=32, v=300)
+    with torch.no_grad():  # row 0's label logit set to logsumexp(the others) + ln 999: p = 0.999
+        others = torch.cat([hidden[0] @ weight[:labels[0]].t(), hidden[0] @ weight[labels[0] + 1:].t()])
+        target = torch.logsumexp(others, 0) + math.log(999.0)
+        weight[labels[0]] = hidden[0] * target / hidden[0].dot(hidden[0])
+    ref_lp, _ = _naive(hidden.double(), weight.double(), labels, 1.0)
+    assert 0.99 < ref_lp[0].exp() < 0.9999
+    ref = torch.autograd.grad((ref_lp * g_lp.double()).sum(), hidden)[0]
+    errors = []
+    for keep in (1 << 30, 0):
+        monkeypatch.setattr(head_logprobs, "KEEP_PROBS_BYTES", keep)
+        lp, _ = head_log_probs(hidden, weight, labels, chunk_size=4, compute_dtype=torch.bfloat16)
+        grad = torch.autograd.grad((lp * g_lp).sum(), hidden)[0].double()
+        errors.append([((grad - ref).norm() / ref.norm()).item(), ((grad[0] - ref[0]).norm() / ref[0].norm()).item()])
+    kept, recomputed = errors
+    assert kept[0] < 2 * recomputed[0] + 1e-3  # the whole gradient: bf16's own error, about as large either way
+    assert kept[1] < 2 * recomputed[1] + 1e-3  # the confident row: no 1 - bf16(p) cancellation
 
 
 def test_no_grad_and_frozen_head():

@@ -92,6 +92,18 @@ def _forward_chunks(h: Tensor, w: Tensor, labels: Tensor, temperature: float, ch
             probs[rows] = e.div_(total[:, None])
 
 
+def _backward_from_probs(probs: Tensor, h: Tensor, w: Tensor, labels: Tensor, log_probs: Tensor, g_lp: Tensor,
+                         temperature: float, want_h: bool, want_w: bool) -> tuple[Tensor | None, Tensor | None]:
+    """The gradients of sum_i g_i log_prob_i with respect to h [N, H] and w [V, H] from the kept probabilities
+    [N, V] (overwritten: they become the logits' gradient g (onehot(label) - p) / T, in their dtype; the label's
+    term comes from its float32 log-prob, so a confident label's 1 - p does not cancel in bf16). One product each:
+    the whole [N, V] gradient is at hand."""
+    grad = probs.mul_((-g_lp / temperature).to(probs.dtype)[:, None])
+    label_grad = g_lp * -torch.expm1(log_probs) / temperature
+    grad.scatter_(-1, labels[:, None], label_grad.to(probs.dtype)[:, None])
+    return (torch.mm(grad, w) if want_h else None), (torch.mm(grad.t(), h) if want_w else None)
+
+
 class _HeadLogProbs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, temperature, chunk_size, compute_dtype, with_entropy, entropy_grad,
@@ -119,30 +131,29 @@ class _HeadLogProbs(torch.autograd.Function):
         probs, ctx.probs = ctx.probs, None
         temperature, chunk_size, compute_dtype, entropy_grad = ctx.settings
         h, w = hidden.to(compute_dtype), weight.to(compute_dtype)
+        g_lp = grad_log_probs.float() if grad_log_probs is not None else torch.zeros_like(lse)
+        if probs is not None:
+            with torch.autocast(h.device.type, enabled=False):
+                grad_h, grad_w = _backward_from_probs(probs, h, w, labels, log_probs, g_lp, temperature,
+                                                      ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+            return (None if grad_h is None else grad_h.to(hidden.dtype),
+                    None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None, None, None, None)
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) \
             if ctx.needs_input_grad[1] else None
-        g_lp = grad_log_probs.float() if grad_log_probs is not None else torch.zeros_like(lse)
         use_entropy = entropy_grad and grad_entropy is not None
-        block = max(WEIGHT_GRAD_ROWS // chunk_size, 1) * chunk_size
         with torch.autocast(h.device.type, enabled=False):
+            block = max(WEIGHT_GRAD_ROWS // chunk_size, 1) * chunk_size
             for b in range(0, h.shape[0], block):  # the head-weight gradient once per block: one long product
                 grad_block = torch.empty(min(block, h.shape[0] - b), w.shape[0], dtype=compute_dtype, device=h.device)
                 for s in range(b, b + len(grad_block), chunk_size):
                     rows = slice(s, min(s + chunk_size, b + len(grad_block)))
-                    out = grad_block[s - b:rows.stop - b]
-                    if probs is not None:  # g (onehot(label) - p) / T in the compute dtype, the label's term from
-                        # its float32 probability (no 1 - p cancellation in bf16)
-                        torch.mul(probs[rows], (-g_lp[rows] / temperature).to(compute_dtype)[:, None], out=out)
-                        label_grad = g_lp[rows] * -torch.expm1(log_probs[rows]) / temperature
-                        out.scatter_(-1, labels[rows, None], label_grad.to(compute_dtype)[:, None])
-                    else:
-                        g_ent = grad_entropy[rows].float() if use_entropy else None
-                        grad_z = logit_grad(_chunk_logits(h[rows], w, temperature), labels[rows], lse[rows],
-                                            g_lp[rows], entropy=entropy[rows], grad_entropy=g_ent)
-                        out.copy_(grad_z / temperature if temperature != 1.0 else grad_z)
+                    g_ent = grad_entropy[rows].float() if use_entropy else None
+                    grad_z = logit_grad(_chunk_logits(h[rows], w, temperature), labels[rows], lse[rows], g_lp[rows],
+                                        entropy=entropy[rows], grad_entropy=g_ent)
+                    grad_block[s - b:rows.stop - b] = grad_z / temperature if temperature != 1.0 else grad_z
                     if grad_h is not None:
-                        grad_h[rows] = torch.mm(out, w).to(hidden.dtype)
+                        grad_h[rows] = torch.mm(grad_block[s - b:rows.stop - b], w).to(hidden.dtype)
                 if grad_w is not None:
                     grad_w.add_(torch.mm(grad_block.t(), h[b:b + len(grad_block)]))
         return (grad_h, None if grad_w is None else grad_w.to(weight.dtype), None, None, None, None, None, None, None)

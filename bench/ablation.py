@@ -170,14 +170,15 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
 
     def update_on_copy(packed: bool = True, keep_probs: bool = True):
         """The update pass on the bf16 compute copy (training.mixed_precision): the masters cast into it (as after
-        every optimizer step), forward and backward in bf16, gradients added into the float32 masters; `packed`
-        (models/packed.py) and `keep_probs` (the head's kept probabilities) on or off."""
+        every optimizer step), forward and backward in bf16, gradients added into the float32 masters, the head in
+        the actor's 128-row chunks; `packed` (models/packed.py) and `keep_probs` (the head's kept probabilities)
+        on or off."""
         def run():
             copy.mark_stale()
             m = copy.refresh()
             lp, _ = logprobs.response_log_probs(m, gen.prompt_ids, gen.prompt_mask, gen.response_ids,
                                                 gen.response_mask, with_entropy=True, compute_dtype="bfloat16",
-                                                packed=packed, keep_probs=keep_probs)
+                                                chunk_size=128, packed=packed, keep_probs=keep_probs)
             ((lp * gen.response_mask).sum() / gen.response_mask.sum()).backward()
             model.zero_grad(set_to_none=True)
         return run

@@ -47,6 +47,8 @@ def head_log_probs(hidden: Tensor, weight: Tensor, labels: Tensor, *, temperatur
     the backward (None: `KEEP_PROBS_BYTES`; 0: the backward recomputes the logits).
     """
     keep = KEEP_PROBS_BYTES if keep_probs_bytes is None else keep_probs_bytes
+    if not torch.is_grad_enabled():  # a no-grad pass (old or reference log-probs) has no backward to keep them for
+        keep = 0
     log_probs, entropy = _HeadLogProbs.apply(hidden, weight, labels, float(temperature), max(int(chunk_size), 1),
                                              compute_dtype, with_entropy, entropy_grad, keep)
     return log_probs, (entropy if with_entropy else None)

@@ -220,8 +220,10 @@ def assert_same_weights(two: dict, one: dict, grads: dict) -> None:
         assert diff.max() < STEP / 4, (n, diff.max())
         if n in grads:
             assert diff[grads[n].abs() > 1e-6].max() < 1e-5, (n, diff[grads[n].abs() > 1e-6].max())
-        else:  # LoRA: merged weights, no gradient of their own; the adapters' step is well-conditioned
-            assert diff.max() < 1e-5, (n, diff.max())
+        else:  # LoRA: merged weights, no gradient of their own. An adapter entry whose gradient is near AdamW's eps
+            # takes a step that the gradient's last bits set (one rank's fused head and two ranks' logits path round
+            # differently: gradients equal to 1e-8, a merged weight 1.1e-5 apart), so a hundredth of a step
+            assert diff.max() < STEP / 100, (n, diff.max())
 
 
 def test_world_two_gives_world_one_gradient_metrics_and_step(two_ranks, tiny_model_path):

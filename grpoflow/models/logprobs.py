@@ -35,7 +35,7 @@ from transformers import DynamicCache
 from grpoflow.models.attention import attends_packed
 from grpoflow.models.head_logprobs import head_log_probs
 from grpoflow.models.loading import cache_keyword
-from grpoflow.models.packed import is_right_padded, pack, packed_hidden
+from grpoflow.models.packed import can_pack, pack, packed_hidden
 
 # Share the prompt forward only when it removes at least this fraction of the tokens: the
 # shared path runs two forwards instead of one, which costs a few milliseconds of overhead.
@@ -116,7 +116,7 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
     keep = response_mask.bool()
     with compute_autocast(compute_dtype, prompt_ids.device, model):
         if packed and share_prompts and attends_packed(model) and not _checkpointing(model) \
-                and is_right_padded(response_mask):
+                and can_pack(prompt_mask, response_mask):
             selected = packed_hidden(model, pack(prompt_ids, prompt_mask, response_ids, response_mask,
                                                  mask_dtype=as_dtype(compute_dtype)))
         else:

@@ -56,24 +56,24 @@ class PackedLayout:
     predict: Tensor
 
 
-def is_right_padded(mask: Tensor) -> bool:
-    """Whether every row of a [B, R] 0/1 mask is ones then zeros (what packing assumes of the responses)."""
-    m = mask.long()
-    return bool((m[:, 1:] <= m[:, :-1]).all()) if m.shape[1] > 1 else True
+def can_pack(prompt_mask: Tensor, response_mask: Tensor) -> bool:
+    """Whether `pack` takes this batch: every prompt has a token, and every response row of the [B, R] 0/1 mask is
+    ones then zeros (a hole would be a token packing drops while later tokens read it)."""
+    m = response_mask.long()
+    right_padded = bool((m[:, 1:] <= m[:, :-1]).all()) if m.shape[1] > 1 else True
+    return right_padded and bool(prompt_mask.bool().any(-1).all())
 
 
 def pack(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor, *,
          mask_dtype: torch.dtype) -> PackedLayout:
     """The layout of a batch: prompt_ids / prompt_mask [B, P] left-padded, response_ids / response_mask [B, R]
-    right-padded (`is_right_padded`); `mask_dtype` the blocks' mask dtype (the model's compute dtype)."""
+    right-padded (`can_pack`); `mask_dtype` the blocks' mask dtype (the model's compute dtype)."""
     device = prompt_ids.device
     distinct, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1), dim=0,
                                      return_inverse=True)
     p = prompt_ids.shape[1]
     d_ids, d_mask = distinct[:, :p], distinct[:, p:].bool()
     lengths = d_mask.sum(-1)                                                  # [D] prompt tokens
-    if bool((lengths == 0).any()):
-        raise ValueError("pack: an empty prompt (every prompt needs at least one token)")
     d_count, lmax = len(distinct), int(lengths.max())
     prompt_start = torch.cumsum(lengths, 0) - lengths                          # [D] exclusive
     prompt_total = int(lengths.sum())

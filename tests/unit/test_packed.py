@@ -3,7 +3,7 @@
 import torch
 
 from grpoflow.models.attention import grouped_attention
-from grpoflow.models.packed import is_right_padded, pack
+from grpoflow.models.packed import can_pack, pack
 
 
 def _layout():
@@ -54,6 +54,8 @@ def test_packed_attention_equals_each_sequence_attended_alone():
         torch.testing.assert_close(out[0, token], alone[0, 0])
 
 
-def test_right_padding_check():
-    assert is_right_padded(torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1]]))
-    assert not is_right_padded(torch.tensor([[1, 0, 1]]))  # a hole: packing would drop a token it must read
+def test_what_packing_takes():
+    prompts = torch.tensor([[0, 1], [1, 1], [0, 1]])
+    assert can_pack(prompts, torch.tensor([[1, 1, 0], [0, 0, 0], [1, 1, 1]]))
+    assert not can_pack(prompts, torch.tensor([[1, 1, 0], [1, 0, 1], [1, 1, 1]]))  # a hole: a token read but dropped
+    assert not can_pack(torch.tensor([[0, 1], [0, 0], [1, 1]]), torch.ones(3, 2))  # an empty prompt

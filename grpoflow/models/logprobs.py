@@ -35,7 +35,7 @@ from transformers import DynamicCache
 from grpoflow.models.attention import attends_packed
 from grpoflow.models.head_logprobs import head_log_probs
 from grpoflow.models.loading import cache_keyword
-from grpoflow.models.packed import can_pack, pack, packed_hidden
+from grpoflow.models.packed import can_pack, distinct_prompts, pack, packed_hidden
 
 # Share the prompt forward only when it removes at least this fraction of the tokens: the
 # shared path runs two forwards instead of one, which costs a few milliseconds of overhead.
@@ -155,9 +155,8 @@ def response_outputs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Te
     r = response_ids.shape[1]
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    distinct, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1), dim=0,
-                                     return_inverse=True)
-    shared_tokens = len(distinct) * p + b * r
+    distinct_ids, distinct_mask, inverse = distinct_prompts(prompt_ids, prompt_mask)
+    shared_tokens = len(distinct_ids) * p + b * r
     forward = _last_positions(model, hidden)
     saving = shared_tokens <= (1 - MIN_SHARED_SAVING) * b * (p + r)
     if not (share_prompts and saving) or _checkpointing(model) or _several_ranks():
@@ -165,7 +164,6 @@ def response_outputs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Te
                       position_ids=position_ids, use_cache=False)
         return out[:, :-1]
     # Each distinct prompt once: the last prompt position predicts response token 0.
-    distinct_ids, distinct_mask = distinct[:, :p], distinct[:, p:]
     cache, cache_kw = DynamicCache(config=model.config), cache_keyword(model)  # type: ignore[arg-type]
     first = forward(1, input_ids=distinct_ids, attention_mask=distinct_mask,
                     position_ids=(distinct_mask.cumsum(-1) - 1).clamp(min=0), **{cache_kw: cache}, use_cache=True)

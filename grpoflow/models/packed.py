@@ -64,17 +64,24 @@ def can_pack(prompt_mask: Tensor, response_mask: Tensor) -> bool:
     return right_padded and bool(prompt_mask.bool().any(-1).all())
 
 
+def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Each distinct (left-padded) prompt once: its ids [D, P] and mask [D, P] (the mask's dtype is the ids'), and
+    inverse [B], the distinct prompt of each row."""
+    distinct, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1), dim=0,
+                                     return_inverse=True)
+    p = prompt_ids.shape[1]
+    return distinct[:, :p], distinct[:, p:], inverse
+
+
 def pack(prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor, *,
          mask_dtype: torch.dtype) -> PackedLayout:
     """The layout of a batch: prompt_ids / prompt_mask [B, P] left-padded, response_ids / response_mask [B, R]
     right-padded (`can_pack`); `mask_dtype` the blocks' mask dtype (the model's compute dtype)."""
     device = prompt_ids.device
-    distinct, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1), dim=0,
-                                     return_inverse=True)
-    p = prompt_ids.shape[1]
-    d_ids, d_mask = distinct[:, :p], distinct[:, p:].bool()
+    d_ids, d_mask, inverse = distinct_prompts(prompt_ids, prompt_mask)
+    d_mask = d_mask.bool()
     lengths = d_mask.sum(-1)                                                  # [D] prompt tokens
-    d_count, lmax = len(distinct), int(lengths.max())
+    d_count, lmax = len(d_ids), int(lengths.max())
     prompt_start = torch.cumsum(lengths, 0) - lengths                          # [D] exclusive
     prompt_total = int(lengths.sum())
 

@@ -96,7 +96,7 @@ def update_variants(path: Path, sample, size_n: int, max_new_tokens: int):
     """name -> a function running the actor's forward + backward on one step's samples."""
     from grpoflow.data.batch import Batch
     from grpoflow.engines.protocol import SamplingParams
-    from grpoflow.models import logprobs
+    from grpoflow.models import attention, logprobs
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.tasks.addition import addition_splits
 
@@ -112,9 +112,11 @@ def update_variants(path: Path, sample, size_n: int, max_new_tokens: int):
         batches.append(batch.select(list(range(len(batch)))).trimmed())
     model = load_causal_lm(path).train()
     counter = iter(range(10**9))
+    grouped = attention.register()
 
-    def variant(share: bool, dtype: str | None):
+    def variant(share: bool, dtype: str | None, attn: str = "sdpa"):
         def run():
+            model.set_attn_implementation(grouped if attn == "grouped" else "sdpa")
             b = batches[next(counter) % len(batches)]
             lp, _ = logprobs.response_log_probs(model, b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask,
                                                 with_entropy=True, compute_dtype=dtype, share_prompts=share)
@@ -124,6 +126,7 @@ def update_variants(path: Path, sample, size_n: int, max_new_tokens: int):
 
     return {"update: full forward, fp32": variant(False, None),
             "update: shared prompts, fp32": variant(True, None),
+            "update: packed (grouped attention), fp32": variant(True, None, "grouped"),
             "update: full forward, bf16 autocast": variant(False, "bfloat16"),
             "update: shared prompts, bf16 autocast": variant(True, "bfloat16")}
 
@@ -152,7 +155,7 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     # the micro-batches that the default token budget (4,096 padded tokens) makes of this step
     two = plan_microbatches(gen.prompt_mask.sum(-1).tolist(), gen.response_mask.sum(-1).tolist(), 4096)
 
-    def update(fused: bool, attn: str, dtype: str | None, chunk: int = 128, plans=None):
+    def update(fused: bool, attn: str, dtype: str | None, chunk: int = 128, plans=None, packed: bool = True):
         def run():
             model.set_attn_implementation(grouped if attn == "grouped" else "sdpa")
             for rows in plans or [list(range(len(gen.response_ids)))]:
@@ -160,7 +163,7 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
                 mask = gen.response_mask[idx]
                 lp, _ = logprobs.response_log_probs(model, gen.prompt_ids[idx], gen.prompt_mask[idx],
                                                     gen.response_ids[idx], mask, with_entropy=True,
-                                                    compute_dtype=dtype, chunk_size=chunk, fused=fused)
+                                                    compute_dtype=dtype, chunk_size=chunk, fused=fused, packed=packed)
                 ((lp * mask).sum() / gen.response_mask.sum()).backward()
             model.zero_grad(set_to_none=True)
         return run
@@ -210,6 +213,9 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
                                                                                             "bfloat16"),
             f"update: as now, in the {len(two)} micro-batches of a 4,096-token budget": update(
                 True, "grouped", "bfloat16", plans=two),
+            "update: fp32, padded, sdpa (now without bf16 compute)": update(True, "sdpa", None),
+            "update: fp32, padded, grouped attention": update(True, "grouped", None, packed=False),
+            "update: fp32, packed, grouped attention": update(True, "grouped", None),
             "update: bf16 compute copy, padded, head logits recomputed (before)": update_on_copy(False, False),
             "update: bf16 compute copy, packed responses": update_on_copy(True, False),
             "update: bf16 compute copy, head probabilities kept": update_on_copy(False, True),

@@ -11,7 +11,8 @@ first), 8 prompts of the built-in task and `--group-size` samples each, and time
   (`engines.sampling`) with float32 and with bfloat16 weights, and with finished rows kept in
   the decode batch;
 - the actor's update pass (log-probs, entropy, backward of a token-mean loss) on those samples:
-  the full forward against shared prompts, each in float32 and under bf16 autocast;
+  the full forward against shared prompts, each in float32 and under bf16 autocast, and packed
+  (grouped attention) in float32;
 - the optimizer step (grad-norm clip + AdamW on the model's parameters): torch's default
   (single-tensor on CPU), foreach and fused implementations.
 
@@ -19,7 +20,8 @@ With `--real-model FOLDER` (SmolLM2-135M-Instruct, see .ci/real_model_stage) it 
 prompts of `builtin:chat_addition` x `--group-size` samples, the update pass with the log-probs taken
 from the full logits or from the fused head (`models/head_logprobs.py`), with torch's sdpa attention
 or grouped attention (`models/attention.py`), in float32 and under bf16 autocast, with head chunks of
-1,024 or 128 rows, in one micro-batch or in those of the default token budget; sampling from the bf16
+1,024 or 128 rows, in one micro-batch or in those of the default token budget, in float32 padded with
+either attention and packed; sampling from the bf16
 rollout copy with either attention and with finished rows dropped at every finish, at a quarter of
 the batch (now) or never; and the optimizer implementations.
 

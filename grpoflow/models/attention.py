@@ -13,8 +13,10 @@ with transformers' additive float mask (0 where a key is visible, the dtype's mi
 
 `register()` adds it to transformers' public `AttentionInterface` / `AttentionMaskInterface` under
 `GROUPED_ATTENTION`; a model uses it after `model.set_attn_implementation(GROUPED_ATTENTION)`. The
-actor and the frozen models (reference, teacher) use it for bf16 compute on CPU; the rollout engine does not:
-decoding one query per row, sdpa was as fast or faster (`bench/ablation.py --real-model`).
+actor and the frozen models (reference, teacher) use it on a CPU, in bf16 and in float32, since it lets their
+log-prob passes run packed (below; in float32 on SmolLM2 the update pass took 13.5 s packed against 16.5 s padded
+with sdpa); the rollout engine does not: decoding one query per row, sdpa was as fast or faster
+(`bench/ablation.py --real-model`).
 
 Given a `packed` layout (models/packed.py: a batch's prompts and responses laid end to end without
 padding), it attends within each packed sequence's blocks instead: only a model whose implementation
@@ -76,10 +78,10 @@ Model = TypeVar("Model", bound=torch.nn.Module)
 
 
 def use_grouped_attention(model: Model) -> Model:
-    """Switch `model` to `grouped_attention` (training/precision.py decides which roles do: those computing in
-    bfloat16 on a CPU-only machine, where torch's bf16 attention kernel is the slow part of a short-sequence step,
-    docs/performance.md). Models outside transformers' attention interface (no `set_attn_implementation`) are left
-    as they are. Returns the model."""
+    """Switch `model` to `grouped_attention` (training/precision.py decides which roles do: the trained and frozen
+    ones on a CPU-only machine, where it lets their passes run packed and torch's bf16 attention kernel is the slow
+    part of a short-sequence step, docs/performance.md). Models outside transformers' attention interface (no
+    `set_attn_implementation`) are left as they are. Returns the model."""
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(register())  # type: ignore[operator]
     return model

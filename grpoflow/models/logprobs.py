@@ -11,8 +11,8 @@ Four things make this pass cheap:
   bfloat16, while the parameters, their gradients and the optimizer stay in float32 (master weights):
   on a bf16 compute copy of the model (the actor on one rank, `training.mixed_precision`), or under
   `torch.autocast` for a float32 model (FSDP ranks, LoRA, the critic).
-- **No padding** (models/packed.py), for a model attending with `attention.grouped_attention` (bf16 compute
-  on a CPU): the fused-head path runs each distinct prompt and each response's real tokens once, end to
+- **No padding** (models/packed.py), for a model attending with `attention.grouped_attention` (the trained
+  and frozen roles on a CPU): the fused-head path runs each distinct prompt and each response's real tokens once, end to
   end in one sequence, and attention keeps to each sequence's blocks; otherwise the shared prompt's
   responses run padded to the longest.
 - **No [B, R, V] logits** for the models whose logits are a plain linear head on the last hidden
@@ -170,7 +170,9 @@ def response_outputs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: Te
     cache.reorder_cache(inverse)  # [distinct, ...] -> [B, ...]: an index_select, gradients flow back through it
     rest = forward(r, input_ids=response_ids, attention_mask=attention_mask, position_ids=position_ids[:, p:],
                    **{cache_kw: cache}, use_cache=True)
-    return torch.cat([first[inverse], rest[:, :-1]], dim=1)
+    # index_select, not first[inverse]: rows repeat, and the backward of advanced indexing on a CPU adds float32
+    # rows with parallel atomics (run-to-run rounding); index_select's backward, an index_add, adds in order.
+    return torch.cat([first.index_select(0, inverse), rest[:, :-1]], dim=1)
 
 
 def _last_positions(model: torch.nn.Module, hidden: bool):

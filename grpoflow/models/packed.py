@@ -138,7 +138,7 @@ def packed_hidden(model: torch.nn.Module, layout: PackedLayout) -> Tensor:
     placeholder = torch.zeros(1, 1, 1, 1, device=layout.input_ids.device)  # a 4D mask: transformers builds none
     hidden = decoder(input_ids=layout.input_ids, position_ids=layout.position_ids, attention_mask=placeholder,
                      use_cache=False, packed=layout).last_hidden_state[0]
-    return hidden[layout.predict]
+    return hidden.index_select(0, layout.predict)  # the prompt's last position repeats: logprobs.response_outputs
 
 
 def packed_attention(query: Tensor, key: Tensor, value: Tensor, layout: PackedLayout, attend) -> Tensor:

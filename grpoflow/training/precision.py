@@ -20,8 +20,9 @@ gain nothing from a copy); else `copy`, a bf16 compute copy of the float32 maste
 
 The frozen role is the policy's row on purpose: a teacher or reference equal to the student computes exactly as the
 student does, so the KL between them starts at exactly 0 (a frozen model never trains, so its "copy" is itself, cast
-once). `grouped_attention`: the policy and frozen roles computing in bf16 on a CPU-only machine use
-models/attention.py's kernel (docs/performance.md); the engines decode with sdpa.
+once). `grouped_attention`: the policy and frozen roles on a CPU-only machine use models/attention.py's kernel, in
+bf16 and float32 alike, so that their log-prob passes run packed (models/packed.py; docs/performance.md); the
+engines decode with sdpa.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def role_precision(role: Role, *, dtype: str = "float32", compute_dtype: str | N
             how = "autocast"
         else:
             how = "copy"
-        return Precision(weights, compute, how, grouped_attention=compute == torch.bfloat16 and not cuda)
+        return Precision(weights, compute, how, grouped_attention=not cuda)
     if role in ("critic", "sft"):
         return Precision(torch.float32, compute, "native" if compute == torch.float32 else "autocast")
     if role == "rollout":  # the engine's copy never trains, so it needs no float32 master

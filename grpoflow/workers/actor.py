@@ -230,7 +230,7 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
 
 def build_policy(model_path: str, cfg: ModelConfig, precision: Precision, *, meta: bool = False) -> torch.nn.Module:
     """The trainable policy: the model in `model_path`, in `precision.weights`, with LoRA and/or gradient
-    checkpointing when configured (and grouped attention where `precision` says: bf16 compute on a CPU). `meta`: on
+    checkpointing when configured (and grouped attention where `precision` says: on a CPU). `meta`: on
     the meta device, its weights to come from rank 0 (FSDP ranks other than 0)."""
     model = load_causal_lm(model_path, dtype=precision.weights, meta=meta)
     if precision.grouped_attention:

@@ -129,3 +129,27 @@ def test_bf16_autocast_keeps_fp32_weights_and_gradients_close_log_probs(tiny_mod
     cos = torch.nn.functional.cosine_similarity(torch.cat([g.flatten() for g in grads16.values()]),
                                                 torch.cat([g.flatten() for g in grads32.values()]), dim=0)
     assert cos > 0.99
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_prompt_shared_by_many_rows_gives_the_same_gradient_bits_every_time(tiny_model_path, packed, monkeypatch):
+    """1,024 rows of one prompt on two threads: every row reads the prompt's last hidden state, whose gradient sums
+    theirs. The backward of advanced indexing (`x[index]`) on a CPU adds float32 rows with parallel atomics, in an
+    order that changes from run to run (two `make train` runs differed from step 1); index_select's backward adds
+    them in order, so repeated backward passes agree bit for bit (resume = uninterrupted depends on it)."""
+    model = load_causal_lm(tiny_model_path)
+    if packed:
+        model.set_attn_implementation(attention.register())
+    rows = 1024  # rows x hidden size above torch's grain (32,768 elements), so its index backward runs parallel
+    prompt_ids, prompt_mask = torch.tensor([[10, 11, 12, 13]] * rows), torch.ones(rows, 4, dtype=torch.long)
+    response_ids = torch.randint(6, 100, (rows, 2), generator=torch.Generator().manual_seed(0))
+    batch = (prompt_ids, prompt_mask, response_ids, torch.ones(rows, 2, dtype=torch.long))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = [_log_probs_and_grads(model, batch, share=True, packed=packed, monkeypatch=monkeypatch)[2]
+                 for _ in range(6)]
+    finally:
+        torch.set_num_threads(threads)
+    for other in grads[1:]:
+        assert all(torch.equal(other[name], grad) for name, grad in grads[0].items())

@@ -65,12 +65,24 @@ def test_a_tiny_llama_gives_the_same_logits_with_grouped_attention():
     torch.testing.assert_close(after[mask.bool()], before[mask.bool()], atol=1e-5, rtol=1e-5)
 
 
-def test_switched_on_only_for_bf16_compute_on_a_cpu():
+def test_switched_on_for_the_trained_and_frozen_roles_on_a_cpu():
     # the decision is training/precision.py's; the switch is use_grouped_attention's
-    assert not role_precision("policy", compute_dtype="float32").grouped_attention
+    assert role_precision("policy", compute_dtype="float32").grouped_attention   # packs in float32 too
+    assert role_precision("frozen", compute_dtype="float32").grouped_attention
     assert not role_precision("frozen", compute_dtype="bfloat16", cuda=True).grouped_attention
+    assert not role_precision("policy", compute_dtype="float32", cuda=True).grouped_attention
     assert role_precision("policy", compute_dtype="bfloat16").grouped_attention
     assert role_precision("frozen", compute_dtype="bfloat16").grouped_attention
     assert not role_precision("rollout", compute_dtype="bfloat16").grouped_attention   # engines decode with sdpa
     model = build_tiny_model(build_char_tokenizer(), "0.5m", seed=0)
     assert use_grouped_attention(model).config._attn_implementation == GROUPED_ATTENTION
+
+
+def test_the_default_float32_policy_on_a_cpu_attends_packed(tiny_model_path):
+    # model.compute_dtype None resolves to float32 on a CPU: the actor's passes run packed (models/packed.py)
+    from grpoflow.config.schema import ModelConfig
+    from grpoflow.models.attention import attends_packed
+    from grpoflow.workers.actor import build_policy
+
+    policy = build_policy(tiny_model_path, ModelConfig(), role_precision("policy"))
+    assert attends_packed(policy)

@@ -12,7 +12,7 @@ F32, BF16 = torch.float32, torch.bfloat16
 TABLE = [
     # the policy: float32 everywhere is native; bf16 compute over float32 weights is a copy on one rank, FSDP's
     # policy when sharded (before LoRA: the sharded path casts the gathered layers), autocast with LoRA
-    (("policy", "float32", None, False, False, False), (F32, F32, "native", False)),
+    (("policy", "float32", None, False, False, False), (F32, F32, "native", True)),   # CPU: packs in float32 too
     (("policy", "float32", "float32", True, True, True), (F32, F32, "native", False)),
     (("policy", "float32", "bfloat16", False, False, False), (F32, BF16, "copy", True)),
     (("policy", "float32", "bfloat16", False, False, True), (F32, BF16, "copy", False)),   # CUDA: sdpa
@@ -20,14 +20,14 @@ TABLE = [
     (("policy", "float32", "bfloat16", True, True, False), (F32, BF16, "sharded", True)),
     (("policy", "float32", "bfloat16", False, True, False), (F32, BF16, "autocast", True)),
     # bf16 weights: nothing narrower to compute in, whatever compute_dtype says
-    (("policy", "bfloat16", "float32", False, False, False), (BF16, F32, "native", False)),
+    (("policy", "bfloat16", "float32", False, False, False), (BF16, F32, "native", True)),
     (("policy", "bfloat16", "bfloat16", False, False, False), (BF16, BF16, "native", True)),
     # the frozen role (reference, teacher) is the policy's row, always
-    (("frozen", "float32", None, False, False, False), (F32, F32, "native", False)),
+    (("frozen", "float32", None, False, False, False), (F32, F32, "native", True)),
     (("frozen", "float32", "bfloat16", False, False, False), (F32, BF16, "copy", True)),
     (("frozen", "float32", "bfloat16", True, False, False), (F32, BF16, "sharded", True)),
     (("frozen", "float32", "bfloat16", False, True, False), (F32, BF16, "autocast", True)),
-    (("frozen", "bfloat16", "float32", False, False, False), (BF16, F32, "native", False)),
+    (("frozen", "bfloat16", "float32", False, False, False), (BF16, F32, "native", True)),
     # critic and warm start: float32 weights (model.dtype is the policy's), autocast to the compute dtype
     (("critic", "bfloat16", "bfloat16", False, False, False), (F32, BF16, "autocast", False)),
     (("critic", "float32", "float32", False, False, False), (F32, F32, "native", False)),

@@ -24,10 +24,10 @@ warm-start: $(STAMP)
 	$(VENV)/bin/python -m grpoflow.models.warm_start runs/warm-start/sft_model
 
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m "not slow and not faults and not hostile and not browser"
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m "not slow and not faults and not hostile and not browser" --durations=20
 
 test-slow: $(STAMP)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m slow
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m pytest tests -m slow --durations=0
 
 # fault injection: signals, storage faults, NaN, dead reward workers, Ray nodes and engines that die (.ci/faults_stage)
 test-faults: $(STAMP)

@@ -215,9 +215,9 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
                                                                                             "bfloat16"),
             f"update: as now, in the {len(two)} micro-batches of a 4,096-token budget": update(
                 True, "grouped", "bfloat16", plans=two),
-            "update: fp32, padded, sdpa (now without bf16 compute)": update(True, "sdpa", None),
+            "update: fp32, padded, sdpa (before 2026-12-04 without bf16 compute)": update(True, "sdpa", None),
             "update: fp32, padded, grouped attention": update(True, "grouped", None, packed=False),
-            "update: fp32, packed, grouped attention": update(True, "grouped", None),
+            "update: fp32, packed, grouped attention (now without bf16 compute)": update(True, "grouped", None),
             "update: bf16 compute copy, padded, head logits recomputed (before)": update_on_copy(False, False),
             "update: bf16 compute copy, packed responses": update_on_copy(True, False),
             "update: bf16 compute copy, head probabilities kept": update_on_copy(False, True),

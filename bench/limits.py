@@ -1,6 +1,7 @@
 """The machine's limits, measured in the bench's own run, and a step's physical limit from them.
 
-- `measure_peak`: GFLOP/s of `torch.mm` on 2048x2048 per dtype (fp32, bf16), the best of 10 calls;
+- `measure_peak`: GFLOP/s of `torch.mm` on 2048x2048 per dtype (fp32, bf16), the best of 10 calls (bf16 on
+  512x512 where a CPU emulates it);
 - `measure_bandwidth`: GB/s of a 256 MiB tensor copy (bytes read + written), the best of 10 calls;
 - `step_limit`: the least time one step's work could take at those rates. The update is compute
   bound: 6 P FLOPs per trajectory token (forward + backward; + 2 P per token for a reference
@@ -36,13 +37,18 @@ def _best_of(fn, *args, repeats: int = 10) -> float:
 def measure_peak(threads: int) -> dict[str, float]:
     """GFLOP/s of torch.mm on 2048x2048 in fp32 and bf16: the best of 10 calls after one warm-up.
 
-    The best, not the mean: a peak is what the cores can do when nothing else runs."""
+    The best, not the mean: a peak is what the cores can do when nothing else runs. On a CPU without bf16 units
+    (grpoflow/training/bf16_units.py) bf16 products are emulated at about 1 GFLOP/s or less: there bf16 is timed on
+    512x512, the best of 2 calls (about 1 GFLOP/s there; the eleven 2048x2048 calls took 11 minutes)."""
     import torch
+    from grpoflow.training.bf16_units import cpu_has_bf16_units
     torch.set_num_threads(threads)
-    n, out = 2048, {}
+    out = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        emulated = dtype == torch.bfloat16 and not torch.cuda.is_available() and cpu_has_bf16_units() is False
+        n, repeats = (512, 2) if emulated else (2048, 10)
         a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-        out[name] = 2 * n ** 3 / _best_of(torch.mm, a, b) / 1e9
+        out[name] = 2 * n ** 3 / _best_of(torch.mm, a, b, repeats=repeats) / 1e9
     return out
 
 

@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
     logs.mkdir(parents=True, exist_ok=True)
     busy = wait_until_idle(args.wait_idle, progress)
     peak, bandwidth = measure_peak(args.threads), measure_bandwidth(args.threads)
-    progress(f"peak torch.mm 2048x2048 on {args.threads} threads: fp32 {peak['fp32']:.0f} GFLOP/s, "
+    progress(f"peak torch.mm (bench/limits.py) on {args.threads} threads: fp32 {peak['fp32']:.0f} GFLOP/s, "
              f"bf16 {peak['bf16']:.0f} GFLOP/s; copy bandwidth {bandwidth:.1f} GB/s (others {busy:.0%} busy); "
              f"grpoflow computes in {'/'.join(args.compute_dtype)}, TRL in {'/'.join(args.trl_dtype)}; MFU and the "
              f"limit use the peak of each")

@@ -8,8 +8,8 @@ Uses the warm-started model that compare_trl.py caches in bench/.cache/tiny-<siz
 first), 8 prompts of the built-in task and `--group-size` samples each, and times:
 
 - sampling: transformers `generate` (the engine before) against grpoflow's KV-cached loop
-  (`engines.sampling`) with float32 and with bfloat16 weights, and with finished rows kept in
-  the decode batch;
+  (`engines.sampling`) with float32 weights (sdpa, and grouped attention as a CPU engine decodes now) and
+  with bfloat16 weights, and with finished rows kept in the decode batch;
 - the actor's update pass (log-probs, entropy, backward of a token-mean loss) on those samples:
   the full forward against shared prompts, each in float32 and under bf16 autocast, and packed
   (grouped attention) in float32;
@@ -22,8 +22,8 @@ from the full logits or from the fused head (`models/head_logprobs.py`), with to
 or grouped attention (`models/attention.py`), in float32 and under bf16 autocast, with head chunks of
 1,024 or 128 rows, in one micro-batch or in those of the default token budget, in float32 padded with
 either attention and packed; sampling from the bf16
-rollout copy with either attention and with finished rows dropped at every finish, at a quarter of
-the batch (now) or never; and the optimizer implementations.
+rollout copy and from float32 weights with either attention, and with finished rows dropped at every finish, at a
+quarter of the batch (now) or never; and the optimizer implementations.
 
 Variants alternate within each repeat, so load from other processes hits all of them; the
 table shows each variant's fastest and median time (ms). The fastest is the better estimate of
@@ -49,6 +49,7 @@ def generation_variants(path: Path, size_n: int, max_new_tokens: int):
     from grpoflow.engines.hf import HFRolloutEngine
     from grpoflow.engines.protocol import Generation, SamplingParams, eos_response_mask, left_pad
     from grpoflow.engines.whole_batch import generate_batch
+    from grpoflow.models import attention
     from grpoflow.models.loading import load_causal_lm, load_tokenizer
     from grpoflow.tasks.addition import addition_splits
 
@@ -72,6 +73,7 @@ def generation_variants(path: Path, size_n: int, max_new_tokens: int):
         return run
 
     fp32 = HFRolloutEngine(load_causal_lm(path), **kw)
+    grouped = HFRolloutEngine(attention.use_grouped_attention(load_causal_lm(path)), **kw)  # as hf_engine on a CPU
     bf16 = HFRolloutEngine(load_causal_lm(path, dtype=torch.bfloat16), **kw)
     kept = HFRolloutEngine(load_causal_lm(path), **kw, compact_fraction=10**6)  # finished rows' slots stay
 
@@ -80,7 +82,9 @@ def generation_variants(path: Path, size_n: int, max_new_tokens: int):
 
     samplers = {"sampling: HF generate, fp32": hf_generate(load_causal_lm(path).eval()),
                 "sampling: continuous batching, fp32, finished rows kept": keep_finished_rows,
-                "sampling: continuous batching, fp32": lambda prompts: generate_batch(fp32, prompts, params),
+                "sampling: continuous batching, fp32, sdpa": lambda prompts: generate_batch(fp32, prompts, params),
+                "sampling: continuous batching, fp32, grouped attention (now on a CPU)":
+                    lambda prompts: generate_batch(grouped, prompts, params),
                 "sampling: continuous batching, bf16 weights": lambda prompts: generate_batch(bf16, prompts, params)}
     counter = iter(range(10**9))
 
@@ -188,11 +192,13 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
             model.zero_grad(set_to_none=True)
         return run
 
-    def sampling(attn: str):
+    fp32_engine = HFRolloutEngine(load_causal_lm(path), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+
+    def sampling(attn: str, on=engine):
         def run():
-            engine.model.set_attn_implementation(grouped if attn == "grouped" else "sdpa")
-            generate_batch(engine, prompts, params, seeds=seeds)
-            engine.model.set_attn_implementation("sdpa")
+            on.model.set_attn_implementation(grouped if attn == "grouped" else "sdpa")
+            generate_batch(on, prompts, params, seeds=seeds)
+            on.model.set_attn_implementation("sdpa")
         return run
 
     def sampling_compacting(fraction: int):
@@ -224,6 +230,8 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
             "update: bf16 compute copy, packed, head probabilities kept (now)": update_on_copy(),
             "sampling: bf16 weights, sdpa (now)": sampling("sdpa"),
             "sampling: bf16 weights, grouped attention": sampling("grouped"),
+            "sampling: fp32 weights, sdpa": sampling("sdpa", fp32_engine),
+            "sampling: fp32 weights, grouped attention (now on a CPU)": sampling("grouped", fp32_engine),
             "sampling: finished rows compacted at every finish": sampling_compacting(1),
             "sampling: finished rows kept": sampling_compacting(10**6),
             **optimizer_variants(path)}

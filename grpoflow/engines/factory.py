@@ -34,19 +34,22 @@ def register_rollout_engine(name: str, *, override: bool = False) -> Callable[[C
 @register_rollout_engine("hf")
 def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
               kv_reuse_mb: int = 1024, lora: dict | None = None, kv_cache_mb: int = 0, longest_request: int = 0,
-              **gpu_options: Any) -> RolloutEngine:
+              grouped_attention: bool = False, **gpu_options: Any) -> RolloutEngine:
     """The transformers engine on the loaded model, on this process's CUDA device when there is one (Ray gives
-    each rank one); the vllm/sglang options do not apply. `lora` (rollout.lora_sync=adapter): the model gets
+    each rank one), attending with models/attention.py's kernel when `grouped_attention` (else sdpa); the
+    vllm/sglang options do not apply. `lora` (rollout.lora_sync=adapter): the model gets
     the policy's adapter layout and receives adapter tensors only (engines/hf_adapter.py). Its KV cache holds at
     most `kv_cache_mb` (0: from the device's memory, engines/kv_budget.py); a request of `longest_request` tokens
     (prompt + new; 0: not checked) that could never fit is an error here, before anything runs."""
     from grpoflow.engines.hf import HFRolloutEngine
     from grpoflow.engines.kv_budget import bytes_per_column, check_fits, device_memory_bytes, kv_budget_columns
+    from grpoflow.models.attention import use_grouped_attention
 
-    # sdpa: grouped attention does not pay when decoding
     model = load_causal_lm(model_path, dtype=getattr(torch, dtype))
     if torch.cuda.is_available():
         model = model.to(torch.device("cuda", torch.cuda.current_device()))
+    if grouped_attention:
+        use_grouped_attention(model)
     config, device, kv_dtype = model.config, next(model.parameters()).device, getattr(torch, dtype)
     params = sum(p.numel() for p in model.parameters())
     budget = kv_budget_columns(config, kv_dtype, kv_cache_mb=kv_cache_mb, memory_bytes=device_memory_bytes(device),
@@ -63,7 +66,7 @@ def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[in
 
 @register_rollout_engine("vllm")
 def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0, longest_request: int = 0,
-                **options: Any) -> RolloutEngine:
+                grouped_attention: bool = False, **options: Any) -> RolloutEngine:
     from grpoflow.engines.vllm import VLLMRolloutEngine  # imports vllm: only when chosen
 
     return VLLMRolloutEngine(model_path, **options)
@@ -71,7 +74,7 @@ def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0, 
 
 @register_rollout_engine("sglang")
 def sglang_engine(model_path: str, lora: dict | None = None, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0,
-                  longest_request: int = 0, **options: Any) -> RolloutEngine:
+                  longest_request: int = 0, grouped_attention: bool = False, **options: Any) -> RolloutEngine:
     from grpoflow.engines.sglang import SGLangRolloutEngine  # imports sglang: only when chosen
 
     if lora is not None:
@@ -98,7 +101,7 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, enforce_eager: bool = True,
                  free_cache_engine: bool = True, sync_timeout_s: float = 120.0, kv_reuse_mb: int = 1024,
                  lora: dict | None = None, lora_versions: int = 2, kv_cache_mb: int = 0,
-                 longest_request: int = 0) -> RolloutEngine:
+                 longest_request: int = 0, grouped_attention: bool = False) -> RolloutEngine:
     """The rollout engine `name` (hf | vllm | sglang | a registered or `file.py:fn` builder) for the model
     saved in `model_path`.
 
@@ -107,7 +110,9 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
     The remaining options are `rollout.*` config fields (see RolloutConfig); hf ignores them. `lora` (rank, alpha,
     target_modules; rollout.lora_sync=adapter): the engine serves the base model with unmerged adapters and
     receives adapter tensors only; vllm keeps the last `lora_versions` of them loaded. `kv_cache_mb` (hf): the KV
-    budget (0: from memory); `longest_request` (hf): prompt + new tokens of the longest request, checked against it.
+    budget (0: from memory); `longest_request` (hf): prompt + new tokens of the longest request, checked against it;
+    `grouped_attention` (hf): decode with models/attention.py's kernel (the rollout worker passes
+    training/precision.py's decision: float32 on a CPU).
     """
     try:
         builder = ROLLOUT_ENGINES.resolve(name)
@@ -120,7 +125,8 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
                      dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
                      tensor_parallel_size=tensor_parallel_size, enforce_eager=enforce_eager,
                      free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s, kv_reuse_mb=kv_reuse_mb,
-                     kv_cache_mb=kv_cache_mb, longest_request=longest_request, **adapters)
+                     kv_cache_mb=kv_cache_mb, longest_request=longest_request, grouped_attention=grouped_attention,
+                     **adapters)
     return checked_engine(name, engine)
 
 

@@ -19,6 +19,7 @@ from grpoflow.engines.protocol import RolloutEngine, SamplingParams
 from grpoflow.engines.pushed_weights import PushedWeights
 from grpoflow.workers.rollout_kinds import build_rollout
 from grpoflow.models.loading import load_tokenizer
+from grpoflow.training.precision import role_precision
 
 
 class RolloutWorker:
@@ -32,12 +33,15 @@ class RolloutWorker:
         self.run_config = run_config = cfg or Config()
         r: RolloutConfig = run_config.rollout
         self.tokenizer = load_tokenizer(model_path)
+        dtype = dtype or "float32"
+        precision = role_precision("rollout", dtype=dtype, compute_dtype=dtype, cuda=torch.cuda.is_available())
         self.engine: RolloutEngine = build_engine(
-            r.engine, model_path, self.tokenizer, dtype=dtype or "float32", seed=seed,
+            r.engine, model_path, self.tokenizer, dtype=dtype, seed=seed,
             gpu_memory_utilization=r.gpu_memory_utilization, tensor_parallel_size=r.tensor_parallel_size,
             enforce_eager=r.enforce_eager, free_cache_engine=r.free_cache_engine,
             sync_timeout_s=r.sync_timeout_s, kv_reuse_mb=r.kv_reuse_mb, lora=lora, lora_versions=r.lora_versions,
-            kv_cache_mb=r.kv_cache_mb, longest_request=run_config.data.max_prompt_length + r.max_new_tokens)
+            kv_cache_mb=r.kv_cache_mb, longest_request=run_config.data.max_prompt_length + r.max_new_tokens,
+            grouped_attention=precision.grouped_attention)
         self.sync_timeout_s = r.sync_timeout_s
         self.deterministic = r.deterministic
         self._pushed: PushedWeights | None = None  # an update fed bucket by bucket (split placement)

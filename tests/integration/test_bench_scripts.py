@@ -33,8 +33,8 @@ def test_ablation_times_every_variant(tiny_model_path):
                 "--repeats", "1", "--threads", "1")
     rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| variant")]
     names = [row.split(" | ")[0].removeprefix("| ") for row in rows]
-    assert len(names) == 12 and any("shared prompts" in n for n in names) and any("rows kept" in n for n in names)
-    assert any("packed" in n for n in names)
+    assert len(names) == 13 and any("shared prompts" in n for n in names) and any("rows kept" in n for n in names)
+    assert any("packed" in n for n in names) and any("fp32, grouped attention" in n for n in names)
     for row in rows:  # fastest <= median, both positive milliseconds
         fastest, median = (float(x) for x in row.rstrip(" |").split(" | ")[-2:])
         assert 0 < fastest <= median

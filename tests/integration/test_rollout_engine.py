@@ -6,9 +6,11 @@ import torch
 from grpoflow.data.batch import Batch
 from grpoflow.engines.hf import HFRolloutEngine
 from grpoflow.engines.protocol import SamplingParams, eos_response_mask, left_pad
+from grpoflow.models.attention import GROUPED_ATTENTION
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.training.forward import batch_log_probs
 from grpoflow.engines.whole_batch import generate_batch
+from grpoflow.workers.rollout import RolloutWorker
 
 
 def test_left_pad_and_eos_mask():
@@ -41,6 +43,26 @@ def test_sampling_log_probs_match_the_trainer(engine, tiny_model_path, temperatu
     m = gen.response_mask.bool()
     torch.testing.assert_close(trainer_lp[m], gen.log_probs[m], atol=1e-4, rtol=1e-4)
     assert (gen.log_probs[~m] == 0).all() and (gen.response_ids[~m] == tok.pad_token_id).all()
+
+
+def test_a_built_float32_engine_decodes_with_grouped_attention_and_matches_the_trainer(tiny_model_path):
+    # training/precision.py's rollout row, passed by the rollout worker to engines/factory.py: on a CPU in float32 the
+    # engine decodes with models/attention.py's kernel (faster than sdpa there), in bf16 with sdpa; the log-probs it
+    # samples with are still the trainer's
+    tok = load_tokenizer(tiny_model_path)
+    fp32 = RolloutWorker(0, 1, model_path=tiny_model_path, dtype="float32").engine
+    assert fp32.model.config._attn_implementation == GROUPED_ATTENTION  # type: ignore[attr-defined]
+    bf16 = RolloutWorker(0, 1, model_path=tiny_model_path, dtype="bfloat16").engine
+    assert bf16.model.config._attn_implementation == "sdpa"  # type: ignore[attr-defined]
+    prompts = [tok.encode(p, add_special_tokens=False) for p in ["1+2=", "10+20=", "7+55=", "99+1="]]
+    gen = generate_batch(fp32, prompts, SamplingParams(n=4, max_new_tokens=8), seeds=[0, 1, 2, 3])
+    batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
+                  response_mask=gen.response_mask, group_ids=torch.arange(16) // 4)
+    trainer_lp, _ = batch_log_probs(load_causal_lm(tiny_model_path), batch, temperature=1.0, max_tokens=4096,
+                                    chunk_size=7)
+    m = gen.response_mask.bool()
+    assert m.sum() > 40
+    torch.testing.assert_close(trainer_lp[m], gen.log_probs[m], atol=1e-5, rtol=1e-5)
 
 
 def test_greedy_is_deterministic_and_weight_sync_changes_it(engine, tiny_model_path):

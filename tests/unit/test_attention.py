@@ -73,7 +73,9 @@ def test_switched_on_for_the_trained_and_frozen_roles_on_a_cpu():
     assert not role_precision("policy", compute_dtype="float32", cuda=True).grouped_attention
     assert role_precision("policy", compute_dtype="bfloat16").grouped_attention
     assert role_precision("frozen", compute_dtype="bfloat16").grouped_attention
-    assert not role_precision("rollout", compute_dtype="bfloat16").grouped_attention   # engines decode with sdpa
+    assert role_precision("rollout", compute_dtype="float32").grouped_attention   # decoding in float32 on a CPU
+    assert not role_precision("rollout", compute_dtype="bfloat16").grouped_attention   # in bf16 with sdpa
+    assert not role_precision("rollout", compute_dtype="float32", cuda=True).grouped_attention
     model = build_tiny_model(build_char_tokenizer(), "0.5m", seed=0)
     assert use_grouped_attention(model).config._attn_implementation == GROUPED_ATTENTION
 

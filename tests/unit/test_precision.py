@@ -32,8 +32,10 @@ TABLE = [
     (("critic", "bfloat16", "bfloat16", False, False, False), (F32, BF16, "autocast", False)),
     (("critic", "float32", "float32", False, False, False), (F32, F32, "native", False)),
     (("sft", "float32", "bfloat16", True, True, False), (F32, BF16, "autocast", False)),
-    # the engines: bf16 when either setting is, weights and compute alike, no master
-    (("rollout", "float32", None, False, False, False), (F32, F32, "native", False)),
+    # the engines: bf16 when either setting is, weights and compute alike, no master; they decode with grouped
+    # attention in float32 on a CPU only
+    (("rollout", "float32", None, False, False, False), (F32, F32, "native", True)),
+    (("rollout", "float32", "float32", False, False, True), (F32, F32, "native", False)),
     (("rollout", "float32", "bfloat16", False, False, False), (BF16, BF16, "native", False)),
     (("rollout", "bfloat16", "float32", False, False, True), (BF16, BF16, "native", False)),
     # the reward model and the local judge: float32, whatever the run computes in

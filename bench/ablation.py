@@ -147,6 +147,7 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     from grpoflow.engines.whole_batch import generate_batch
     from grpoflow.tasks.chat_addition import chat_addition_splits
     from grpoflow.training.microbatch import plan_microbatches
+    from grpoflow.training.bf16_units import cpu_has_bf16_units
     from grpoflow.training.mixed_precision import ComputeCopy
 
     tok = load_tokenizer(path)
@@ -154,8 +155,11 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
     params = SamplingParams(n=size_n, max_new_tokens=max_new_tokens)
     engine = HFRolloutEngine(load_causal_lm(path, dtype=torch.bfloat16), pad_token_id=tok.pad_token_id,
                              eos_token_id=tok.eos_token_id)
+    fp32_engine = HFRolloutEngine(load_causal_lm(path), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     seeds = list(range(len(prompts)))
-    gen = generate_batch(engine, prompts, params, seeds=seeds)
+    # the step's samples, from the bf16 rollout copy as a bf16 run samples; from float32 weights where the CPU has
+    # no bf16 units (a run there samples in float32, and emulated bf16 products run at about 1 GFLOP/s: minutes)
+    gen = generate_batch(fp32_engine if cpu_has_bf16_units() is False else engine, prompts, params, seeds=seeds)
     model = load_causal_lm(path).train()
     grouped = attention.register()
     # the micro-batches that the default token budget (4,096 padded tokens) makes of this step
@@ -191,8 +195,6 @@ def real_model_variants(path: Path, size_n: int, max_new_tokens: int):
             ((lp * gen.response_mask).sum() / gen.response_mask.sum()).backward()
             model.zero_grad(set_to_none=True)
         return run
-
-    fp32_engine = HFRolloutEngine(load_causal_lm(path), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
 
     def sampling(attn: str, on=engine):
         def run():

@@ -15,7 +15,7 @@ with transformers' additive float mask (0 where a key is visible, the dtype's mi
 `GROUPED_ATTENTION`; a model uses it after `model.set_attn_implementation(GROUPED_ATTENTION)`. The
 actor and the frozen models (reference, teacher) use it on a CPU, in bf16 and in float32, since it lets their
 log-prob passes run packed (below; in float32 on SmolLM2 the update pass took 13.5 s packed against 16.5 s padded
-with sdpa). The transformers rollout engine decodes with it in float32 on a CPU (about 9 % less sampling time than
+with sdpa). The transformers rollout engine decodes with it in float32 on a CPU (0-15 % less sampling time than
 sdpa's kernel, whose cost per call dominates one query per row); in bf16 sdpa was as fast or faster
 (`bench/ablation.py`, training/precision.py).
 

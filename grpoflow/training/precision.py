@@ -25,7 +25,8 @@ bf16 and float32 alike, so that their log-prob passes run packed (models/packed.
 transformers engine decodes with it on a CPU in float32 (0-15 % less sampling time than sdpa in alternating runs,
 9-10 % at most medians, on SmolLM2-135M and the 4M model alike; the rollout worker hands this row's flag to
 `engines.factory.build_engine`), with sdpa in bf16 and on a GPU (in bf16 grouped attention bought nothing when
-decoding).
+decoding); the local judge's engine, float32 always, decodes with it on a CPU too (workers/judge.py). The reward
+model (a sequence classifier, one forward a step) keeps sdpa.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def role_precision(role: Role, *, dtype: str = "float32", compute_dtype: str | N
     if role == "rollout":  # the engine's copy never trains, so it needs no float32 master
         engine = torch.bfloat16 if torch.bfloat16 in (weights, compute) else torch.float32
         return Precision(engine, engine, grouped_attention=not cuda and engine == torch.float32)
-    if role in ("reward_model", "judge"):
+    if role == "judge":  # an engine as the rollout's, in float32: grouped attention on a CPU
+        return Precision(torch.float32, torch.float32, grouped_attention=not cuda)
+    if role == "reward_model":
         return Precision(torch.float32, torch.float32)
     raise ValueError(f"unknown role {role!r}; one of {ROLES}.")

@@ -9,6 +9,8 @@ whole (`broadcast`) and rank 0's replies are kept, so it needs no collective.
 
 from __future__ import annotations
 
+import torch
+
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.engines.factory import build_engine
 from grpoflow.engines.protocol import SamplingParams
@@ -20,7 +22,9 @@ class JudgeWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, max_new_tokens: int, engine: str = "hf",
                  max_prompt_tokens: int = 4096) -> None:
         self.tokenizer = load_tokenizer(model_path)
-        self.engine = build_engine(engine, model_path, self.tokenizer, dtype=role_precision("judge").weights_dtype)
+        precision = role_precision("judge", cuda=torch.cuda.is_available())  # float32; grouped attention on a CPU
+        self.engine = build_engine(engine, model_path, self.tokenizer, dtype=precision.weights_dtype,
+                                   grouped_attention=precision.grouped_attention)
         self.max_new_tokens, self.max_prompt_tokens = max_new_tokens, max_prompt_tokens
 
     def prompt_ids(self, text: str) -> list[int]:

@@ -16,6 +16,8 @@ from fastapi.responses import JSONResponse  # noqa: E402
 from grpoflow.config import load_config  # noqa: E402
 from grpoflow.controller.judging import Judging  # noqa: E402
 from grpoflow.controller.metrics import read_metrics  # noqa: E402
+from grpoflow.engines.factory import build_engine  # noqa: E402
+from grpoflow.models.attention import GROUPED_ATTENTION  # noqa: E402
 from grpoflow.commands.run import train  # noqa: E402
 from grpoflow.rewards.judge import JUDGE_COLUMN, JudgeStats, OpenAIJudge  # noqa: E402
 from grpoflow.workers.judge import JudgeWorker  # noqa: E402
@@ -102,8 +104,13 @@ def test_url_judge_replies_are_the_served_model_replies_and_equal_the_local_judg
     assert replies == [server.replies[t] for t in TEXTS] and all(isinstance(r, str) for r in replies)
     assert (stats.failed, stats.retries) == (0, 0)
     assert 1 < server.most_in_flight <= 2  # the calls overlap, never more than max_concurrency
-    # the same model through the local judge role (one batched generate) replies the same, greedy
+    # the same model through the local judge role (one batched generate) replies the same, greedy; on a CPU its
+    # engine decodes with grouped attention (training/precision.py's judge row), which replies as sdpa does
     local = JudgeWorker(0, 1, model_path=judge_model, max_new_tokens=6)
+    assert local.complete(TEXTS) == replies
+    assert local.engine.model.config._attn_implementation == GROUPED_ATTENTION  # type: ignore[attr-defined]
+    local.engine = build_engine("hf", judge_model, local.tokenizer, dtype="float32")
+    assert local.engine.model.config._attn_implementation == "sdpa"  # type: ignore[attr-defined]
     assert local.complete(TEXTS) == replies
 
 

@@ -38,9 +38,11 @@ TABLE = [
     (("rollout", "float32", "float32", False, False, True), (F32, F32, "native", False)),
     (("rollout", "float32", "bfloat16", False, False, False), (BF16, BF16, "native", False)),
     (("rollout", "bfloat16", "float32", False, False, True), (BF16, BF16, "native", False)),
-    # the reward model and the local judge: float32, whatever the run computes in
+    # the reward model and the local judge: float32, whatever the run computes in; the judge's engine decodes with
+    # grouped attention on a CPU, as the rollout's in float32
     (("reward_model", "bfloat16", "bfloat16", False, False, False), (F32, F32, "native", False)),
     (("judge", "bfloat16", "bfloat16", True, True, True), (F32, F32, "native", False)),
+    (("judge", "bfloat16", "bfloat16", False, False, False), (F32, F32, "native", True)),
 ]
 
 

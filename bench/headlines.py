@@ -16,8 +16,9 @@ CPU, threads, whether the machine was idle, date, commit) and the range a run mu
     python bench/headlines.py calculator_tool    # run it whole; prints the `measured:` block for headlines.yaml
     python bench/headlines.py --all              # every recipe whole (SmolLM2 ones: model.path=$GRPOFLOW_SMOLLM2)
 
-Results depend in the last bits on the CPU's float kernels and the thread count (README, "What `make train`
-does"), so the ranges are wide enough for either CI CPU, and each measurement names the CPU it ran on.
+Results depend in the last bits on the CPU's float kernels and the thread count (docs/getting-started.md, "The
+built-in job: what `make train` does"), so the ranges are wide enough for either CI CPU, and each measurement names
+the CPU it ran on.
 """
 
 from __future__ import annotations

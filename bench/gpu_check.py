@@ -197,7 +197,7 @@ def run_grpo(work: Path, name: str, overrides: list[str]) -> dict[str, Any]:
             "step_s": med("timing_s/step"), "gen_s": med("timing_s/gen"),
             "gen_tok_s": samples * med("response_length/mean") / med("timing_s/gen"),
             "update_s": med("timing_s/update_actor"), "sync_s": med("timing_s/sync"),
-            "mismatch_k3": find("mismatch/k3_kl"), "abs_log_ratio": find("mismatch/abs_log_ratio"),
+            "mismatch_k3": find("mismatch/k3_kl"), "abs_log_ratio": find("mismatch/abs_log_ratio_mean"),
             "peak_gib": peak_memory_gib()}
 
 

@@ -41,6 +41,7 @@ from grpoflow.algorithms.policy_loss import (
     reinforce_loss,
     truncated_is_weights,
 )
+from grpoflow.algorithms.mismatch import mismatch_metrics
 from grpoflow.algorithms.value_loss import clipped_value_loss
 from grpoflow.algorithms.kl import (
     AdaptiveKLController,
@@ -86,6 +87,7 @@ __all__ = [
     "cispo_loss",
     "reinforce_loss",
     "truncated_is_weights",
+    "mismatch_metrics",
     "clipped_value_loss",
     "kl_k1",
     "kl_k2",

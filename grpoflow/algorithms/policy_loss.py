@@ -9,7 +9,7 @@ chosen in one place. A loss defined only for some modes says so at registration
 (`POLICY_LOSSES.meta(name)["agg_modes"]`, e.g. gspo). Each loss takes the subset of
 (log_probs, old_log_probs, advantages, response_mask, clip_ratio_low, clip_ratio_high,
 clip_ratio_c) it needs. `truncated_is_weights` (not a loss) corrects for the rollout
-engine's numerical mismatch with the trainer.
+engine's numerical mismatch with the trainer (measured by `mismatch.mismatch_metrics`).
 """
 
 from __future__ import annotations
@@ -246,10 +246,8 @@ def truncated_is_weights(
     Returns:
         weights: [B, R] float32, detached, 0 on padding.
         metrics: detached scalar tensors, masked means over valid tokens:
-            "rollout_is/mean": the weight; "rollout_is/clipfrac": fraction of capped weights;
-            "mismatch/k3_kl": k3 estimate of KL(pi_old || pi_rollout),
-                exp(rollout - old) - (rollout - old) - 1;
-            "mismatch/abs_log_ratio": |old - rollout|.
+            "rollout_is/mean": the weight; "rollout_is/clipfrac": fraction of capped weights (the mismatch
+            itself is `mismatch.mismatch_metrics`, logged whether or not the weights are on).
     """
     if level not in ("token", "sequence"):
         raise ValueError(f"truncated_is_weights level must be 'token' or 'sequence', got {level!r}.")
@@ -265,15 +263,10 @@ def truncated_is_weights(
         log_cap = math.log(cap)
         weights = torch.where(mask, torch.exp(log_ratio.clamp(max=log_cap)), zeros)
         capped = torch.where(mask & (log_ratio > log_cap), 1.0, zeros)
-        token_log_ratio = torch.where(mask, (old_log_probs - rollout_log_probs).float(), zeros)
-        bounded = token_log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        k3 = torch.exp(-bounded) + bounded - 1.0
         count = mask.sum().clamp(min=1)
         metrics = {
             "rollout_is/mean": weights.sum() / count,
             "rollout_is/clipfrac": capped.sum() / count,
-            "mismatch/k3_kl": k3.sum() / count,
-            "mismatch/abs_log_ratio": token_log_ratio.abs().sum() / count,
         }
     return weights, metrics
 

@@ -60,6 +60,15 @@ def global_max(value: int) -> int:
     return int(t.item())
 
 
+def max_over_ranks(value: float) -> float:
+    """Largest float `value` over all ranks (itself on one rank)."""
+    if world_size() == 1:
+        return value
+    t = torch.tensor(value, dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def sum_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     """Each metric summed over ranks (every rank must hold the same keys); itself on one rank."""
     if world_size() == 1:

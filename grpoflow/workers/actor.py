@@ -17,8 +17,8 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from grpoflow.algorithms import (POLICY_LOSSES, aggregate_loss, call_with_available, kl_penalty, topk_forward_kl,
-                                 truncated_is_weights)
+from grpoflow.algorithms import (POLICY_LOSSES, aggregate_loss, call_with_available, kl_penalty, mismatch_metrics,
+                                 topk_forward_kl, truncated_is_weights)
 from grpoflow.config import ActorConfig, ModelConfig
 from grpoflow.data.batch import Batch
 from grpoflow.models import attention
@@ -28,12 +28,15 @@ from grpoflow.models.lora import add_lora, is_lora
 from grpoflow.models.topk import log_probs_at, response_log_softmax
 from grpoflow.training.bf16_units import slow_bf16_warning
 from grpoflow.training.budget import MIN_TOKENS
+from grpoflow.training.collectives import max_over_ranks
 from grpoflow.training.engine import TrainEngine, lr_multiplier
+from grpoflow.training.microbatch import PaddingBatch
 from grpoflow.training.forward import Counts, UpdateSchedule, accumulate_gradients, batch_log_probs, train_on_batch
 from grpoflow.training.precision import Precision, role_precision
 from grpoflow.training.timing import StageTimer
 
 log = logging.getLogger("grpoflow.precision")
+MISMATCH_MAX = "mismatch/abs_log_ratio_max"  # a max over micro-batches and ranks, not a sum of shares
 
 
 class ActorWorker:
@@ -69,6 +72,7 @@ class ActorWorker:
             log.warning(slow)
         self._weights: Iterator[tuple[str, Tensor]] | None = None  # an open bucketed weight stream
         self.timer = StageTimer()  # the model math of the current update (update_policy starts a fresh one)
+        self._mismatch_max = 0.0  # the largest |log-ratio| engine vs trainer in the current update
 
     def compute_ref_log_prob(self, batch: Batch) -> Tensor:
         """[B, R] reference log-probs: with LoRA the reference policy is this model with its adapters disabled."""
@@ -89,12 +93,22 @@ class ActorWorker:
         seconds of model math in the update, summed over it: `timing_s/train_forward` (the log-prob forward),
         `timing_s/forward_backward` (that forward, the loss and backward) and `timing_s/optimizer` (clip + step)."""
         self.timer = StageTimer()
+        self._mismatch_max = 0.0
         metrics = train_on_batch(self.engine, batch, self.schedule, self._loss, prefix="actor", timer=self.timer)
-        return {**metrics, **self.timer.metrics()}
+        return {**self._with_mismatch_max(metrics), **self.timer.metrics()}
 
     def accumulate_gradients(self, minibatch: Batch) -> dict[str, float]:
         """Backprop one mini-batch's loss, no optimizer step (what `update_policy` does per mini-batch)."""
-        return accumulate_gradients(self.engine, minibatch, self._loss, max_tokens=self.max_tokens)
+        self._mismatch_max = 0.0
+        return self._with_mismatch_max(accumulate_gradients(self.engine, minibatch, self._loss,
+                                                            max_tokens=self.max_tokens))
+
+    def _with_mismatch_max(self, metrics: dict[str, float]) -> dict[str, float]:
+        """`metrics` with the largest |log-ratio| the micro-batches saw, over ranks (where the mismatch was
+        measured: every rank then holds the summed `mismatch/*` keys, so all join the collective)."""
+        if "mismatch/k3_kl" not in metrics:
+            return metrics
+        return {**metrics, MISMATCH_MAX: max_over_ranks(self._mismatch_max)}
 
     def _loss(self, model: torch.nn.Module, mb: Batch, counts: Counts) -> tuple[Tensor, dict[str, Tensor]]:
         """This micro-batch's share of the mini-batch loss, and its share of each metric."""
@@ -114,7 +128,7 @@ class ActorWorker:
                     temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
                     entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype)
         assert entropy is not None and mb.advantages is not None, "the update needs entropy and advantages"
-        return actor_loss(
+        loss, metrics = actor_loss(
             self.policy_loss, log_probs=log_probs, entropy=entropy, old_log_probs=mb.old_log_probs,
             advantages=mb.advantages, ref_log_probs=mb.ref_log_probs, rollout_log_probs=mb.rollout_log_probs,
             response_mask=mb.response_mask.float(), num_tokens=counts.tokens, num_seqs=counts.seqs,
@@ -123,6 +137,10 @@ class ActorWorker:
             rollout_is_cap=cfg.rollout_is_cap, entropy_coeff=cfg.entropy_coeff, kl_coef=cfg.kl_coef,
             kl_estimator=cfg.kl_estimator, teacher_topk_log_probs=mb.teacher_topk_log_probs,
             student_topk_log_probs=student_topk, topk_kl_coef=self.topk_kl_coef)
+        worst = metrics.pop(MISMATCH_MAX, None)  # a max, not a share: kept aside from the summed metrics
+        if worst is not None and not isinstance(mb, PaddingBatch):
+            self._mismatch_max = max(self._mismatch_max, float(worst))
+        return loss, metrics
 
     def save_checkpoint(self, folder: str) -> None:
         """Rank 0 writes the policy as an HF folder (weights, config, tokenizer) + optimizer state.
@@ -185,8 +203,9 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
     (`old_log_probs` None: one optimizer step per RL step) the ratio is exactly 1 and the detached
     current log-probs stand in for the old ones. The last term is on-policy distillation's top-k forward KL
     (`[b, R, k]` teacher and student log-probs of the teacher's k likeliest tokens). Metrics are this
-    micro-batch's share of token means (`actor/entropy`, `actor/pg_clipfrac`, ...) and of `actor/pg_loss`,
-    `actor/kl_loss`.
+    micro-batch's share of token means (`actor/entropy`, `actor/pg_clipfrac`, ..., and `mismatch/*` between
+    `old` and the engine's `rollout_log_probs`, whatever `rollout_is`) and of `actor/pg_loss`, `actor/kl_loss`;
+    `mismatch/abs_log_ratio_max` is this micro-batch's own max, not a share (the caller takes the max).
     """
     mask = response_mask
     old = old_log_probs if old_log_probs is not None else log_probs.detach()
@@ -198,6 +217,11 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
         return aggregate_loss(values, mask, mode, num_tokens=num_tokens, num_seqs=num_seqs, horizon=horizon)
 
     metrics: dict[str, Tensor] = {}
+    if rollout_log_probs is not None:  # every engine reports them: the mismatch is measured on every run
+        share = mask.sum() / num_tokens
+        for k, v in mismatch_metrics(old, rollout_log_probs, mask, clip_ratio_low=clip_ratio_low,
+                                     clip_ratio_high=clip_ratio_high).items():
+            metrics[k] = v if k == MISMATCH_MAX else v * share
     if rollout_is in ("token", "sequence"):
         # The rollout engine sampled from a slightly different distribution than the trainer computes
         # (or an older policy, in async mode): reweight by min(pi_old / pi_rollout, cap).

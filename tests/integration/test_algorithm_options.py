@@ -24,7 +24,7 @@ TINY = ["model.path=builtin:tiny-0.5m", "sft.steps=30", "data.prompts_per_step=4
     (["actor.policy_loss=cispo", "actor.minibatches=2"], "actor/pg_clipfrac"),
     (["actor.policy_loss=reinforce"], "actor/pg_loss"),
     (["actor.rollout_is=token"], "actor/rollout_is/mean"),
-    (["actor.rollout_is=sequence", "actor.minibatches=2"], "actor/mismatch/k3_kl"),
+    (["actor.rollout_is=sequence", "actor.minibatches=2"], "mismatch/k3_kl"),
     (["actor.mask_truncated=true", "rollout.max_new_tokens=2"], "response_length/clip_ratio"),
     (["actor.entropy_coeff=0.01", "actor.kl_coef=0.1", "actor.kl_estimator=k3+"], "actor/kl_loss"),
     (["actor.loss_agg_mode=seq-mean-token-sum"], "actor/pg_loss"),
@@ -41,7 +41,24 @@ def test_rollout_is_weights_are_one_on_policy(tmp_path):
     train(load_config(None, [f"trainer.output_dir={tmp_path}", *TINY, "actor.rollout_is=token"]))
     row = read_metrics(tmp_path)[0]
     assert row["actor/rollout_is/mean"] == pytest.approx(1.0, abs=1e-3)
-    assert row["actor/mismatch/k3_kl"] == pytest.approx(0.0, abs=1e-5)
+    assert row["mismatch/k3_kl"] == pytest.approx(0.0, abs=1e-5)
+
+
+MISMATCH = ["mismatch/abs_log_ratio_mean", "mismatch/abs_log_ratio_max", "mismatch/k3_kl", "mismatch/ratio_mean",
+            "mismatch/outside_clip_frac"]
+
+
+def test_the_mismatch_is_logged_on_every_step_without_importance_sampling(tmp_path):
+    # actor.rollout_is resolves to off here (sync, on-policy): the engine's log-probs are still compared with the
+    # trainer's on every step. HF engine and trainer in float32 on a CPU: ~1e-7, none outside the clip band.
+    cfg = load_config(None, [f"trainer.output_dir={tmp_path}", *TINY])
+    assert cfg.actor.rollout_is == "off"
+    train(cfg)
+    rows = read_metrics(tmp_path)
+    assert all(k in r for r in rows for k in MISMATCH), [sorted(r) for r in rows]
+    for r in rows:
+        assert 0 <= r["mismatch/abs_log_ratio_mean"] <= r["mismatch/abs_log_ratio_max"] < 1e-4, r
+        assert r["mismatch/ratio_mean"] == pytest.approx(1.0, abs=1e-4) and r["mismatch/outside_clip_frac"] == 0
 
 
 def test_user_estimator_and_loss_from_a_file_via_cli(tmp_path):

@@ -18,7 +18,7 @@ ARGS = ["model.path=builtin:tiny-0.5m", "sft.steps=20", "data.prompts_per_step=4
 
 def start(out):
     """The run as its own process with one thread, as every run of this file is: the token-level IS metrics
-    (actor/mismatch/*, ~1e-7) differ in their last bits between thread counts, so runs compare in one setting."""
+    (mismatch/*, ~1e-7) differ in their last bits between thread counts, so runs compare in one setting."""
     return train_process([f"trainer.output_dir={out}", *ARGS])
 
 

@@ -254,9 +254,6 @@ def test_new_losses_mask_non_finite_padding_and_detach_metrics(fn):
 def test_truncated_is_weights_token_level():
     # old - rollout per token: ln3, ln0.5, 0 | masked; cap 2
     # w = min(3, 2) = 2 (capped), 0.5, 1, masked 0 -> mean (2 + 0.5 + 1) / 3 = 1.166667, clipfrac 1/3
-    # k3 with x = rollout - old = -ln3, +ln2, 0: exp(x) - x - 1
-    #   = 1/3 + 1.098612 - 1 = 0.431946;  2 - 0.693147 - 1 = 0.306853;  0 -> mean 0.246266
-    # |old - rollout| = 1.098612, 0.693147, 0 -> mean 0.597253
     rollout = torch.tensor([[-1.0, -1.0, -1.0, -1.0]])
     old = rollout + torch.tensor([[math.log(3.0), math.log(0.5), 0.0, 5.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
@@ -264,8 +261,7 @@ def test_truncated_is_weights_token_level():
     torch.testing.assert_close(weights, torch.tensor([[2.0, 0.5, 1.0, 0.0]]))
     torch.testing.assert_close(metrics["rollout_is/mean"], torch.tensor(3.5 / 3))
     torch.testing.assert_close(metrics["rollout_is/clipfrac"], torch.tensor(1 / 3))
-    torch.testing.assert_close(metrics["mismatch/k3_kl"], torch.tensor(0.246266))
-    torch.testing.assert_close(metrics["mismatch/abs_log_ratio"], torch.tensor(0.597253))
+    assert set(metrics) == {"rollout_is/mean", "rollout_is/clipfrac"}  # the mismatch is mismatch_metrics'
 
 
 def test_truncated_is_weights_sequence_level():

@@ -3,7 +3,7 @@
 "use strict";
 
 const DEFAULT_METRICS = ["critic/score/mean", "val/mean@1", "response_length/mean", "actor/entropy",
-  "actor/pg_loss", "actor/kl_loss", "perf/throughput"];
+  "actor/pg_loss", "actor/kl_loss", "mismatch/abs_log_ratio_mean", "perf/throughput"];
 // stages that split a step's wall time (others overlap them: gen_busy, dispatch, rollout_wait)
 const STAGES = ["gen", "trainer_wait", "reward", "gen_baseline", "old_log_prob", "ref", "values", "adv",
   "update_critic", "update_actor", "sync"];

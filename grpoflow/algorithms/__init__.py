@@ -2,6 +2,18 @@
 
 Torch only: nothing here imports the config, workers or torch.distributed. Importing this
 package registers every built-in in its registry.
+
+    registry.py            the family registries + metadata + call_with_available (a function's signature = its inputs)
+    shapes.py              the shared shape checks and per-group max/min
+    advantages.py          group statistics; grpo, rloo, remax, reinforce_plus_plus_baseline, grpo_passk
+    returns.py             discounted returns; gae, reinforce_plus_plus
+    policy_loss.py         ppo (low/high clip, dual-clip), gspo, cispo, reinforce; truncated IS weights
+    value_loss.py          PPO's clipped value loss
+    kl.py                  k1, k2, k3, k3+; KL in the reward; fixed and adaptive KL controllers
+    aggregation.py         token-mean, seq-mean-token-mean, seq-mean-token-sum(-norm) (global denominators)
+    shaping.py             DAPO overlong penalty, groups with signal (dynamic sampling)
+    distill.py             on-policy distillation: reverse-KL advantage mixed with the task's, top-k forward KL
+    tinker_losses.py       the Tinker API's losses per datum (cross_entropy, importance_sampling, ppo, cispo, dro, gspo)
 """
 
 from grpoflow.algorithms.registry import (

@@ -11,7 +11,8 @@ are imported there) and marks the config checked (`mark_checked`). It runs once 
 alone also runs in `load_config`, so that a typo fails before torch is imported: pure and cheap. The reward spec is
 resolved once more to build the scorer; a user's file executes once, plugins keeping it in sys.modules.)
 
-`batch_schedule` resolves the batch algebra of one step (DESIGN.md section 3) and refuses what does not divide.
+`batch_schedule` resolves the batch algebra of one step (docs/architecture.md, "One step's dataflow") and refuses
+what does not divide.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Reward functions and scoring (DESIGN.md section 2): standard library only, math-verify optional.
+"""Reward functions and scoring: standard library only, math-verify optional (docs/architecture.md, "The parts and
+their layering").
 
     functions.py   the contract fn(prompt, completion, **row) -> float | dict | None, the registry,
                    ground_truth_of(row), loading `name` or `path/to/file.py:function`

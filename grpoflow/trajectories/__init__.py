@@ -33,7 +33,7 @@ Agent programs through an OpenAI-compatible endpoint (docs/agents.md; extra `age
     verifiers_harness.py  verifiers' harness programs (uv scripts) built once per process before step 1, with uv's
                     offline settings honoured; one error when one cannot be built
 
-A part beside `engines` (DESIGN.md places multi-turn with the rollout): it drives the engines through the request
-batcher it is given and imports no workers, placement, controller or config. This file imports nothing: tool worker
-processes import the tool modules, and nothing heavier.
+A part beside `engines` (docs/architecture.md, "The rollout chain", places multi-turn with the rollout): it drives
+the engines through the request batcher it is given and imports no workers, placement, controller or config. This
+file imports nothing: tool worker processes import the tool modules, and nothing heavier.
 """

@@ -1,4 +1,5 @@
-"""The dependency direction of DESIGN.md section 2, checked on the source with `ast`.
+"""The dependency direction of docs/architecture.md ("The parts and their layering"), checked on the source with
+`ast`; the page's parts table is checked against FORBIDDEN_PARTS below, so the two cannot drift.
 
     errors, plugins, user_code -> algorithms, rewards -> data, models -> training | engines -> trajectories -> workers
         -> distributed -> controller -> commands -> cli
@@ -164,7 +165,8 @@ def test_checker_sees_the_real_tree():
 def test_every_part_is_placed_in_the_layering():
     parts = {part for _, part, _ in all_modules()} - {"grpoflow"}
     unplaced = parts - set(FORBIDDEN_PARTS)
-    assert not unplaced, f"place {sorted(unplaced)} in FORBIDDEN_PARTS (DESIGN.md section 2)"
+    assert not unplaced, (f"place {sorted(unplaced)} in FORBIDDEN_PARTS and give each a row in "
+                          "docs/architecture.md's parts table")
 
 
 # ---------------------------------------------------------------- the direction
@@ -183,7 +185,7 @@ def test_dependency_direction(module, part, path):
             continue
         if forbidden is None or other in forbidden:
             bad.append(name)
-    assert not bad, f"{module} ({part}) must not import {bad}; see DESIGN.md section 2"
+    assert not bad, f"{module} ({part}) must not import {bad}; see docs/architecture.md (the parts table)"
 
 
 def _config_siblings(module: str, path: Path) -> set[str]:
@@ -275,7 +277,7 @@ def test_the_probe_sees_a_heavy_import():
 
 
 def test_rewards_and_config_import_without_torch():
-    # DESIGN.md: rewards depend on the stdlib, config on nothing; both load in a plain process.
+    # docs/architecture.md: rewards depend on the stdlib, config on nothing; both load in a plain process.
     assert _loaded_after_import("grpoflow.rewards.scoring, grpoflow.config", extra=("torch",)) == []
 
 
@@ -322,3 +324,55 @@ def test_no_module_imports_itself_through_others():
 def test_the_circle_check_sees_a_circle():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert import_circles(edges) == [["a", "b", "c"]]
+
+
+# ---------------------------------------------------------------- the page that describes the layering
+
+ARCHITECTURE_PAGE = ROOT.parent / "docs" / "architecture.md"
+
+
+def parts_on_the_page(text: str) -> dict[str, set[str]]:
+    """The parts table of docs/architecture.md ("| `part` | what it owns | must not import |") as {part: the parts
+    it must not import}: "any other part", "anything but `a`, `b`", "nothing: ..." or a list of `parts`."""
+    section = text.split("## The parts and their layering", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        part, rule = cells[0].strip("`"), cells[2]
+        named = {name for name in rule.split("`")[1::2]}
+        if rule.startswith("any other part"):
+            table[part] = EVERY_PART - {part}
+        elif rule.startswith("anything but"):
+            table[part] = EVERY_PART - named - {part}
+        elif rule.startswith("nothing"):
+            table[part] = set()
+        else:
+            table[part] = named
+    return table
+
+
+def enforced_parts() -> dict[str, set[str]]:
+    """FORBIDDEN_PARTS with None ("nothing from any other part") written out as every other part."""
+    return {part: (EVERY_PART - {part}) if rule is None else set(rule) for part, rule in FORBIDDEN_PARTS.items()}
+
+
+def test_the_architecture_page_lists_the_enforced_parts():
+    on_page, enforced = parts_on_the_page(ARCHITECTURE_PAGE.read_text()), enforced_parts()
+    assert sorted(on_page) == sorted(enforced), (
+        f"docs/architecture.md's parts table has {sorted(set(on_page) - set(enforced))} that FORBIDDEN_PARTS lacks "
+        f"and lacks {sorted(set(enforced) - set(on_page))}: give each part one row there")
+    differ = {part: (sorted(on_page[part] - enforced[part]), sorted(enforced[part] - on_page[part]))
+              for part in enforced if on_page[part] != enforced[part]}
+    assert not differ, (f"docs/architecture.md's 'must not import' column differs from FORBIDDEN_PARTS "
+                        f"(part: (only on the page, only in the test)): {differ}")
+
+
+def test_the_page_reader_sees_each_way_of_writing_a_rule():
+    page = ("## The parts and their layering\n\n| part | what it owns | must not import |\n|---|---|---|\n"
+            "| `errors` | x | any other part |\n| `plugins` | x | anything but `errors` |\n"
+            "| `commands` | x | `cli` |\n| `cli` | x | nothing: it sits on top |\n\n## Next\n| `data` | x | `cli` |\n")
+    assert parts_on_the_page(page) == {"errors": EVERY_PART - {"errors"},
+                                       "plugins": EVERY_PART - {"errors", "plugins"},
+                                       "commands": {"cli"}, "cli": set()}

@@ -387,7 +387,7 @@ TRL_CONVERTED = {
     "steps_per_generation": "actor.minibatches = steps_per_generation / gradient_accumulation_steps",
     "generation_batch_size": "data.prompts_per_step = generation_batch_size / num_generations",
     "bf16": "model.compute_dtype=bfloat16 when true (float32 when false)",
-    "use_vllm": "rollout.engine=vllm when true",
+    "use_vllm": "rollout.engine=vllm when true, hf when false",
     "report_to": "trainer.loggers",
     "vllm_importance_sampling_correction": "actor.rollout_is=token when true, off when false",
     "warmup_ratio": "actor.lr_warmup_steps = ratio x max_steps (with max_steps)",
@@ -477,8 +477,8 @@ def _convert_trl(f: dict[str, Any], put: Callable, t: Translation) -> None:
         put("actor.max_tokens_per_microbatch", per_device * seq, "per_device_train_batch_size")
     if "bf16" in f:
         put("model.compute_dtype", "bfloat16" if f["bf16"] in (True, "True", "true") else "float32", "bf16")
-    if f.get("use_vllm") in (True, "True", "true"):
-        put("rollout.engine", "vllm", "use_vllm")
+    if "use_vllm" in f:  # explicit either way: false is TRL's transformers generation, not rollout.engine=auto
+        put("rollout.engine", "vllm" if f["use_vllm"] in (True, "True", "true") else "hf", "use_vllm")
     if "report_to" in f:
         names = f["report_to"] if isinstance(f["report_to"], list) else [f["report_to"]]
         kept = [x for x in names if x in ("wandb", "tensorboard", "mlflow")]

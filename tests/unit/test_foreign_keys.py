@@ -101,7 +101,7 @@ def test_a_verl_script_translates_with_its_units_converted(tmp_path, monkeypatch
     (tmp_path / "run.sh").write_text(VERL_SCRIPT)
     command, notes = translate_file("verl", str(tmp_path / "run.sh"))
     assert command.startswith("grpoflow train ")
-    cfg = load_config(None, [w for w in __import__("shlex").split(command)[2:]])
+    cfg = load_config(None, __import__("shlex").split(command.replace("\\\n", ""))[2:])  # one line per key
     assert (cfg.data.prompts_per_step, cfg.actor.minibatches, cfg.rollout.n, cfg.rollout.max_new_tokens) == \
         (1024, 4, 5, 1024)
     assert (cfg.actor.kl_coef, cfg.actor.kl_estimator, cfg.data.overlong) == (0.001, "k3", "drop")

@@ -288,7 +288,8 @@ def whole_size(key: str, value: Any, t: Translation, what: str) -> int | None:
     """`value` as a size of 1 or more, or None with a sentence in `t.refused` naming `key` (`what`: its meaning)."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
-    t.refused.append(f"{key}={'null' if value is None else value} is not a size: {what} must be a whole number of 1 or more.")
+    shown = "null" if value is None else value
+    t.refused.append(f"{key}={shown} is not a size: {what} must be a whole number of 1 or more.")
     return None
 
 

@@ -1,6 +1,7 @@
 """The one typed configuration of a grpoflow run, in three parts that import one way:
 
-    schema  <-  checks  <-  loading          (moved: stdlib only, read by loading and by run-folder readers)
+    schema  <-  checks  <-  loading          (moved, precedence: stdlib only, read by loading; moved also by
+                                              run-folder readers)
 
 - `schema.py`: the dataclasses (one per section, a help text per field), `opt`, `ConfigError`. Loads and checks
   nothing.
@@ -10,6 +11,9 @@
 - `loading.py`: the layers (defaults, recipes/builtin.yaml, a YAML recipe or preset, `a.b=c` overrides; verl's
   keys and TRL's fields translated), coercion and unknown-key hints, the resolve step (`resolve_defaults`,
   `resolve_total_steps`), `load_config`, `saved_config`, `to_yaml`, `help_text`.
+- `precedence.py`: which of two keys that decide one thing wins across the layers (an explicit step count over
+  epochs, as verl and TRL count; the built-in recipe's reward on the user's own data; verl's run folder name), and
+  the start-up line that says so.
 - `moved.py`: keys that moved (an error naming the new key; a run folder's old config.yaml read under the new
   names) and verl's section keys pointing to ours.
 

@@ -73,10 +73,11 @@ FORBIDDEN_PARTS = {
     "cli": set(),
 }
 # The modules of the config package, in import order: each imports only modules before it (no circle); none imports
-# the package itself (its __init__ imports them all). `moved` is stdlib only, so run-folder readers can use it.
-CONFIG_ORDER = ("grpoflow.config.moved", "grpoflow.config.schema", "grpoflow.config.checks",
-                "grpoflow.config.loading")
-CONFIG_STDLIB_ONLY = ("grpoflow.config.moved",)
+# the package itself (its __init__ imports them all). `moved` is stdlib only, so run-folder readers can use it;
+# `precedence` (which of two keys deciding one thing wins across the layers) too.
+CONFIG_ORDER = ("grpoflow.config.moved", "grpoflow.config.precedence", "grpoflow.config.schema",
+                "grpoflow.config.checks", "grpoflow.config.loading")
+CONFIG_STDLIB_ONLY = ("grpoflow.config.moved", "grpoflow.config.precedence")
 # third-party modules that the pure parts never touch
 PURE_PARTS_NEVER_IMPORT = ("torch.distributed", "ray", "vllm", "grpoflow.config")
 

@@ -17,8 +17,8 @@ import torch
 GOLDEN = Path(__file__).with_name("tiny_run.json")
 
 OVERRIDES = ["data.prompts_per_step=8", "rollout.n=4", "actor.minibatches=2", "trainer.total_steps=3",
-             "trainer.val_every=0", "trainer.log_every=1", "trainer.save_every=0", "trainer.threads=1", "model.compute_dtype=float32",
-             "trainer.log_train_every=0"]
+             "trainer.val_every=0", "trainer.log_every=1", "trainer.save_every=0", "trainer.threads=1",
+             "model.compute_dtype=float32", "trainer.log_train_every=0"]
 
 # per step: the losses, the gradient norm, the rewards, the lengths and the engine/trainer mismatch
 KEYS = ["actor/pg_loss", "actor/entropy", "actor/pg_clipfrac", "actor/grad_norm", "actor/lr", "critic/score/mean",

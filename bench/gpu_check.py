@@ -1,11 +1,11 @@
 """The GPU check: what grpoflow does on the one GPU machine the project can use, in one command (bench/gpu_check.sh).
 
-That machine (docs/performance.md, ../shared/NOTES.md): one H200, python3 3.12 with torch 2.11, transformers 5.17,
-peft, accelerate, triton and pytest; no vLLM, Ray or SGLang, no package registry, no network; at most 64 MiB carried
-(the repository), outputs only small files. So this check installs nothing (the repository runs from PYTHONPATH),
-builds its models on the device with random weights, writes only a table, a JSON summary and log tails to --out,
-and keeps to one deadline (--deadline-s): every stage gets its own timeout, cut to what is left, and a stage
-that fails or runs out of time is reported and the next one runs.
+That machine (docs/performance-log.md, "bf16 and accuracy; the default"): one H200, python3 3.12 with torch 2.11,
+transformers 5.17, peft, accelerate, triton and pytest; no vLLM, Ray or SGLang, no package registry, no network; at
+most 64 MiB carried (the repository), outputs only small files. So this check installs nothing (the repository runs
+from PYTHONPATH), builds its models on the device with random weights, writes only a table, a JSON summary and log
+tails to --out, and keeps to one deadline (--deadline-s): every stage gets its own timeout, cut to what is left, and
+a stage that fails or runs out of time is reported and the next one runs.
 
 Stages (each in a child forked from this process, which imported torch and transformers once, so a stage that
 crashes or hangs takes nothing else with it and its device memory is freed when it ends):

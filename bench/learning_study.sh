@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The learning study of issue 38 (docs/performance.md, "Four reasoning-gym tasks"): SmolLM2-135M-Instruct on the four
+# The learning study of issue 38 (docs/performance-log.md, "Four reasoning-gym tasks"): SmolLM2-135M-Instruct on the four
 # tasks of rg_task.STUDY_TASKS x SEEDS, grpoflow's defaults and TRL, one piece per (task, seed, framework) so each
 # fits in a quarter of an hour (grpoflow about 4 minutes, TRL about 11 on 2 cores), each alone on the machine (under
 # the CPU lock file if LOCK names one). A piece already written is skipped, so the study resumes where it stopped and

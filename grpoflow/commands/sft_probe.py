@@ -2,7 +2,8 @@
 
 A warm start that runs a fixed number of steps ends wherever that count lands on the model's learning curve; on
 the built-in task that curve jumps (carries are learned in one go after 300-500 steps, and where depends on the
-seed and the CPU's float kernels), so GRPO started anywhere from 6% to 48% held-out. With `sft.until_accuracy` the
+seed and the CPU's float kernels), so GRPO started from anywhere on it (docs/performance-log.md, "`make train`: where
+the warm start ends decides the gain"). With `sft.until_accuracy` the
 warm start stops at the first check (every `sft.check_every` steps) where the model answers at least that share of
 `sft.probe_rows` held-back rows right, greedily: the start no longer depends on the draw.
 """

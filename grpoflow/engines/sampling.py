@@ -25,7 +25,7 @@ def sample_tokens(logits: Tensor, *, temperature: float, top_p: float,
     the full distribution, log softmax(logits / T)[token], the one a trainer recomputes.
     The draw is by inverse CDF with `uniform` ([A] in [0, 1), one per row) when given, else with
     uniforms from torch's global generator (`torch.multinomial` would draw an exponential per
-    vocabulary entry: 40 ms per step for 64 rows over a 49k vocabulary on a CPU core).
+    vocabulary entry, a cost docs/performance-log.md measures in "The real-model row", item 6).
     Returns tokens [A] int64 and log_probs [A] float32.
     """
     if temperature <= 0:

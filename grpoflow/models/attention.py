@@ -14,10 +14,10 @@ with transformers' additive float mask (0 where a key is visible, the dtype's mi
 `register()` adds it to transformers' public `AttentionInterface` / `AttentionMaskInterface` under
 `GROUPED_ATTENTION`; a model uses it after `model.set_attn_implementation(GROUPED_ATTENTION)`. The
 actor and the frozen models (reference, teacher) use it on a CPU, in bf16 and in float32, since it lets their
-log-prob passes run packed (below; in float32 on SmolLM2 the update pass took 13.5 s packed against 16.5 s padded
-with sdpa). The transformers rollout engine decodes with it in float32 on a CPU (0-15 % less sampling time than
-sdpa's kernel, whose cost per call dominates one query per row); in bf16 sdpa was as fast or faster
-(`bench/ablation.py`, training/precision.py).
+log-prob passes run packed (below). The transformers rollout engine decodes with it in float32 on a CPU (less
+sampling time than sdpa's kernel, whose cost per call dominates one query per row); in bf16 sdpa was as fast or
+faster (`bench/ablation.py`, training/precision.py; the figures: docs/performance-log.md, "Packed in float32 too" and
+"The float32 row against TRL fp32, on a CPU without bf16 units").
 
 Given a `packed` layout (models/packed.py: a batch's prompts and responses laid end to end without
 padding), it attends within each packed sequence's blocks instead: only a model whose implementation
@@ -81,7 +81,7 @@ Model = TypeVar("Model", bound=torch.nn.Module)
 def use_grouped_attention(model: Model) -> Model:
     """Switch `model` to `grouped_attention` (training/precision.py decides which roles do: the trained and frozen
     ones on a CPU-only machine, where it lets their passes run packed and torch's bf16 attention kernel is the slow
-    part of a short-sequence step, docs/performance.md). Models outside transformers' attention interface (no
+    part of a short-sequence step, docs/performance-log.md). Models outside transformers' attention interface (no
     `set_attn_implementation`) are left as they are. Returns the model."""
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(register())  # type: ignore[operator]

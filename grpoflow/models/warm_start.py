@@ -4,9 +4,9 @@
 addition task, stopped by `sft.until_accuracy` once its greedy answers were right on about a third of held-back
 problems. `make train` starts GRPO from it. Why it ships rather than being trained in the first minute: the 4M
 model learns carries in one jump somewhere between 300 and 800 warm-start steps, and where a fixed step count lands
-on that jump depends on the seed and on the CPU's float kernels (6% to 48% held-out on the CPUs and seeds measured,
-docs/performance.md, "make train"). A file lands in the same place everywhere, so what a newcomer sees is GRPO's
-gain alone (36.4% -> 79-81% in 300 steps over three seeds where it was made).
+on that jump depends on the seed and on the CPU's float kernels. A file lands in the same place everywhere, so what a
+newcomer sees is GRPO's gain alone (the figures: docs/performance.md, "The default job"; how they came to be:
+docs/performance-log.md, "The warm start ships").
 
 The weights are stored in bfloat16 (8 MB instead of 16) and load as float32 like any folder. `make warm-start`
 rebuilds the folder: `grpoflow sft` (the command is in the Makefile), then `ship` (this module's `python -m` entry).

@@ -1,11 +1,11 @@
 """Whether a CPU multiplies bf16 in hardware, and the warning a bf16 run gets on one that does not.
 
-torch runs bf16 matrix products on any x86 CPU with AVX-512, but only a CPU with AVX512-BF16 or AMX-BF16 (or an
-Arm CPU with the BF16 extension) has instructions for them. Elsewhere each product converts to float32 and back,
-and bf16 is slower than float32 instead of faster: a 2048² `torch.mm` took 4.7x as long in bf16 as in float32 on a
-2-core Xeon with AVX-512 but neither extension (2026-12-01, docs/performance.md). `model.compute_dtype=bfloat16`
-would make such a machine's run several times slower, so the actor says so at start and names the fix.
-`model.compute_dtype=auto` (the SmolLM2 agentic recipes set it) picks bfloat16 only where the hardware has the units.
+torch runs bf16 matrix products on any x86 CPU with AVX-512, but only a CPU with AVX512-BF16 or AMX-BF16 (or an Arm
+CPU with the BF16 extension) has instructions for them. Elsewhere each product converts to float32 and back, and
+bf16 is several times slower than float32 instead of faster (docs/performance-log.md, "What each optimisation
+bought", item 3). `model.compute_dtype=bfloat16` would make such a machine's run several times slower, so the actor
+says so at start and names the fix. `model.compute_dtype=auto` (the SmolLM2 agentic recipes set it) picks bfloat16
+only where the hardware has the units.
 
 GPUs likewise: torch calls bf16 "supported" on a V100 or T4 (compute capability 7.x), which emulate it; only 8.0
 and newer (Ampere, Hopper, Blackwell) have bf16 tensor cores. The default (`model.compute_dtype` None) is bfloat16
@@ -47,7 +47,7 @@ def slow_bf16_warning(dtype: str, compute_dtype: str | None, device: torch.devic
                         if v == "bfloat16")
     return (f"bfloat16 on a CPU without bf16 units ({cpuinfo} lists none of avx512_bf16, amx_bf16): torch converts "
             f"each bf16 matrix product to float32 and back, so this run is several times slower than in float32 "
-            f"(4.7x for a 2048² product on such a Xeon, docs/performance.md). Set {keys} for this machine.")
+            f"(docs/performance-log.md, \"What each optimisation bought\"). Set {keys} for this machine.")
 
 
 NATIVE_BF16_CAPABILITY = (8, 0)  # Ampere (A100, RTX 30xx) and newer; V100 (7.0) and T4 (7.5) only emulate bf16

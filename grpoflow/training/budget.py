@@ -19,8 +19,9 @@ It depends on the machine's total memory, not on what is free at the moment, so 
 resume choose the same budget (and so the same micro-batches). The controller chooses it, from the
 memory where it runs, for every role, so only for `backend=local` (the ranks run in its process); with
 `backend=ray` the ranks may run on other machines and GPUs, and 0 means `MIN_TOKENS` (the old fixed default):
-set `actor.max_tokens_per_microbatch` for them yourself. On SmolLM2-135M it estimates about
-2x the activation memory measured (docs/performance.md), a safe side to err on.
+set `actor.max_tokens_per_microbatch` for them yourself. On SmolLM2-135M it estimates more than
+the activation memory measured, a safe side to err on (docs/performance-log.md, "The fair comparison on the AMD EPYC,
+and the bf16 compute copy", item 2).
 """
 
 from __future__ import annotations

@@ -21,9 +21,10 @@ gain nothing from a copy); else `copy`, a bf16 compute copy of the float32 maste
 The frozen role is the policy's row on purpose: a teacher or reference equal to the student computes exactly as the
 student does, so the KL between them starts at exactly 0 (a frozen model never trains, so its "copy" is itself, cast
 once). `grouped_attention`: the policy and frozen roles on a CPU-only machine use models/attention.py's kernel, in
-bf16 and float32 alike, so that their log-prob passes run packed (models/packed.py; docs/performance.md); the
-transformers engine decodes with it on a CPU in float32 (0-15 % less sampling time than sdpa in alternating runs,
-9-10 % at most medians, on SmolLM2-135M and the 4M model alike; the rollout worker hands this row's flag to
+bf16 and float32 alike, so that their log-prob passes run packed (models/packed.py; docs/performance-log.md, "Packed
+in float32 too"); the transformers engine decodes with it on a CPU in float32 (less sampling time than sdpa:
+docs/performance-log.md, "The float32 row against TRL fp32, on a CPU without bf16 units"; the rollout worker hands
+this row's flag to
 `engines.factory.build_engine`), with sdpa in bf16 and on a GPU (in bf16 grouped attention bought nothing when
 decoding); the local judge's engine, float32 always, decodes with it on a CPU too (workers/judge.py). The reward
 model (a sequence classifier, one forward a step) keeps sdpa.

@@ -12,7 +12,7 @@ from grpoflow.commands.run import train
 def test_default_job_on_two_ray_fsdp_ranks_learns_like_local(tmp_path, ray_cluster):
     """`grpoflow train backend=ray resources.devices_per_node=2 trainer.total_steps=30`: the same job on two
     gloo/FSDP2 ranks (actor and rollout colocated) learns as the local job does. From the shipped warm start
-    (36.4%), local, the first 50 of 300 steps gain 18-22 points over three seeds (docs/performance.md, "The warm
+    (36.4%), local, the first 50 of 300 steps gain 18-22 points over three seeds (docs/performance-log.md, "The warm
     start ships"), so 30 steps must gain 10; an untrained or broken job gains nothing."""
     result = train(load_config(None, [f"trainer.output_dir={tmp_path}", "backend=ray",
                                       "resources.devices_per_node=2", "trainer.total_steps=30"]))

@@ -1,5 +1,5 @@
 """.ci/run's stages fit CI's limit: every stage has a time limit, and the limits add up to at most 75 minutes (CI
-stops at 90; a fresh clone's stages took 54.7 minutes on a 2-core CPU without bf16 units: docs/performance.md)."""
+stops at 90; what each stage takes per machine kind: docs/performance.md, "CI time")."""
 
 import re
 from pathlib import Path

@@ -1,5 +1,6 @@
 """The shipped warm start `make train` begins from (models/warm_start.py): it resolves like any built-in, is not
-warm-started again, answers the held-out additions as docs/performance.md says, and `ship` writes what it loads."""
+warm-started again, answers the held-out additions as docs/performance.md says ("The default job"), and `ship` writes
+what it loads."""
 
 import json
 import shutil
@@ -36,7 +37,7 @@ def test_it_is_copied_into_the_run_once_and_is_the_package_folder_elsewhere(tmp_
 
 def test_the_shipped_weights_answer_about_a_third_of_the_held_out_additions():
     """`grpoflow eval` with no arguments: the shipped warm start, greedy, on the built-in task's 500 held-out
-    problems. 36.4% where it was made (docs/performance.md, "make train"); the weights are fixed, so only the
+    problems. 36.4% where it was made (docs/performance.md, "The default job"); the weights are fixed, so only the
     last bits of a CPU's float kernels can move a greedy answer. A damaged file or a changed tokenizer or task
     falls far outside."""
     metrics = evaluate(load_config(None, []))

@@ -88,6 +88,8 @@ VERL_OURS: dict[str, Any] = {
     "critic.grad_clip": "critic.grad_clip",
     "trainer.total_training_steps": "trainer.total_steps",
     "trainer.total_epochs": "trainer.total_epochs",
+    "trainer.val_before_train": "trainer.val_before_train",
+    "data.shuffle": "data.shuffle",
     "trainer.project_name": "trainer.project",
     "trainer.experiment_name": "trainer.run_name",
     "trainer.critic_warmup": "critic.warmup_steps",
@@ -164,13 +166,11 @@ VERL_NOT_APPLICABLE = {
     "data.return_raw_chat": "chat prompts are always kept",
     "data.return_raw_input_ids": "always",
     "data.tokenizer": "the model's tokenizer",
-    "data.shuffle": "prompts are drawn in a seeded shuffle (trainer.seed)",
     "trainer.n_gpus_per_node": "this machine's device with backend=local; for more ranks give backend=ray "
                                "resources.devices_per_node=N",
     "trainer.nnodes": "backend=ray resources.nodes=N",
     "trainer.device": "the device is found",
     "trainer.balance_batch": "micro-batches are balanced by tokens",
-    "trainer.val_before_train": "validation runs before the first step whenever trainer.val_every > 0",
     "trainer.ray_wait_register_center_timeout": "ray.start_timeout_s",
     "trainer.del_local_ckpt_after_load": "checkpoints are kept (trainer.keep_last)",
     "trainer.max_actor_ckpt_to_keep": "trainer.keep_last",
@@ -391,6 +391,7 @@ TRL_OURS: dict[str, Any] = {
     "mask_truncated_completions": "actor.mask_truncated",
     "importance_sampling_level": ("actor.policy_loss", {"token": "ppo", "sequence": "gspo"}),
     "seed": "trainer.seed",
+    "shuffle_dataset": "data.shuffle",
     "output_dir": "trainer.output_dir",
     "logging_steps": "trainer.log_every",
     "save_steps": "trainer.save_every",
@@ -423,7 +424,7 @@ TRL_NOT_APPLICABLE = {
     "FSDP2 with backend=ray", "log_completions": "train_samples.jsonl always", "num_completions_to_print":
     "train_samples.jsonl", "model_init_kwargs": "the model folder's own config",
     "save_total_limit": "trainer.keep_last",
-    "ds3_gather_for_generation": "no DeepSpeed", "shuffle_dataset": "prompts are drawn in a seeded shuffle",
+    "ds3_gather_for_generation": "no DeepSpeed",
     "torch_empty_cache_steps": "freed where needed", "disable_dropout": "dropout is off in RL (eval mode forward)",
 }
 TRL_MISSING = {

@@ -142,6 +142,9 @@ def check_config_values(cfg: Config) -> None:
         *distill_checks(cfg.distill),
         *judge_checks(cfg.reward.judge),
         *curriculum_checks(cfg.data.curriculum),
+        (cfg.data.shuffle or not cfg.data.curriculum.enable,
+         "data.shuffle=false asks for the prompts in file order, and data.curriculum.enable draws them by how they "
+         "fared: turn one of them off."),
         *multi_turn_checks(cfg.rollout.multi_turn, cfg.rollout.agent),
         *partial_checks(cfg),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),

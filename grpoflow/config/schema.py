@@ -99,6 +99,8 @@ class DataConfig:
                                     "the training entries' seeds, at most 100 rows), otherwise no validation.")
     prompt_key: str = opt("prompt", "Column holding the prompt (a string or a list of chat messages).")
     prompts_per_step: int = opt(32, "Prompts drawn per RL step; each gets `rollout.n` samples.")
+    shuffle: bool = opt(True, "Draw the training prompts in a new seeded order each epoch (trainer.seed); false: "
+                        "in file order, epoch after epoch (verl's data.shuffle, TRL's shuffle_dataset).")
     max_prompt_length: int = opt(512, "Prompts longer than this many tokens are dropped (or an error, see "
                                  "`data.overlong`).")
     overlong: str = opt("drop", "What to do with a prompt over `data.max_prompt_length`: drop (counted) or error.")
@@ -441,9 +443,13 @@ class TrainerConfig:
     total_steps: int = opt(150, "RL steps to run.")
     total_epochs: Optional[int] = opt(None, "Passes over the training prompts (verl's trainer.total_epochs, TRL's "
                                       "num_train_epochs): when set, trainer.total_steps becomes total_epochs x "
-                                      "ceil(training prompts kept / data.prompts_per_step), resolved at start.")
-    val_every: int = opt(50, "Validate every this many steps (also before the first and after the last; "
-                         "0 disables validation).")
+                                      "ceil(training prompts kept / data.prompts_per_step), resolved at start. A "
+                                      "trainer.total_steps given in the same or a later layer wins, as in verl and "
+                                      "TRL (the start-up says so).")
+    val_every: int = opt(50, "Validate every this many steps (also before the first, unless "
+                         "trainer.val_before_train=false, and after the last; 0 disables validation).")
+    val_before_train: bool = opt(True, "Validate before the first step too (when validation is on); false: the "
+                                 "first validation is at step trainer.val_every (verl's trainer.val_before_train).")
     seed: int = opt(0, "Seed for sampling prompts, rollouts and everything else.")
     output_dir: str = opt("runs/default", "Run folder: metrics.jsonl, config.yaml, the warm-start model.")
     log_every: int = opt(10, "Print a metrics line to the console every this many steps.")

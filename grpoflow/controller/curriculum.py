@@ -22,7 +22,7 @@ from grpoflow.data.sampler import EpochSampler, PromptSampler
 def build_sampler(cfg: Config, num_items: int) -> PromptSampler:
     c = cfg.data.curriculum
     if not c.enable:
-        return EpochSampler(num_items, seed=cfg.trainer.seed)
+        return EpochSampler(num_items, seed=cfg.trainer.seed, shuffle=cfg.data.shuffle)
     return CurriculumSampler(num_items, cfg.trainer.seed, shares=c.shares, window=c.window, easy_above=c.easy_above,
                              hard_below=c.hard_below, retire_after=c.retire_after)
 

@@ -8,8 +8,9 @@ decides when each happens:
 
 - resume: the checkpoint the run folder chose (trainer.resume), or step 0; the metrics of later steps are
   dropped, so a resumed run redoes them (exactly: resume is deterministic);
-- every step goes to `metrics.jsonl`, the console and each tracker of `trainer.loggers`; validation every
-  `trainer.val_every` steps and after the last; a checkpoint every `trainer.save_every` steps and after the last;
+- every step goes to `metrics.jsonl`, the console and each tracker of `trainer.loggers`; validation before the
+  first step (unless `trainer.val_before_train` is false), every `trainer.val_every` steps and after the last; a
+  checkpoint every `trainer.save_every` steps and after the last;
 - SIGTERM or a first Ctrl-C ends the run after the current step with a checkpoint (preemption.py);
 - a non-finite loss stops the run with a TrainingError that says what to change and what was kept;
 - a worker process or node that dies, or a weight sync that times out, rebuilds the workers and continues
@@ -96,7 +97,7 @@ class RunLoop:
         stopped: dict[str, Any] = {}
         with stop_on_signals() as stop:
             first = next((r for r in history if r["step"] == 0), {}) if start else \
-                (c.evaluate_held_out(0) if do_val else {})
+                (c.evaluate_held_out(0) if do_val and t.val_before_train else {})
             if first and not start:
                 self.log(0, first, force_print=True)
             first = {k: v for k, v in first.items() if k != "step"}

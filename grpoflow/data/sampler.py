@@ -30,16 +30,17 @@ class PromptSampler(Protocol):
 
 
 class EpochSampler:
-    """Yield dataset indices epoch after epoch, in a new seeded order each epoch."""
+    """Yield dataset indices epoch after epoch, in a new seeded order each epoch (``shuffle=False``: in the
+    items' order, every epoch)."""
 
-    def __init__(self, num_items: int, seed: int):
+    def __init__(self, num_items: int, seed: int, shuffle: bool = True):
         if num_items <= 0:
             raise ValueError(
                 f"EpochSampler needs at least one item, got num_items={num_items}; check that "
                 f"the dataset kept some prompts."
             )
         self.num_items = num_items
-        self.seed = seed
+        self.seed, self.shuffle = seed, shuffle
         self._epoch = 0
         self._position = 0  # next index to hand out within the current epoch's order
         self._order = self._order_for(0)
@@ -50,6 +51,8 @@ class EpochSampler:
         return self._epoch
 
     def _order_for(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.num_items))
         gen = torch.Generator().manual_seed(self.seed + epoch)
         return torch.randperm(self.num_items, generator=gen).tolist()
 

@@ -35,7 +35,10 @@ or hand a reply to another call.
 
 `sandbox=True` (the tool runner's pools) also gives each worker a minimal environment, stdout/stderr on
 /dev/null, a temporary folder of its own as cwd (deleted after the worker is killed) and what
-grpoflow/sandbox.py's `enter_sandbox` takes away (another uid, no_new_privs, hard limits, no fork).
+grpoflow/sandbox.py's `enter_sandbox` takes away (a uid of its own, no capabilities, no_new_privs, hard limits,
+no fork). A root trainer starts such workers in bubblewrap's read-only view where it works, else as root with
+calls that change their uid; where neither keeps the calls from root, the pool refuses to start with a
+`UserError` that names the cause and the fix (`sandbox.isolation`).
 Reward pools keep the trainer's environment: a reward function is the user's own code and may need an
 API key.
 """
@@ -60,9 +63,11 @@ from collections import deque
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
+from grpoflow.errors import UserError
 from grpoflow.plugins import load_from_file
 from grpoflow.user_code_child import REQUEST_ID, ResourceLimits
-from grpoflow.sandbox import HEADER, FrameReader, ProtocolError, minimal_environment
+from grpoflow.sandbox import (HEADER, FrameReader, Isolation, ProtocolError, call_uid, import_paths, isolation,
+                              minimal_environment, view_command)
 
 __all__ = ["Outcome", "ResourceLimits", "Task", "UserCodeProcesses", "UserCodeStartError", "dumps_function"]
 
@@ -75,7 +80,6 @@ _BOOT = ("import sys; sys.path[:] = {path!r}; from grpoflow.user_code_child impo
          "child_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))")
 _SEND_TIMEOUT_S = 30.0  # a worker that does not read its request within this is killed
 _CALL_KINDS = ("ok", "error", "killed")
-_warned_unreadable: list[str] = []  # the folder a sandboxed pool found unreadable by nobody, once said
 Validate = Callable[[Any], Any]  # an "ok" value -> the value to give back; ValueError: a protocol violation
 
 
@@ -168,6 +172,11 @@ class UserCodeProcesses:
         self._payload, self._start_timeout_s = payload, start_timeout_s
         self._limits, self._label = limits or ResourceLimits(), label
         self._sandbox, self._validate = sandbox, validate
+        self._isolation: Isolation | None = None  # a root trainer's sandboxed pool: how its calls leave root
+        if sandbox and os.geteuid() == 0:
+            self._isolation = isolation(import_paths(), label)
+            if self._isolation.kind == "refused":
+                raise UserError(self._isolation.reason)
         self._next_id = 0
         self._workers: list[_Child] = []
         self._finalizer = weakref.finalize(self, _kill_all, self._workers)
@@ -274,13 +283,14 @@ class UserCodeProcesses:
         """Take one reply from `w`; False if `w` was replaced (it broke the protocol, or hit its memory limit)."""
         kind, info, request_id = reply["kind"], reply["info"], reply["id"]
         if w.state == "starting":
+            if kind == "refused" and request_id is None:  # a call of it could not leave root
+                raise UserError(f"a sandboxed {self._label} worker refused to start: {info}; calls never run as "
+                                f"root (docs/multi-turn.md, 'What the sandbox stops').")
             if kind == "init_error" and request_id is None:
                 raise UserCodeStartError(f"a {self._label} worker process could not load its function:\n{info}")
             if kind != "ready" or request_id is not None:
                 raise UserCodeStartError(f"a {self._label} worker process sent {kind!r} while starting.")
             w.state, w.deadline = "idle", None
-            if self._sandbox:
-                self._unreadable(info)
             return True
         if w.state != "busy" or request_id != w.request_id or kind not in _CALL_KINDS:
             held = f"request {w.request_id}" if w.state == "busy" else "no request"
@@ -302,19 +312,6 @@ class UserCodeProcesses:
             self._replace(self._workers.index(w))
             return False
         return True
-
-    def _unreadable(self, info: Any) -> None:
-        """Say once, for a sandboxed pool whose workers found that `nobody` cannot read Python, that its calls run
-        as root (with every other limit) and how to change that."""
-        folder = info.get("unreadable") if isinstance(info, dict) else None
-        if isinstance(folder, str) and not _warned_unreadable:
-            _warned_unreadable.append(folder)
-            log.warning("the user nobody cannot read %s, where Python lives (%s), so sandboxed %s calls run as root "
-                        "(still with their time, CPU-time and memory limits, no new privileges, a minimal "
-                        "environment, a folder and a fresh interpreter of their own per call, and every process "
-                        "they start killed when the call ends); to run them as nobody, make it readable "
-                        "(chmod o+rx %s) or install Python where every user can read it (e.g. /usr/local or "
-                        "/opt).", folder, sys.base_prefix, self._label, folder)
 
     def _violation(self, w: _Child, outcomes: list, why: str) -> None:
         log.warning("a %s worker process (pid %d) broke the reply protocol: %s. It was killed and replaced; code "
@@ -340,10 +337,15 @@ class UserCodeProcesses:
         reply_r, reply_w = os.pipe()
         workdir = tempfile.mkdtemp(prefix=f"grpoflow-{self._label}-") if self._sandbox else None
         quiet = subprocess.DEVNULL if self._sandbox else None
+        view = self._isolation if self._isolation is not None and self._isolation.kind == "view" else None
+        # in the view the worker's parent is bubblewrap's init (pid 1 of its pid namespace), killed with the trainer
+        argv = [sys.executable, "-c", _BOOT.format(path=list(sys.path)), str(request_r), str(reply_w),
+                "1" if view else str(os.getpid())]
+        if view is not None and workdir is not None:
+            argv = view_command(workdir, view, argv)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-c", _BOOT.format(path=list(sys.path)), str(request_r), str(reply_w),
-                 str(os.getpid())],
+                argv,
                 pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL, stdout=quiet, stderr=quiet,
                 start_new_session=True, cwd=workdir, env=minimal_environment(workdir) if workdir else None)
         except OSError as e:
@@ -355,7 +357,8 @@ class UserCodeProcesses:
             os.close(reply_w)
         os.set_blocking(request_w, False)
         w = _Child(proc, request_w, FrameReader(reply_r), workdir, time.monotonic() + self._start_timeout_s)
-        settings = pickle.dumps({"limits": self._limits, "workdir": workdir})
+        uid = call_uid(proc.pid) if self._isolation is not None else None
+        settings = pickle.dumps({"limits": self._limits, "workdir": workdir, "uid": uid})
         try:
             _send_frame(request_w, settings, w.deadline or 0.0)
             _send_frame(request_w, self._payload, w.deadline or 0.0)

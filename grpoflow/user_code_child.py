@@ -6,10 +6,11 @@ function, sets the limits, says "ready", then answers each request with exactly 
 request's id.
 
 A sandboxed pool's worker (settings["workdir"] set) is a fork server instead: it imports grpoflow/sandbox.py's
-PRELOAD, checks once whether `nobody` can read Python (`unreadable_for_nobody`; its "ready" reply says what it
-found), and runs each call in a child it forks for that call alone: the child closes the worker's pipes, enters
-the sandbox (`enter_sandbox`, in a folder of its own), seeds `random` from the call's bytes (the same call draws
-the same numbers, in this run and a resumed one), runs the call, writes its one reply to the worker and exits.
+PRELOAD, checks once, when root, that a call can run as the uid the pool gave it (`probe_call_uid`; if not, it
+replies "refused" with why and exits: a call never runs as root), and runs each call in a child it forks for
+that call alone: the child closes the worker's pipes, enters the sandbox (`enter_sandbox`, in a folder of its
+own), seeds `random` from the call's bytes (the same call draws the same numbers, in this run and a resumed one),
+runs the call, writes its one reply to the worker and exits.
 The worker hands that reply on verbatim (the pool checks it) or, when the child died without one, says why. So
 no call sees what another changed, and code in a call never holds the worker's reply pipe. Cost: one fork per
 call (docs/multi-turn.md gives the figure).
@@ -36,8 +37,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from grpoflow.sandbox import (HEADER, MAX_REPLY_BYTES, PRELOAD, encode_reply, enter_sandbox, python_paths,
-                              unreadable_for_nobody)
+from grpoflow.sandbox import HEADER, MAX_REPLY_BYTES, PRELOAD, encode_reply, enter_sandbox, probe_call_uid, python_paths
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -71,15 +71,21 @@ def child_main(request_fd: int, reply_fd: int, parent_pid: int) -> None:
         if settings["workdir"] is not None:
             for name in PRELOAD:
                 importlib.import_module(name)
-            unreadable = unreadable_for_nobody(python_paths())
+            uid = settings["uid"]
+            refused = None
+            if os.geteuid() == 0:
+                refused = "no uid was given for its calls" if uid is None else probe_call_uid(uid, python_paths())
         else:
             _apply_limits(limits)
     except BaseException:
         _reply(reply_fd, None, "init_error", traceback.format_exc())
         return
     if settings["workdir"] is not None:
-        _reply(reply_fd, None, "ready", {"unreadable": unreadable})
-        _fork_server(fn, settings["workdir"], limits, unreadable is None, request_fd, reply_fd)
+        if refused is not None:
+            _reply(reply_fd, None, "refused", refused)
+            return
+        _reply(reply_fd, None, "ready", None)
+        _fork_server(fn, settings["workdir"], limits, uid, request_fd, reply_fd)
         return
     _reply(reply_fd, None, "ready", None)
     while True:
@@ -126,10 +132,10 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _fork_server(fn: Callable, workdir: str, limits: ResourceLimits, drop_uid: bool, request_fd: int,
+def _fork_server(fn: Callable, workdir: str, limits: ResourceLimits, uid: int | None, request_fd: int,
                  reply_fd: int) -> None:
     """Serve each call in a child forked for it (the module docstring) until the parent closes the pipe."""
-    os.chmod(workdir, 0o711)  # a call's child (nobody) may pass through to its own folder, not list or write here
+    os.chmod(workdir, 0o711)  # a call's child (its own uid) may pass through to its own folder, not list or write here
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans it leaves come here
     while True:
         frame = _read_frame(request_fd)
@@ -140,7 +146,7 @@ def _fork_server(fn: Callable, workdir: str, limits: ResourceLimits, drop_uid: b
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _call_child(fn, frame, request_id, folder, limits, drop_uid, (request_fd, reply_fd, read_end), write_end)
+            _call_child(fn, frame, request_id, folder, limits, uid, (request_fd, reply_fd, read_end), write_end)
         os.close(write_end)
         reply = _read_up_to(read_end, HEADER.size + MAX_REPLY_BYTES + 1)
         if len(reply) > HEADER.size + MAX_REPLY_BYTES:
@@ -155,7 +161,7 @@ def _fork_server(fn: Callable, workdir: str, limits: ResourceLimits, drop_uid: b
             _reply(reply_fd, request_id, *_died(os.waitstatus_to_exitcode(status), limits))
 
 
-def _call_child(fn: Callable, frame: bytes, request_id: int, folder: str, limits: ResourceLimits, drop_uid: bool,
+def _call_child(fn: Callable, frame: bytes, request_id: int, folder: str, limits: ResourceLimits, uid: int | None,
                 close: tuple[int, ...], reply_fd: int) -> None:
     """The forked child of one call: sandbox, seed, run, reply, exit (never returns)."""
     try:
@@ -164,7 +170,7 @@ def _call_child(fn: Callable, frame: bytes, request_id: int, folder: str, limits
         os.environ.update(HOME=folder, TMPDIR=folder)
         tempfile.tempdir = None
         _apply_limits(limits)
-        enter_sandbox(folder, limits.memory_mb, drop_uid=drop_uid)
+        enter_sandbox(folder, limits.memory_mb, uid=uid)
         _die_with_parent()
         body = frame[REQUEST_ID.size:]
         random.seed(hashlib.sha256(body).digest())
@@ -182,8 +188,8 @@ def _call_child(fn: Callable, frame: bytes, request_id: int, folder: str, limits
 
 
 def _end_leftovers() -> None:
-    """SIGKILL and reap every process a call left behind (a call running as root may fork; as a subreaper this
-    worker inherits what it orphaned, setsid or not)."""
+    """SIGKILL and reap every process a call left behind (RLIMIT_NPROC stops its forks; should one get through, this
+    worker, a subreaper, inherits what it orphaned, setsid or not)."""
     while True:
         children = [pid for pid in _pids() if _parent_of(pid) == os.getpid()]
         if not children:

@@ -15,7 +15,7 @@ Where a call runs depends on its Tool's `sandboxed` flag:
 
 - sandboxed (untrusted code, e.g. `python`): in one of `workers` worker processes
   (grpoflow/user_code.py, shared with reward scoring, with `sandbox=True`): RLIMIT_CPU and a hard
-  RLIMIT_AS, no fork, a minimal environment, a folder of its own, another uid when the trainer is root
+  RLIMIT_AS, no fork, a minimal environment, a folder of its own, a uid of its own (never root)
   (grpoflow/sandbox.py). Its reply is JSON data checked to be a (status, content) pair, never
   unpickled. A worker that times out, dies, exceeds a limit or breaks the reply protocol is SIGKILLed
   and replaced, and the other calls go on. It can still read world-readable files and use the network

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from grpoflow.errors import UserError
 from grpoflow.models.loading import cache_keyword
+from grpoflow.engines.decode_state import SlotState
 from grpoflow.engines.protocol import Completion, Request
 from grpoflow.engines.random_streams import uniforms
 from grpoflow.engines.sampling import sample_tokens
@@ -126,6 +127,8 @@ class ContinuousSampler:
         self.cache = SlotCache(self.config.num_hidden_layers, 0, 64)
         self.rows: list[Row | None] = []
         self.logits: Tensor | None = None  # [slots, V] each live row's next-token logits
+        self.state = SlotState.empty(0, self.device)  # what a decode step needs of each slot, on the device
+        self.kinds: dict[tuple[float, float], int] = {}  # (temperature, top_p) -> the kind id SlotState holds
         self.budget = kv_budget_columns
         self.queue: list[tuple[int, Request]] = []  # admitted requests waiting for room in the cache, in order
         self.peak_columns = 0              # the most token columns the cache held (slots x capacity)
@@ -204,6 +207,10 @@ class ContinuousSampler:
             prefill.append((slot, reuse, list(q.prompt_ids[reuse:])))
             self.rows[slot] = Row(rid, q, list(q.prompt_ids), prefilled=len(q.prompt_ids) - reuse, reused=reuse)
         self._prefill(prefill)
+        slots = free[:len(requests)]
+        rows = [row for row in (self.rows[slot] for slot in slots) if row is not None]
+        self.state.set(slots, [r.request for r in rows], [len(r.fed) for r in rows],
+                       [self.kinds.setdefault((r.request.temperature, r.request.top_p), len(self.kinds)) for r in rows])
         if copies:
             src = torch.tensor([s for s, _ in copies], device=self.device)
             dst = torch.tensor([d for _, d in copies], device=self.device)
@@ -222,11 +229,13 @@ class ContinuousSampler:
             tokens[a, queries - len(suffix):] = torch.tensor(suffix, dtype=torch.long)
             pad[a, queries - len(suffix):] = False
             self.prefilled_tokens += len(suffix)
-        rows = torch.tensor([slot for slot, _, _ in prefill])
-        starts = torch.tensor([reuse - (queries - len(suffix)) for _, reuse, suffix in prefill])
-        logits = self._forward(rows, starts, tokens, pad, last_only=True)
+        rows = torch.tensor([slot for slot, _, _ in prefill], device=self.device)
+        starts = torch.tensor([reuse - (queries - len(suffix)) for _, reuse, suffix in prefill], device=self.device)
+        width = max(reuse + len(suffix) for _, reuse, suffix in prefill)
+        logits = self._forward(rows, starts, starts, tokens.to(self.device), pad.to(self.device), width,
+                               last_only=True)
         assert self.logits is not None
-        self.logits[rows.to(self.device)] = logits
+        self.logits[rows] = logits
 
     # ------------------------------------------------------------ step
 
@@ -237,11 +246,11 @@ class ContinuousSampler:
         if not live:
             self._admit_queued()
             return []
-        assert self.logits is not None
-        tokens, log_probs = self._draw(live)
+        tokens, log_probs = self._draw()
         finished: list[tuple[int, Completion]] = []
         going: list[int] = []
-        for slot, token, log_prob in zip(live, tokens, log_probs):
+        for slot in live:
+            token, log_prob = tokens[slot], log_probs[slot]
             row = self.rows[slot]
             assert row is not None
             row.ids.append(token)
@@ -268,6 +277,7 @@ class ContinuousSampler:
         re-prefilling its prompt and these tokens)."""
         paused = [(rid, Completion([], [], [], "paused", 0)) for rid, _ in self.queue]
         self.queue = []
+        self.state.live.fill_(False)
         for slot, row in enumerate(self.rows):
             if row is not None:
                 paused.append((row.rid, Completion(row.ids, row.log_probs, row.versions, "paused", row.prefilled,
@@ -275,42 +285,44 @@ class ContinuousSampler:
                 self.rows[slot] = None
         return paused
 
-    def _draw(self, live: list[int]) -> tuple[list[int], list[float]]:
-        """The next token of each live slot and its log-prob, from the slot's logits and its stream."""
+    def _draw(self) -> tuple[list[int], list[float]]:
+        """Every slot draws its next token from its logits and its stream (a free slot's draw is ignored): the
+        ids and log-probs of all slots, brought to the host in one copy, the decode step's only one.
+
+        Drawing over every slot rather than the live ones keeps the step free of host-built index tensors; a free
+        slot costs one row of sampling (free slots are under 1 / compact_fraction of the slots). Rows of several
+        (temperature, top_p) kinds are drawn once per kind and each takes its own kind's draw; every operation of
+        `sample_tokens` is row by row, so a row draws what it would with its kind alone."""
         assert self.logits is not None
-        rows = [self.rows[s] for s in live]
-        logits = self.logits[torch.tensor(live, device=self.device)]
-        streams = torch.tensor([r.request.stream for r in rows if r], dtype=torch.long, device=self.device)
-        positions = torch.tensor([r.request.position + len(r.ids) for r in rows if r], dtype=torch.long,
-                                 device=self.device)
-        token = torch.empty(len(live), dtype=torch.long, device=self.device)
-        log_prob = torch.empty(len(live), device=self.device)
-        kinds = sorted({(r.request.temperature, r.request.top_p) for r in rows if r})
-        for temperature, top_p in kinds:
-            pick = torch.tensor([i for i, r in enumerate(rows) if r and (r.request.temperature, r.request.top_p)
-                                 == (temperature, top_p)], device=self.device)
-            t, lp = sample_tokens(logits[pick], temperature=temperature, top_p=top_p,
-                                  uniform=uniforms(streams[pick], positions[pick]))
-            token[pick], log_prob[pick] = t, lp
-        return token.tolist(), log_prob.tolist()
+        st, logits = self.state, self.logits
+        kinds = sorted({(r.request.temperature, r.request.top_p) for r in self.rows if r is not None})
+        uniform = uniforms(st.stream, st.position)
+        token, log_prob = sample_tokens(logits, temperature=kinds[0][0], top_p=kinds[0][1], uniform=uniform)
+        for temperature, top_p in kinds[1:]:
+            t, lp = sample_tokens(logits, temperature=temperature, top_p=top_p, uniform=uniform)
+            mine = st.kind == self.kinds[(temperature, top_p)]
+            token, log_prob = torch.where(mine, t, token), torch.where(mine, lp, log_prob)
+        st.advance(token)
+        # float64 holds every id and every float32 log-prob exactly: one tensor, one copy
+        host = torch.cat([token.double(), log_prob.double()]).tolist()
+        slots = len(self.rows)
+        return [int(t) for t in host[:slots]], host[slots:]
 
     def _decode(self, going: list[int]) -> None:
-        """Feed each continuing row its last token (one forward over every slot; free slots write the dump)."""
+        """Feed each continuing row its last token (one forward over every slot; free slots write the dump).
+        Tokens, columns, positions and the mask come from the device's `SlotState`: nothing is built on the host."""
         free = len(self.rows) - len(going)
         if free and free * self.compact_fraction >= len(self.rows):
             self._compact(going)
             going = list(range(len(going)))
-        slots = len(self.rows)
-        token_list, start_list = [self.pad_token_id] * slots, [self.cache.dump] * slots
-        for slot in going:
-            row = self.rows[slot]
-            assert row is not None
-            token_list[slot], start_list[slot] = row.ids[-1], len(row.fed)
-        tokens = torch.tensor(token_list, dtype=torch.long)[:, None]
-        starts = torch.tensor(start_list, dtype=torch.long)
-        logits = self._forward(None, starts, tokens, None, last_only=False)
+        width = 1 + max(len(self.rows[s].fed) for s in going)  # type: ignore[union-attr]
+        st = self.state
+        columns = torch.where(st.live, st.column, self.cache.dump)  # free slots write the dump column
+        reads = torch.where(st.live, st.column, 0)                   # and read column 0 only
+        logits = self._forward(None, columns, reads, st.token[:, None], None, width, last_only=False)
         assert self.logits is not None
         self.logits[:] = logits
+        st.fed()
         for slot in going:
             row = self.rows[slot]
             assert row is not None
@@ -318,21 +330,20 @@ class ContinuousSampler:
 
     # ------------------------------------------------------------ the model and the cache
 
-    def _forward(self, rows: Tensor | None, starts: Tensor, tokens: Tensor, pad: Tensor | None, *,
-                 last_only: bool) -> Tensor:
-        """[A, V] float32 logits of each row's last query; `rows` None: every slot (free slots have start = dump)."""
+    def _forward(self, rows: Tensor | None, columns: Tensor, reads: Tensor, tokens: Tensor, pad: Tensor | None,
+                 width: int, *, last_only: bool) -> Tensor:
+        """[A, V] float32 logits of each row's last query; `rows` None: every slot. All tensors on the device:
+        `columns` [A] where each row's first query writes its KV (the dump for a free slot), `reads` [A] the
+        column of its first query for the mask and positions (negative where the first queries are padding; 0
+        for a free slot), `tokens` [A, Q], `pad` [A, Q] or None; `width` the columns attention reads."""
         queries = tokens.shape[1]
-        real = starts != self.cache.dump
-        width = int((starts[real] + queries).max()) if bool(real.any()) else 1
-        starts_for_mask = torch.where(real, starts, torch.zeros_like(starts) - queries + 1)
-        visible = attention_mask(starts_for_mask, queries, width, pad)  # free slots: column 0 only
-        mask = torch.zeros(visible.shape, dtype=self.dtype).masked_fill(~visible, torch.finfo(self.dtype).min)
-        positions = (starts_for_mask[:, None] + torch.arange(queries)[None, :]).clamp(min=0)
-        self.cache.prepare(None if rows is None else rows.to(self.device), starts.to(self.device), queries,
-                           None if pad is None else pad.to(self.device), width)
-        keep = {"logits_to_keep": torch.tensor([queries - 1], device=self.device)} if last_only else {}
-        out = self.model(input_ids=tokens.to(self.device), attention_mask=mask.to(self.device),
-                         position_ids=positions.to(self.device), use_cache=True,
+        visible = attention_mask(reads, queries, width, pad)
+        mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device).masked_fill(
+            ~visible, torch.finfo(self.dtype).min)
+        positions = (reads[:, None] + torch.arange(queries, device=self.device)[None, :]).clamp(min=0)
+        self.cache.prepare(rows, columns, queries, pad, width)
+        keep = {"logits_to_keep": 1} if last_only else {}
+        out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
                          **{self.cache_kw: self.cache}, **keep)
         return out.logits[:, -1].float()
 
@@ -342,6 +353,7 @@ class ContinuousSampler:
             doubled = 2 * self.cache.capacity
             capacity = max(capacity, doubled if self.budget is None else min(doubled, self.budget // max(slots, 1)))
         self.cache.grow(slots, capacity)
+        self.state.grow(slots)
         self.peak_columns = max(self.peak_columns, self.cache.slots * self.cache.capacity)
         if len(self.rows) < slots:
             self.rows += [None] * (slots - len(self.rows))
@@ -355,6 +367,7 @@ class ContinuousSampler:
     def _compact(self, going: list[int]) -> None:
         keep = torch.tensor(going, device=self.device)
         self.cache.keep(keep)
+        self.state.keep(keep)
         assert self.logits is not None
         self.logits = self.logits[keep]
         self.rows = [self.rows[s] for s in going]
@@ -369,3 +382,4 @@ class ContinuousSampler:
             raise RuntimeError("the HF engine's KV cache was released while requests were running")
         self.cache = SlotCache(self.config.num_hidden_layers, 0, 64)
         self.rows, self.logits = [], None
+        self.state = SlotState.empty(0, self.device)

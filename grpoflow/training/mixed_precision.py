@@ -49,9 +49,8 @@ class ComputeCopy:
     @torch.no_grad()
     def refresh(self) -> nn.Module:
         """Cast the masters into the compute copy if they changed since the last refresh; returns the copy."""
-        if self.stale:
-            for master_p, compute_p in self.pairs:
-                compute_p.copy_(master_p)
+        if self.stale:  # one foreach copy (casting): a few fused launches on a GPU, not one per parameter
+            torch._foreach_copy_([c for _, c in self.pairs], [m for m, _ in self.pairs])
             self.stale = False
         return self.compute
 

@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: train warm-start test test-slow test-faults test-hostile test-browser typecheck lint setup clean
+.PHONY: train warm-start test test-slow test-faults test-hostile test-browser typecheck lint docs setup clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -53,5 +53,13 @@ typecheck: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# the documentation site (mkdocs.yml: docs/ and the API page of the extension points) into site/, with --strict: a
+# broken link, a page missing from the nav or a docstring mkdocstrings cannot render fails; installs the `docs` extra
+# into .venv on first use
+docs: $(STAMP)
+	$(VENV)/bin/python -c "import mkdocs, material, mkdocstrings_handlers.python" 2>/dev/null \
+	  || $(VENV)/bin/pip install -q -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site

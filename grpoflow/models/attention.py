@@ -2,7 +2,8 @@
 
 torch's CPU `scaled_dot_product_attention` is a flash kernel written for long sequences: on the
 short rows of RL on chat prompts (SmolLM2: 24 response queries against 70 keys, 9 query heads
-sharing 3 key/value heads) its bf16 backward takes 3-5x the time of plain matrix products, and
+sharing 3 key/value heads) its bf16 backward takes several times the time of plain matrix products (the figures:
+docs/performance-log.md, "The real-model row: SmolLM2-135M-Instruct", item 2), and
 transformers first repeats every key/value head for the query heads that share it. Here the query
 heads of one key/value head are stacked along the query axis ([B, Hk, g * q, d]), so keys and
 values are used as they are, and the attention is

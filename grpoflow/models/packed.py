@@ -1,8 +1,8 @@
 """Responses packed without padding: the decoder runs each distinct prompt's tokens and each response's real
 tokens once, laid end to end in one [1, N] sequence.
 
-A GRPO batch pads every response to the longest: on the real-model row (SmolLM2, 8 prompts x 8 samples, <= 24
-tokens) 348 of the 1,536 response positions were padding, 18 % of the tokens every layer ran. Every op of a
+A GRPO batch pads every response to the longest, and every layer runs the padding (on the real-model row, a
+fifth of its tokens: docs/performance-log.md, "Packed responses and the head's kept probabilities"). Every op of a
 decoder layer but attention works token by token, so it runs on the packed tokens as they are; attention
 (`packed_attention`) gathers each sequence into small padded blocks of its own:
 

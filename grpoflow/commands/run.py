@@ -30,13 +30,13 @@ from grpoflow.models.spec import is_builtin, model_folder
 from grpoflow.models.warm_start import is_warm_start
 from grpoflow.trajectories.chat import ChatRenderer
 from grpoflow.rewards import RewardScorer, build_reward, unscored_message, unscored_sources
-from grpoflow.rewards.by_source import scorer_name
+from grpoflow.rewards.by_source import auto_scorers, scorer_name
 from grpoflow.tasks.addition import addition_splits
 from grpoflow.tasks.chat_addition import chat_addition_splits
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
 from grpoflow.tasks.reasoning_gym_tasks import default_val_spec, is_reasoning_gym, reasoning_gym_rows
 from grpoflow.tasks.verifiers_tasks import is_verifiers, verifiers_rows
-from grpoflow.training.bf16_units import this_machines_compute_dtype
+from grpoflow.training.bf16_units import bf16_available_hint, this_machines_compute_dtype
 from grpoflow.workers.rollout_kinds import tool_schemas
 
 # built-in data name -> (the task's splits function, index of the split)
@@ -192,20 +192,25 @@ def train(cfg: Config) -> dict:
     """`grpoflow train`: (warm start) -> GRPO with validation; returns before/after validation metrics."""
     start = time.perf_counter()
     auto_dtype = cfg.model.compute_dtype in (None, "auto")  # resolved by this machine: may differ on resume
-    cfg = with_compute_dtype(cfg)  # model.compute_dtype None/auto: this machine's, before config.yaml
+    setting, cfg = cfg.model.compute_dtype, with_compute_dtype(cfg)  # None/auto: this machine's, before config.yaml
     cfg, engine_line = with_engine(cfg)  # rollout.engine=auto: this machine's, named on the start-up lines
     check_config(cfg)  # the one start-up check of the run (user files imported here); the Controller requires it
     schedule = batch_schedule(cfg)
     check_trackers(cfg.trainer.loggers)
     scorer = build_scorer(cfg)
     with setup_run_dir(cfg, auto_dtype=auto_dtype) as folder:
-        return _train(cfg, folder, scorer, f"{schedule.describe()}\n{engine_line}", start)
+        device = "cuda" if torch.cuda.is_available() or cfg.backend != "local" else "cpu"
+        dtype_line = bf16_available_hint(setting, cfg.model.compute_dtype, device)  # None: nothing to say
+        lines = "\n".join(filter(None, [schedule.describe(), engine_line, dtype_line]))
+        return _train(cfg, folder, scorer, lines, start)
 
 
 def _train(cfg: Config, folder: RunFolder, scorer: RewardScorer | None, schedule: str, start: float) -> dict:
     run_dir = folder.path
     train_rows, val_rows = read_rows(cfg.data.train_files), read_rows(val_files(cfg))
     check_scored_sources(cfg, train_rows + val_rows)
+    if "auto" in (cfg.reward.functions or [cfg.reward.function]):
+        tqdm.write(auto_scorers(train_rows + val_rows))
     tqdm.write(f"run folder: {run_dir.resolve()}")
     tqdm.write(schedule)
     if cfg.rollout.conversational:  # the chat template must render token-exactly: checked first

@@ -47,6 +47,18 @@ def unscored_sources(rows: Iterable[dict]) -> list[str]:
                    if s is not None and scorer_name(s) is None})
 
 
+def auto_scorers(rows: Iterable[dict]) -> str:
+    """The start-up line of a `reward.function=auto` run: each data_source among `rows` with the scorer it gets and
+    its row count, most rows first; rows without one are `(no data_source)`. Unscored sources are refused before."""
+    counts: dict[Any, int] = {}
+    for row in rows:
+        source = row.get("data_source")
+        counts[source] = counts.get(source, 0) + 1
+    parts = [f"{'(no data_source)' if s is None else s} -> {scorer_name(s) or 'none'} ({n:,} row{'s' if n != 1 else ''})"
+             for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))]
+    return "reward.function=auto scores by data_source: " + ", ".join(parts)
+
+
 def unscored_message(sources: list[str]) -> str:
     return (f"reward.function=auto scores each row by its data_source as verl does, but it has no scorer for "
             f"{sources} (it has {sorted(VERL_SOURCES)} and reasoning_gym/*). Set reward.function (a built-in or "

@@ -114,10 +114,10 @@ def _serve(fn: Callable, request: bytes, limits: ResourceLimits) -> Outcome:
         return "ok", fn(*args, **kwargs)
     except MemoryError:
         if limits.memory_mb is None:
-            return "error", traceback.format_exc(limit=3)
+            return "error", traceback.format_exc(limit=-3)
         return "killed", f"it exceeded its memory limit of {limits.memory_mb} MB"
     except BaseException:  # SystemExit included: the worker keeps serving
-        return "error", traceback.format_exc(limit=3)
+        return "error", traceback.format_exc(limit=-3)
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)  # disarm the CPU-time timer (a no-op without one)
 

@@ -130,8 +130,13 @@ def check_config_values(cfg: Config) -> None:
          "reward.functions; give one weight per function."),
         (cfg.reward.timeout_s is None or cfg.reward.timeout_s > 0, "reward.timeout_s must be > 0 (or null)."),
         (cfg.reward.workers >= 0, "reward.workers must be >= 0."),
-        (cfg.reward.style in ("auto", "grpoflow", "trl", "verl"),
-         f"reward.style={cfg.reward.style!r}; use auto, grpoflow, trl or verl."),
+        (all(s in ("auto", "grpoflow", "trl", "verl")
+             for s in (cfg.reward.style if isinstance(cfg.reward.style, list) else [cfg.reward.style])),
+         f"reward.style={cfg.reward.style!r}; use auto, grpoflow, trl or verl, or a list of them (one per "
+         "reward.functions entry)."),
+        (not isinstance(cfg.reward.style, list) or len(cfg.reward.style) == len(cfg.reward.functions),
+         f"reward.style has {len(cfg.reward.style)} entries for {len(cfg.reward.functions)} reward.functions; give one "
+         "style per function (as reward.weights), or one style for all."),
         (0 < cfg.reward.max_error_share <= 1,
          f"reward.max_error_share={cfg.reward.max_error_share} must be in (0, 1]."),
         (0 <= cfg.reward.overlong_buffer_len < cfg.rollout.max_new_tokens,

@@ -81,6 +81,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
+        for arg in args[1:]:  # Union[str, list]: a value that fits a later type as it is keeps that type
+            if isinstance(value, typing.get_origin(arg) or arg):
+                return _coerce(key, value, arg)
         return _coerce(key, value, args[0])
     if tp is Any:
         return value

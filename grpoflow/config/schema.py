@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from grpoflow.errors import UserError
 
@@ -297,9 +297,11 @@ class RewardConfig:
                         "shape fn(prompt, completion, **row_columns) -> float | dict | None, TRL's "
                         "fn(prompts, completions, **columns) -> list or verl's compute_score(data_source, "
                         "solution_str, ground_truth, extra_info) (reward.style).")
-    style: str = opt("auto", "The shape of user reward functions: auto (read off each one's parameter names: "
-                     "completions/prompts -> trl, solution_str or data_source+ground_truth -> verl, else grpoflow), "
-                     "grpoflow, trl or verl (docs/data-and-rewards.md).")
+    style: Union[str, list] = opt("auto", "The shape of user reward functions: auto (read off each one's parameter "
+                                  "names: completions, completion_ids, trainer_state, log_extra, log_metric or "
+                                  "prompts first -> trl; solution_str or data_source+ground_truth -> verl; else "
+                                  "grpoflow), grpoflow, trl or verl; or a list, one per reward.functions entry (as "
+                                  "reward.weights) (docs/data-and-rewards.md).")
     max_error_share: float = opt(0.5, "Stop the run when the reward function fails (raises, returns None or a "
                                  "non-number, times out) on more than this share of the samples of the last 5 steps; "
                                  "a step on which every call failed always stops it. 1: only that.")

@@ -17,14 +17,16 @@ from typing import Any, Sequence
 from grpoflow.errors import UserError
 from grpoflow.plugins import is_file_spec
 from grpoflow.rewards.functions import RewardFn, is_async_reward, load_reward_function, short_repr, split_value
-from grpoflow.rewards.shapes import CONTEXT, takes_context
+from grpoflow.rewards.shapes import CONTEXT, STYLES, TRLReward, takes_context
+from grpoflow.rewards.values import call_reward
 
 
 def _call_part(fn: RewardFn, prompt: str, completion: str, row: dict, context: Any) -> Any:
-    """A part's value; the sample's context goes only to a part that takes it (an adapted TRL/verl function)."""
+    """A part's value, made plain, from its own copy of the row; the sample's context goes only to a part that
+    takes it (an adapted TRL/verl function)."""
     if context is not None and takes_context(fn):
-        return fn(prompt, completion, **row, **{CONTEXT: context})
-    return fn(prompt, completion, **row)
+        return call_reward(fn, prompt, completion, {**row, CONTEXT: context})
+    return call_reward(fn, prompt, completion, row)
 
 
 def _score_of(name: str, value: Any) -> tuple[float, dict[str, float]]:
@@ -91,13 +93,16 @@ class RoutedReward:
         self.default, self.routes, self.default_name = default, dict(routes), default_name
         self.takes_context = any(takes_context(fn) for fn in [default, *self.routes.values()])
 
-    def __call__(self, prompt: str, completion: str, **row: Any) -> dict[str, Any] | None:
-        context = row.pop(CONTEXT, None)
+    def route_of(self, row: dict) -> tuple[str, RewardFn]:
+        """(route name, function) of a row: its data_source's, else the default."""
         source = row.get("data_source")
         if isinstance(source, str) and source in self.routes:
-            name, fn = source, self.routes[source]
-        else:
-            name, fn = self.default_name, self.default
+            return source, self.routes[source]
+        return self.default_name, self.default
+
+    def __call__(self, prompt: str, completion: str, **row: Any) -> dict[str, Any] | None:
+        context = row.pop(CONTEXT, None)
+        name, fn = self.route_of(row)
         value = _call_part(fn, prompt, completion, row, context)
         if value is None:
             return None
@@ -109,8 +114,35 @@ class RoutedReward:
         return f"RoutedReward(default={self.default!r}, routes={self.routes!r})"
 
 
+def batched_parts(fn: RewardFn) -> list[TRLReward]:
+    """The TRL-shaped functions in `fn` (itself, a combination's parts, a routing's routes), in a fixed order: each
+    is called once per step with the step's lists (grpoflow.rewards.scoring)."""
+    if isinstance(fn, TRLReward):
+        return [fn]
+    if isinstance(fn, CombinedReward):
+        return [p for _, part in fn.functions for p in batched_parts(part)]
+    if isinstance(fn, RoutedReward):
+        return [p for part in (fn.default, *fn.routes.values()) for p in batched_parts(part)]
+    return []
+
+
+def batched_samples(fn: RewardFn, rows: Sequence[dict], samples: list[int]) -> list[tuple[TRLReward, list[int]]]:
+    """Each TRL-shaped function in `fn` with the samples (positions in `rows`, of `samples`) it scores: all of
+    them, or in a routing the samples its route takes."""
+    if isinstance(fn, TRLReward):
+        return [(fn, samples)] if samples else []
+    if isinstance(fn, CombinedReward):
+        return [pair for _, part in fn.functions for pair in batched_samples(part, rows, samples)]
+    if isinstance(fn, RoutedReward):
+        taken = {i: fn.route_of(rows[i])[1] for i in samples}
+        return [pair for part in (fn.default, *fn.routes.values())
+                for pair in batched_samples(part, rows, [i for i in samples if taken[i] is part])]
+    return []
+
+
 def build_reward(spec: str | Sequence[str], weights: Sequence[float] | None = None,
-                 routes: dict[str, str | Sequence[str]] | None = None, style: str = "auto") -> RewardFn:
+                 routes: dict[str, str | Sequence[str]] | None = None,
+                 style: str | Sequence[str] = "auto") -> RewardFn:
     """The reward function that a config names.
 
     spec: a built-in name or `path/to/file.py:function`, or a list of them (a `CombinedReward`,
@@ -120,20 +152,35 @@ def build_reward(spec: str | Sequence[str], weights: Sequence[float] | None = No
     routes: data_source -> spec (or list of specs, equally weighted) for samples of that source;
         other samples use `spec`. The result is a `RoutedReward`.
     style: the shape of user functions (grpoflow.rewards.shapes): auto (from each one's signature), grpoflow,
-        trl or verl; built-ins are grpoflow's.
+        trl or verl; built-ins are grpoflow's. A list gives one per spec (as weights does); routes then read
+        their functions' shapes off their signatures.
     """
     fn = _build_one(spec, weights, style)
     if not routes:
         return fn
-    return RoutedReward(fn, {source: _build_one(s, None, style) for source, s in routes.items()})
+    route_style = style if isinstance(style, str) else "auto"
+    return RoutedReward(fn, {source: _build_one(s, None, route_style) for source, s in routes.items()})
 
 
-def _build_one(spec: str | Sequence[str], weights: Sequence[float] | None, style: str) -> RewardFn:
+def _styles(style: str | Sequence[str], specs: list[str]) -> list[str]:
+    """One style per spec: `style` for all, or its entries one by one."""
+    styles = [style] * len(specs) if isinstance(style, str) else list(style)
+    if len(styles) != len(specs):
+        raise UserError(f"reward.style={list(style)} has {len(styles)} entries for {len(specs)} reward function(s) "
+                        f"{specs}; give one style per function, or one style for all.")
+    for s in styles:
+        if s not in STYLES:
+            raise UserError(f"reward.style={s!r}; use one of {list(STYLES)} (or a list of them, one per function).")
+    return styles
+
+
+def _build_one(spec: str | Sequence[str], weights: Sequence[float] | None, style: str | Sequence[str]) -> RewardFn:
     specs = [spec] if isinstance(spec, str) else list(spec)
     if not specs or not all(isinstance(s, str) for s in specs):
         raise UserError(f"reward spec {spec!r} must be a name or `file.py:function`, or a non-empty list of them.")
+    styles = _styles(style, specs)
     if len(specs) == 1 and weights is None:
-        return load_reward_function(specs[0], style)
+        return load_reward_function(specs[0], styles[0])
     names: list[str] = []
     for s in specs:
         base = s.rsplit(":", 1)[1] if is_file_spec(s) else s
@@ -141,4 +188,4 @@ def _build_one(spec: str | Sequence[str], weights: Sequence[float] | None, style
         while name in names:
             name, i = f"{base}_{i}", i + 1
         names.append(name)
-    return CombinedReward([(n, load_reward_function(s, style)) for n, s in zip(names, specs)], weights)
+    return CombinedReward([(n, load_reward_function(s, st)) for n, s, st in zip(names, specs, styles)], weights)

@@ -22,6 +22,7 @@ counted (errors, None returns, timeouts), and one warning per batch with the fir
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -29,8 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpoflow.errors import UserError
+from grpoflow.rewards.batched import RewardCalls, Spread, batch_tasks, spread
 from grpoflow.rewards.functions import RewardFn, is_async_reward, short_repr, split_value
 from grpoflow.rewards.shapes import CONTEXT, SampleContext, takes_context
+from grpoflow.rewards.values import plain_score
 from grpoflow.plugins import fn_name
 from grpoflow.user_code import Outcome, UserCodeProcesses, UserCodeStartError, dumps_function
 
@@ -103,6 +106,7 @@ class RewardScorer:
         if timeout_s is not None and not self.is_async and workers == 0:
             workers = 1  # a hung call is stopped by killing the process that runs it: the timeout needs one
         self.fn, self.error_score, self.timeout_s, self.workers = fn, float(error_score), timeout_s, workers
+        self.calls = RewardCalls(fn)
         self._pool: UserCodeProcesses | None = None
         if self.is_async or workers == 0:
             return
@@ -113,7 +117,7 @@ class RewardScorer:
                     "module-level function in a file (reward.function=path/to/file.py:name) to get "
                     "worker processes.")
         try:
-            payload = dumps_function(fn)
+            payload = dumps_function(self.calls)
         except Exception as e:  # pickling raises PicklingError, AttributeError or TypeError
             log.warning("reward function %r cannot be sent to worker processes (%s)%s", fn, e, fallback)
             return None
@@ -143,16 +147,37 @@ class RewardScorer:
                              f"{len(completions)} and {len(rows)}.")
         if contexts is None:
             contexts = [SampleContext(row_prompt=row.get("prompt")) for row in rows]
-        context_key = [CONTEXT] if takes_context(self.fn) else []
-        tasks = [(p, c, {**{k: v for k, v in row.items() if k not in RESERVED}, **{k: ctx for k in context_key}})
-                 for p, c, row, ctx in zip(prompts, completions, rows, contexts)]
+        rows = [{k: v for k, v in row.items() if k not in RESERVED} for row in rows]
         if self.is_async:
-            outcomes = _run_async(self.fn, tasks, self.timeout_s, self.workers)
-        elif self._pool is not None:
-            outcomes = self._pool.run([((p, c), kw) for p, c, kw in tasks], self.timeout_s)
-        else:
-            outcomes = [_call(self.fn, *task) for task in tasks]
-        return _collect(outcomes, self.error_score, self.timeout_s, fn_name(self.fn))
+            outcomes = _run_async(self.fn, [(p, c, row) for p, c, row in zip(prompts, completions, rows)],
+                                  self.timeout_s, self.workers)
+            return _collect(outcomes, self.error_score, self.timeout_s, fn_name(self.fn))
+        batched = self._batched(prompts, completions, rows, contexts)
+        todo = [i for i, outcome in enumerate(batched.outcomes) if outcome is None]
+        context_key = [CONTEXT] if takes_context(self.fn) else []
+        calls = [(None, (prompts[i], completions[i]), {**rows[i], **{k: batched.contexts[i] for k in context_key}})
+                 for i in todo]
+        outcomes = batched.outcomes
+        for i, outcome in zip(todo, self._run(calls)):
+            outcomes[i] = outcome
+        scored = _collect(outcomes, self.error_score, self.timeout_s, fn_name(self.fn))  # type: ignore[arg-type]
+        scored.counts.update(batched.metrics)
+        for parts, columns in zip(scored.parts, batched.columns):
+            parts.update(columns)
+        return scored
+
+    def _batched(self, prompts: list[str], completions: list[str], rows: list[dict],
+                 contexts: list[SampleContext]) -> Spread:
+        """The step's one call per TRL-shaped part (grpoflow.rewards.batched), spread over the samples."""
+        tasks = batch_tasks(self.calls, prompts, completions, rows, contexts)
+        results = self._run([(task.part, (), task.arguments) for task in tasks]) if tasks else []
+        return spread(self.calls, tasks, results, contexts)
+
+    def _run(self, calls: list[tuple[int | None, tuple, dict]]) -> list[Outcome]:
+        """RewardCalls' outcome for each (part, args, kwargs), in the worker processes or in this process."""
+        if self._pool is not None:
+            return self._pool.run([(call, {}) for call in calls], self.timeout_s)
+        return [_call(self.calls, call) for call in calls]
 
     def close(self) -> None:
         """Kill the worker processes (if any); the scorer cannot score afterwards."""
@@ -177,11 +202,11 @@ def score_completions(fn: RewardFn, prompts: list[str], completions: list[str], 
 # ---------------------------------------------------------------- running the calls
 
 
-def _call(fn: RewardFn, prompt: str, completion: str, kwargs: dict) -> Outcome:
+def _call(calls: RewardCalls, call: tuple[int | None, tuple, dict]) -> Outcome:
     try:
-        return "ok", fn(prompt, completion, **kwargs)
+        return "ok", calls(*call)
     except (Exception, SystemExit):  # a user function may raise anything, sys.exit too; it is counted and reported
-        return "error", traceback.format_exc(limit=3)
+        return "error", traceback.format_exc(limit=-3)  # the innermost frames: the user's
 
 
 def _run_async(fn: RewardFn, tasks: list, timeout_s: float | None, limit: int) -> list[Outcome]:
@@ -209,11 +234,11 @@ async def _gather(fn: RewardFn, tasks: list, timeout_s: float | None, limit: int
 async def _await_call(fn: RewardFn, prompt: str, completion: str, kwargs: dict,
                       timeout_s: float | None) -> Outcome:
     try:
-        return "ok", await asyncio.wait_for(fn(prompt, completion, **kwargs), timeout_s)
+        return "ok", plain_score(await asyncio.wait_for(fn(prompt, completion, **copy.deepcopy(kwargs)), timeout_s))
     except asyncio.TimeoutError:
         return "timeout", None
     except (Exception, SystemExit):
-        return "error", traceback.format_exc(limit=3)
+        return "error", traceback.format_exc(limit=-3)
 
 
 def _collect(outcomes: list[Outcome], error_score: float, timeout_s: float | None,

@@ -139,7 +139,8 @@ class GuardedEnvironment:
     async def start(self) -> None:
         """Build the instance (its constructor is user code too: bounded and off the event loop)."""
         try:
-            self.inner = await bounded(self.cls, timeout_s=self.timeout_s, **self.kwargs)
+            self.inner = await bounded(self.cls, timeout_s=self.timeout_s,  # a copy: env_args serve every instance
+                                       **copy.deepcopy(self.kwargs))
         except BaseException as e:
             self._fail("__init__", e)
 

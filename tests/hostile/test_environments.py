@@ -154,3 +154,29 @@ def test_an_environment_that_changes_its_row_does_not_change_its_siblings():
     batch, _ = play(loop, engine, [PromptItem([], "", row, "g", index=0)], SamplingParams(n=3, max_new_tokens=200),
                     seed=0)
     assert [c[0]["content"] for c in batch.conversations] == ["Guess 1-8 (odd)"] * 3 and row["hints"] == ["odd"]
+
+
+class Hoarder:
+    """Keeps what its constructor was handed (rollout.multi_turn.env_args) and adds to it at every step."""
+    def __init__(self, budget):
+        self.budget = budget
+
+    def reset(self, *, seed, **row):
+        return "Guess 1-8"
+
+    def step(self, text):
+        self.budget.append(1)
+        return None, True, float(len(self.budget))
+
+
+def test_an_environment_that_changes_its_env_args_does_not_change_the_next_instance():
+    tok = build_char_tokenizer()
+    renderer = ChatRenderer(tok)
+    engine = ScriptedEngine(tok, lambda text: "4", renderer.turn.end_token_id)
+    env_args = {"budget": []}
+    loop = EnvLoop(renderer, env_cls=Hoarder, env_args=env_args, tools=None, max_turns=3, env_timeout_s=30,
+                   opening=lambda row: [{"role": "user", "content": "Guess 1-8"}])
+    for seed in (0, 1):  # two steps of a group of 3: every instance starts from the configured list
+        batch, _ = play(loop, engine, items(1), SamplingParams(n=3, max_new_tokens=200), seed=seed)
+        assert batch.env_rewards.tolist() == [1.0, 1.0, 1.0]
+    assert env_args == {"budget": []}

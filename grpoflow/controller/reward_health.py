@@ -7,6 +7,9 @@
 - More than `reward.max_error_share` of the samples of the last `WINDOW` steps failing stops it the same way.
 - Every group of each of the first `SIGNAL_STEPS` steps scoring all alike (no group has a reward spread, so every
   advantage is 0 and nothing is learned) gives one WARNING naming what to check.
+- Otherwise, a part of reward.functions that scored the same on every sample of each of those steps (it adds
+  nothing to any advantage: e.g. a batch-relative TRL function that scores 0 everywhere, while the other parts
+  vary) gives one WARNING naming the part.
 
 Checkpoints already written stay: a rerun of the same command after the fix resumes from the last one.
 """
@@ -15,12 +18,13 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Callable
+from typing import Callable, Sequence
 
 from torch import Tensor
 
 from grpoflow.config import RewardConfig
 from grpoflow.errors import UserError
+from grpoflow.rewards.combine import CombinedReward
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.rewards.shapes import convention_hint
 
@@ -44,12 +48,14 @@ class RewardHealth:
     """
 
     def __init__(self, name: str, hint: Callable[[str | None], str], max_error_share: float,
-                 warn: Callable[[str], None], total_steps: int = SIGNAL_STEPS) -> None:
+                 warn: Callable[[str], None], total_steps: int = SIGNAL_STEPS, parts: Sequence[str] = ()) -> None:
         self.name, self.hint, self.max_error_share, self.warn = name, hint, max_error_share, warn
         self.signal_steps = max(1, min(SIGNAL_STEPS, total_steps))  # a shorter run is judged on all its steps
         self.window: deque[tuple[int, int]] = deque(maxlen=WINDOW)  # (failed, samples) per step
         self.flat_steps = 0  # steps so far on which every group scored all alike
         self.steps = 0
+        self.constant_parts: dict[str, float] = {}  # parts alike on every sample of each step so far -> last value
+        self.parts = list(parts)  # the reward parts watched (reward.functions' names)
 
     def check(self, step: int, scored: Scores, scores: Tensor, group_ids: Tensor) -> None:
         """Raise RewardFailure when the reward failed too often; warn once when the first steps had no signal."""
@@ -66,6 +72,16 @@ class RewardHealth:
                       f"reward.max_error_share={self.max_error_share:g}", scored))
         self.steps += 1
         self.flat_steps += int(all_groups_flat(scores, group_ids))
+        if self.steps <= self.signal_steps:
+            alike = constant_parts(scored.sample_parts(), self.parts)
+            self.constant_parts = alike if self.steps == 1 else {k: v for k, v in alike.items()
+                                                                 if k in self.constant_parts}
+        if self.steps == self.signal_steps and self.flat_steps < self.signal_steps and self.constant_parts:
+            named = ", ".join(f"{k} (last {v:.3g})" for k, v in self.constant_parts.items())
+            self.warn(f"in each of the first {self.signal_steps} step(s) the reward part(s) {named} of {self.name} "
+                      f"scored the same on every sample, so they added nothing to any advantage. Check that each can "
+                      f"score this model's answers (train_samples.jsonl's reward_parts); a TRL-shaped function is "
+                      f"called with the whole step's lists, as TRL calls it.")
         if self.steps == self.signal_steps and self.flat_steps == self.signal_steps:
             per_group = len(scores) // max(1, n_groups(group_ids))
             self.warn(f"in each of the first {self.signal_steps} step(s) every group's {per_group} samples scored "
@@ -80,6 +96,16 @@ class RewardHealth:
         return (f"Stopped before training step {step}: the reward {self.name} {what}; nothing would be learned."
                 f"{self.hint(scored.first_error)} Checkpoints written so far are kept; fix the function and run the "
                 f"same command to resume. The first failure:\n{first}")
+
+
+def constant_parts(parts: list[dict[str, float]], names: Sequence[str]) -> dict[str, float]:
+    """Of `names`, the parts that every sample has with one value (name -> that value)."""
+    out = {}
+    for name in names:
+        values = {p.get(name) for p in parts}
+        if len(values) == 1 and None not in values:
+            out[name] = float(values.pop())  # type: ignore[arg-type]
+    return out
 
 
 def n_groups(group_ids: Tensor) -> int:
@@ -105,4 +131,5 @@ def reward_health(cfg: RewardConfig, scorer: RewardScorer | None, warn: Callable
     def hint(first_error: str | None) -> str:
         return convention_hint(scorer.fn, first_error) if scorer is not None else ""
 
-    return RewardHealth(name, hint, cfg.max_error_share, warn, total_steps)
+    parts = [n for n, _ in scorer.fn.functions] if scorer is not None and isinstance(scorer.fn, CombinedReward) else []
+    return RewardHealth(name, hint, cfg.max_error_share, warn, total_steps, parts)

@@ -11,8 +11,9 @@ import torch
 
 from grpoflow.config import ConfigError, load_config
 from grpoflow.config.checks import check_config_values
+from grpoflow.controller.reward_health import RewardHealth
 from grpoflow.errors import UserError
-from grpoflow.rewards import RewardScorer, build_reward
+from grpoflow.rewards import RewardScorer, Scores, build_reward
 from grpoflow.rewards.shapes import SampleContext, TrainerState, detect_style
 from grpoflow.rewards.values import plain_score, plain_scores
 
@@ -214,3 +215,18 @@ def test_plain_values():
     assert plain_scores(np.ones(2)) == [1.0, 1.0] and plain_scores(torch.tensor([0, 1])) == [0, 1]
     assert plain_scores(x > 0 for x in (1, -1)) == [1.0, 0.0] and plain_scores((1, None)) == [1, None]
     assert plain_scores(1.0) == 1.0 and plain_scores("ab") == "ab"
+
+
+def test_a_part_alike_on_every_sample_of_the_first_steps_warns_once():
+    def run(rel_values):
+        warnings: list[str] = []
+        health = RewardHealth("reward.functions=[a, rel]", lambda e: "", 0.5, warnings.append, parts=["a", "rel"])
+        for step, rel in enumerate(rel_values, 1):
+            parts = [{"a": float(i % 2), "rel": r} for i, r in enumerate(rel)]
+            scores = [p["a"] + p["rel"] for p in parts]
+            health.check(step, Scores(scores, parts=parts), torch.tensor(scores), torch.tensor([0, 0, 1, 1]))
+        return warnings
+
+    warnings = run([[0.0] * 4] * 5)  # `a` varies, `rel` is 0 everywhere
+    assert len(warnings) == 1 and "reward part(s) rel (last 0)" in warnings[0] and "a (last" not in warnings[0]
+    assert run([[0.0] * 4, [0.0, 0.5, 0.0, 0.0], [0.0] * 4]) == []  # it varied on step 2

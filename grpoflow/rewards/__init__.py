@@ -9,6 +9,8 @@ their layering").
     shaping.py     format (regex), length_penalty (characters over a budget)
     combine.py     CombinedReward (weighted sum), RoutedReward (by data_source), build_reward(spec)
     shapes.py      TRL's batched and verl's compute_score reward functions, detected by signature and run unchanged
+    values.py      each call's own deep copy of its row; return values made plain (bools, NumPy, tensors, generators)
+    batched.py     RewardCalls (what a reward worker runs); TRL-shaped functions' one call per step, spread to samples
     by_source.py   auto (the default): each row scored by its data_source, as verl's default_compute_score does
     judge.py       LLM-as-judge: prompt template, score parser, the OpenAI-compatible client (bounded
                    concurrency, timeouts, retries), and the `judge` reward that reads its score

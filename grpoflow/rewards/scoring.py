@@ -17,6 +17,11 @@
 
 Every way gives the same `Scores`: results in input order, a failure scored `error_score` and
 counted (errors, None returns, timeouts), and one warning per batch with the first failure.
+
+TRL-shaped functions (alone or as parts of a combination or routing) are called once per step with the whole
+step's lists, before the per-sample calls, the same way (in this process or in a worker, under `timeout_s`): see
+grpoflow/rewards/batched.py. Each call gets its own deep copy of its rows, and its value is made plain (bools, NumPy,
+tensors, generators) where it runs: grpoflow/rewards/values.py.
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ class RewardCalls:
 
     def __call__(self, part: int | None, args: tuple, kwargs: dict) -> Any:
         if part is None:
-            return call_reward(self.fn, *args, kwargs)
+            prompt, completion = args
+            return call_reward(self.fn, prompt, completion, kwargs)
         return self.parts[part].call_batch(kwargs)
 
 

@@ -44,6 +44,7 @@ from grpoflow.user_code import Outcome, UserCodeProcesses, UserCodeStartError, d
 
 log = logging.getLogger("grpoflow.reward")
 RESERVED = ("prompt", "completion")
+Call = tuple[int | None, tuple, dict]  # RewardCalls' arguments: (batched part or None, args, kwargs)
 
 
 @dataclass
@@ -154,18 +155,19 @@ class RewardScorer:
             contexts = [SampleContext(row_prompt=row.get("prompt")) for row in rows]
         rows = [{k: v for k, v in row.items() if k not in RESERVED} for row in rows]
         if self.is_async:
-            outcomes = _run_async(self.fn, [(p, c, row) for p, c, row in zip(prompts, completions, rows)],
-                                  self.timeout_s, self.workers)
-            return _collect(outcomes, self.error_score, self.timeout_s, fn_name(self.fn))
+            awaited = _run_async(self.fn, [(p, c, row) for p, c, row in zip(prompts, completions, rows)],
+                                 self.timeout_s, self.workers)
+            return _collect(awaited, self.error_score, self.timeout_s, fn_name(self.fn))
         batched = self._batched(prompts, completions, rows, contexts)
         todo = [i for i, outcome in enumerate(batched.outcomes) if outcome is None]
         context_key = [CONTEXT] if takes_context(self.fn) else []
-        calls = [(None, (prompts[i], completions[i]), {**rows[i], **{k: batched.contexts[i] for k in context_key}})
-                 for i in todo]
-        outcomes = batched.outcomes
+        calls: list[Call] = [(None, (prompts[i], completions[i]),
+                              {**rows[i], **{k: batched.contexts[i] for k in context_key}}) for i in todo]
+        decided = batched.outcomes
         for i, outcome in zip(todo, self._run(calls)):
-            outcomes[i] = outcome
-        scored = _collect(outcomes, self.error_score, self.timeout_s, fn_name(self.fn))  # type: ignore[arg-type]
+            decided[i] = outcome
+        outcomes: list[Outcome] = [o for o in decided if o is not None]  # every sample is decided now
+        scored = _collect(outcomes, self.error_score, self.timeout_s, fn_name(self.fn))
         scored.counts.update(batched.metrics)
         for parts, columns in zip(scored.parts, batched.columns):
             parts.update(columns)
@@ -178,7 +180,7 @@ class RewardScorer:
         results = self._run([(task.part, (), task.arguments) for task in tasks]) if tasks else []
         return spread(self.calls, tasks, results, contexts)
 
-    def _run(self, calls: list[tuple[int | None, tuple, dict]]) -> list[Outcome]:
+    def _run(self, calls: list[Call]) -> list[Outcome]:
         """RewardCalls' outcome for each (part, args, kwargs), in the worker processes or in this process."""
         if self._pool is not None:
             return self._pool.run([(call, {}) for call in calls], self.timeout_s)
@@ -207,7 +209,7 @@ def score_completions(fn: RewardFn, prompts: list[str], completions: list[str], 
 # ---------------------------------------------------------------- running the calls
 
 
-def _call(calls: RewardCalls, call: tuple[int | None, tuple, dict]) -> Outcome:
+def _call(calls: RewardCalls, call: Call) -> Outcome:
     try:
         return "ok", calls(*call)
     except (Exception, SystemExit):  # a user function may raise anything, sys.exit too; it is counted and reported

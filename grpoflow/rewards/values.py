@@ -46,7 +46,7 @@ def plain_score(value: Any) -> Any:
         return float(value)
     arrays = _array_types()
     if arrays and isinstance(value, arrays):
-        items = value.tolist()
+        items = value.tolist()  # type: ignore[attr-defined]  # ndarray, generic and Tensor all have it
         if isinstance(items, list):  # an array: one element is a score, more are not
             if len(items) != 1 or isinstance(items[0], list):
                 return value
@@ -62,7 +62,7 @@ def plain_scores(values: Any) -> Any:
     (a float, a string, a dict) is returned unchanged, for the caller to report."""
     arrays = _array_types()
     if arrays and isinstance(values, arrays):
-        items = values.tolist()
+        items = values.tolist()  # type: ignore[attr-defined]
         values = items if isinstance(items, list) else values
     elif isinstance(values, Iterator):
         values = list(values)

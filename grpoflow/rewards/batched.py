@@ -17,6 +17,7 @@ TRL-shaped function.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +26,8 @@ from grpoflow.rewards.functions import RewardFn
 from grpoflow.rewards.shapes import SampleContext, TRLReward
 from grpoflow.rewards.values import call_reward
 
+log = logging.getLogger("grpoflow.reward")
+_said: set[tuple[str, str]] = set()  # (function, log_extra column) already warned about, once per process
 Outcome = tuple  # ("ok", value) | ("error", text) | ("timeout", None) | ("killed", why), as grpoflow.user_code's
 
 
@@ -85,6 +88,12 @@ def spread(calls: RewardCalls, tasks: list[BatchTask], results: list[Outcome],
             continue
         for name, value in info["metrics"].items():
             metrics.setdefault(f"reward/{name}", []).append(value)
+        for column in info["unkept"]:
+            if (part.__name__, column) not in _said:
+                _said.add((part.__name__, column))
+                log.warning("%s passed log_extra(%r, ...) values that are not one number per completion; "
+                            "train_samples.jsonl keeps numeric columns only (in reward_parts), so it is not kept.",
+                            part.__name__, column)
         for j, i in enumerate(task.samples):
             value = info["scores"][j]
             if str(j) in info["bad"]:

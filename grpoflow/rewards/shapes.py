@@ -151,7 +151,8 @@ class TRLReward:
         """One call over a batch (`arguments`: from `arguments`, this call's own), as plain JSON data:
         {"scores": one value per completion (None where it gave None or no number, which `bad` then describes by
         position), "bad": {position: repr}, "metrics": log_metric's values (means), "columns": log_extra's columns
-        (numbers only)}. TypeError (naming TRL's convention) when it returned no list of the right length."""
+        (numbers only), "unkept": the names of its other columns}. TypeError (naming TRL's convention) when it
+        returned no list of the right length."""
         n = len(arguments["completions"])
         metrics: dict[str, list[float]] = {}
         columns: dict[str, list] = {}
@@ -172,8 +173,8 @@ class TRLReward:
         bad = {str(i): _brief(v) for i, v in enumerate(values) if v is not None and not is_number(v)}
         return {"scores": [None if str(i) in bad else v for i, v in enumerate(values)], "bad": bad,
                 "metrics": {k: sum(v) / len(v) for k, v in metrics.items()},
-                "columns": {k: v for k, v in columns.items()
-                            if isinstance(v, list) and len(v) == n and all(is_number(x) for x in v)}}
+                "columns": {k: v for k, v in columns.items() if numeric_column(v, n)},
+                "unkept": sorted(k for k, v in columns.items() if not numeric_column(v, n))}
 
     def __call__(self, prompt: str, completion: str, **row: Any) -> Any:
         context = row.pop(CONTEXT, None) or SampleContext()
@@ -186,6 +187,11 @@ class TRLReward:
 
     def __repr__(self) -> str:
         return f"TRL-shaped {self.__name__}"
+
+
+def numeric_column(values: Any, n: int) -> bool:
+    """Whether a log_extra column (made plain) holds one number per completion."""
+    return isinstance(values, list) and len(values) == n and all(is_number(x) for x in values)
 
 
 def is_number(value: Any) -> bool:

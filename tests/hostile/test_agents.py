@@ -57,3 +57,19 @@ def test_some_episodes_failing_is_scored_not_stopped():
                               agent=True)
     assert batch.env_rewards.tolist() == [1.0, -1.0] and metrics["agent/errors"] == 1
     assert metrics["rollout/ending/error"] == 0.5
+
+
+def test_an_agent_that_changes_its_row_changes_no_other_episode():
+    row = {"prompt": "p0", "seen": []}
+
+    async def hoarder(row, client):  # keeps a note in its row: the next episode and the next step must not see it
+        row["seen"].append(1)
+        return float(len(row["seen"]))
+
+    items = [PromptItem([], "", row, "x", index=0)]
+    with Endpoint(build_char_tokenizer()) as endpoint:
+        for seed in (0, 1):
+            batch, _ = play(episodes_of(hoarder, endpoint), Never(), items, SamplingParams(n=3, max_new_tokens=10),
+                            seed, agent=True)
+            assert batch.env_rewards.tolist() == [1.0, 1.0, 1.0]
+    assert row == {"prompt": "p0", "seen": []}

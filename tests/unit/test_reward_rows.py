@@ -13,7 +13,7 @@ from grpoflow.config import ConfigError, load_config
 from grpoflow.config.checks import check_config_values
 from grpoflow.controller.reward_health import RewardHealth
 from grpoflow.errors import UserError
-from grpoflow.rewards import RewardScorer, Scores, build_reward
+from grpoflow.rewards import RewardScorer, Scores, batched, build_reward
 from grpoflow.rewards.shapes import SampleContext, TrainerState, detect_style
 from grpoflow.rewards.values import plain_score, plain_scores
 
@@ -125,6 +125,19 @@ def test_a_reward_that_changes_its_row_changes_no_other_call(rewards, workers):
     assert [p["reader"] for s in steps for p in s.parts] == [3.0] * 8
 
 
+def test_an_async_reward_gets_its_own_row_too():
+    shared = {"count": 0}
+
+    async def counter(prompt, completion, extra_info, **row):
+        extra_info["count"] += 1
+        return np.float64(extra_info["count"])
+
+    scorer = RewardScorer(counter)
+    for _ in range(2):
+        assert scorer.score(["p"] * 3, ["a"] * 3, group({"extra_info": shared}, 3)).scores == [1.0] * 3
+    assert shared == {"count": 0}
+
+
 def test_trl_markers_and_callable_objects_pick_the_trl_shape():
     class Punish:  # e.g. TRL's get_soft_overlong_punishment(64, 16): a callable object of completion_ids
         def __call__(self, completion_ids, **kwargs): ...
@@ -137,13 +150,16 @@ def test_trl_markers_and_callable_objects_pick_the_trl_shape():
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_trl_functions_are_called_once_with_the_whole_step(rewards, workers):
+def test_trl_functions_are_called_once_with_the_whole_step(rewards, workers, caplog):
     rows = group({"data_source": "mine"})
     parts = two_steps(rewards("relative", "sizes"), rows, workers, completions=("a", "bb", "aaaa", "a"))[0].parts
     assert [p["relative"] for p in parts] == [0.75, 0.5, 0.0, 0.75]   # 1 - len / max(len) over the step
     assert {p["sizes"] for p in parts} == {4.0}                       # one call saw all 4 completions
-    steps = two_steps(rewards("logs"), rows, workers)
+    batched._said.clear()
+    with caplog.at_level(logging.WARNING, logger="grpoflow.reward"):
+        steps = two_steps(rewards("logs"), rows, workers)
     assert steps[1].counts == {"reward/share_a": 0.5}
+    assert caplog.text.count("log_extra('texts', ...)") == 1  # text is not kept, and that is said once
     assert [p for p in steps[1].parts] == [{"chars": 1}, {"chars": 2}, {"chars": 3}, {"chars": 1}]
 
 

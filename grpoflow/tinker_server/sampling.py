@@ -3,8 +3,10 @@
 Weights for the sampler are a snapshot of a training model's (LoRA merged) weights, taken when
 `save_weights_for_sampler` runs: named ones are written to `<root>/sampler_weights/...` (safetensors), the
 unnamed ones of `save_weights_and_get_sampling_client` stay in memory (the newest `tinker.sampler_snapshots` of
-each training model): a LoRA model's as its adapters only (`AdapterSnapshot`, merged into the base weights when
-the engine loads them, bit for bit what the full merged snapshot would hold), a full model's as all weights.
+each training model). A LoRA model's, named or not, are its adapters only (`AdapterSnapshot`; on disk
+`adapters.safetensors`, which refers to the base model by the `base_model` of its tinker_model.json), merged into
+the shared base weights when the engine loads them, bit for bit what the full merged snapshot would hold; a full
+model's are all its weights (`model.safetensors`).
 One rollout engine per base model holds one set of weights at a time and is handed a session's snapshot
 (`update_weights`, an exact copy) before it samples for it, so a sample uses the saved weights bit for bit; the
 base model's own weights are the training models' shared copy (models.BaseModels.shared), not another one.
@@ -16,6 +18,7 @@ with the same weights and parameters run as one batch (futures.Runner).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import threading
@@ -36,7 +39,8 @@ from grpoflow.errors import UserError
 from grpoflow.tinker_server.models import BaseModel
 from grpoflow.tinker_server.wire import EMPTY_LOGPROB, PromptScores, Sequence
 
-WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_FILE = "model.safetensors"          # named sampler weights of a full fine-tuning model
+ADAPTERS_FILE = "adapters.safetensors"      # of a LoRA model: lora_A, lora_B per adapted weight, scalings in metadata
 
 
 @dataclass(frozen=True)
@@ -81,12 +85,33 @@ def adapter_snapshot(model: torch.nn.Module) -> AdapterSnapshot | None:
     return AdapterSnapshot(deltas)
 
 
+def save_adapters(snapshot: AdapterSnapshot, path: Path) -> None:
+    """`snapshot` as one safetensors file: `<weight>.lora_A` and `.lora_B` tensors, the scalings as metadata."""
+    from safetensors.torch import save_file
+
+    tensors = {f"{name}.lora_{x}": t.detach().cpu().contiguous() for name, (a, b, _) in snapshot.deltas.items()
+               for x, t in (("A", a), ("B", b))}
+    scalings = {name: scaling for name, (_, _, scaling) in snapshot.deltas.items()}
+    save_file(tensors, str(path), metadata={"scalings": json.dumps(scalings)})
+
+
+def load_adapters(path: Path) -> AdapterSnapshot:
+    """The AdapterSnapshot `save_adapters` wrote to `path`."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        scalings = json.loads(f.metadata()["scalings"])
+        return AdapterSnapshot({name: (f.get_tensor(f"{name}.lora_A"), f.get_tensor(f"{name}.lora_B"), float(s))
+                                for name, s in scalings.items()})
+
+
 def merged(base: dict[str, torch.Tensor], snapshot: AdapterSnapshot) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, weight) of the base weights with the snapshot's adapters merged in, one at a time."""
+    """(name, weight) of the base weights with the snapshot's adapters merged in (on the weight's device), one at a
+    time."""
     for name, weight in base.items():
         if name in snapshot.deltas:
             a, b, scaling = snapshot.deltas[name]
-            yield name, weight + (b @ a) * scaling
+            yield name, weight + (b.to(weight.device) @ a.to(weight.device)) * scaling
         else:
             yield name, weight
 
@@ -168,6 +193,8 @@ class Samplers:
             return merged(base, snapshot) if isinstance(snapshot, AdapterSnapshot) else iter(snapshot.items())
         from safetensors.torch import load_file
 
+        if (Path(key) / ADAPTERS_FILE).is_file():  # a LoRA model's named weights: its adapters on the shared base
+            return merged(base, load_adapters(Path(key) / ADAPTERS_FILE))
         return iter(load_file(str(Path(key) / WEIGHTS_FILE)).items())
 
     def drop_owner(self, owner: str) -> None:

@@ -336,9 +336,10 @@ class TinkerService:
             if req.path is None and req.sampling_session_seq_id is None:
                 raise UserError("save_weights_for_sampler needs a name (path) or a sampling_session_seq_id.")
             if req.path is not None:
-                weights = {name: t.detach().clone().cpu() for name, t in tm.engine.named_weights()}
+                adapters = sampling.adapter_snapshot(tm.engine.model) if tm.spec.lora_rank is not None else None
                 folder, path = self._folder(tm.model_id, "sampler_weights", req.path)
-                save_sampler_folder(folder, weights, tm.spec)
+                save_sampler_folder(folder, adapters if adapters is not None else {
+                    name: t.detach().clone().cpu() for name, t in tm.engine.named_weights()}, tm.spec)
                 return [json_outcome(types.SaveWeightsForSamplerResponseInternal(path=path))]
             session_id = f"{tm.model_id}:sampler:{req.sampling_session_seq_id}"
             key = f"mem:{session_id}"
@@ -426,12 +427,17 @@ class TinkerService:
         return outcomes
 
 
-def save_sampler_folder(folder: Path, weights: dict[str, torch.Tensor], spec: ModelSpec) -> None:
-    """Named sampler weights: the merged weights (safetensors) and the spec, as an atomic folder."""
+def save_sampler_folder(folder: Path, weights: sampling.Snapshot, spec: ModelSpec) -> None:
+    """Named sampler weights and the spec (its base_model names the base), as an atomic folder: a LoRA model's
+    adapters (an AdapterSnapshot: `adapters.safetensors`, a rank-r fraction of the weights) or a full model's
+    weights (`model.safetensors`)."""
     from safetensors.torch import save_file
 
     def write(tmp: Path) -> None:
         tmp.mkdir(parents=True)
-        save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / sampling.WEIGHTS_FILE))
+        if isinstance(weights, sampling.AdapterSnapshot):
+            sampling.save_adapters(weights, tmp / sampling.ADAPTERS_FILE)
+        else:
+            save_file({k: v.contiguous() for k, v in weights.items()}, str(tmp / sampling.WEIGHTS_FILE))
         (tmp / MODEL_FILE).write_text(json.dumps(asdict(spec), indent=1))
     publish_folder(folder, write)

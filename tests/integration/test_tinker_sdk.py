@@ -138,7 +138,7 @@ def test_importance_sampling_loss_and_gradient_match_the_hand_value(service):
     np.testing.assert_allclose(after_is, after_ce, atol=1e-5)
 
 
-def test_sampler_weights_are_the_ones_the_next_sample_uses(service):
+def test_sampler_weights_are_the_ones_the_next_sample_uses(server, service):
     tc = training_client(service, seed=3)
     tokenizer = tc.get_tokenizer()
     before = tc.save_weights_for_sampler("before").result(TIMEOUT).path
@@ -155,6 +155,9 @@ def test_sampler_weights_are_the_ones_the_next_sample_uses(service):
     np.testing.assert_allclose(lp_new[1:], trained, atol=2e-4)          # the new weights
     assert np.abs(np.array(lp_old[1:]) - trained).max() > 1e-2          # not the old ones
     assert sum(lp_new[-2:]) > sum(lp_old[-2:])                          # trained towards "16"
+    root = server.log.with_name(server.log.name.split("-server-")[0])  # tinker.root: the log lies beside it
+    saved = sorted(p.name for p in root.glob("runs/*/sampler_weights/after/*"))
+    assert "adapters.safetensors" in saved and "model.safetensors" not in saved  # a LoRA model: adapters, no copy
 
 
 def test_several_clients_at_once(service):
@@ -388,3 +391,29 @@ def test_an_oversize_forward_backward_still_passes_its_seq_id(server):
     step = types.OptimStepRequest(adam_params=types.AdamParams(learning_rate=1e-3), model_id=model_id, seq_id=3)
     future = httpx.post(f"{url}/optim_step", headers=key, json=step.model_dump(mode="json", exclude_none=True))
     assert "grad_norm:mean" in result(future.json())["metrics"]
+
+
+def test_the_docs_snippet_runs_as_written_without_an_sdk_warning(server, service, monkeypatch):
+    """docs/tinker.md's first Python snippet, run as it is printed (the model path replaced), warns nothing: every
+    future it gets is waited on, as the SDK wants."""
+    import re
+    import warnings
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "tinker.md").read_text()
+    snippet = re.search(r"```python\n(import tinker\n.*?)```", doc, re.S).group(1)
+    monkeypatch.setenv("TINKER_BASE_URL", server.url)
+    monkeypatch.setenv("TINKER_API_KEY", API_KEY)
+    tokenizer = training_client(service).get_tokenizer()
+    tokens = tokenizer.encode("2+2=4")
+    data = [types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                        loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [-1.0] * (len(tokens) - 1),
+                                        "advantages": [1.0] * (len(tokens) - 1)})]
+    scope = {"data": data, "prompt": types.ModelInput.from_ints(tokenizer.encode("2+2="))}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(snippet.replace("/path/to/hf_model", MODEL), scope)
+    assert scope["result"].sequences and "loss:sum" in scope["metrics"]
+    sdk = [str(w.message) for w in caught if not issubclass(w.category, ResourceWarning)]  # sockets: GC timing
+    assert sdk == [], sdk
+    scope["service"].close("success")

@@ -123,3 +123,22 @@ def test_a_sample_ends_at_every_eos_id_of_the_generation_config(tiny_model_path,
     kept = out.response_ids[0][out.response_mask[0].bool()].tolist()
     assert kept == free[:at + 1]          # the same tokens, up to and including the second EOS id
     assert not bool(out.truncated[0])     # ended by that id, not by max_new_tokens
+
+
+def test_named_sampler_weights_of_a_lora_model_are_its_adapters_on_the_shared_base(tiny_model_path, tmp_path):
+    """save_weights_for_sampler(name) of a LoRA model writes its adapters (referring to the base model by the spec's
+    base_model), not a full merged copy, and a session on them samples with the merged weights bit for bit; a full
+    fine-tuning model's named weights stay whole."""
+    from grpoflow.tinker_server.sampling import ADAPTERS_FILE, adapter_snapshot
+
+    tm = trained_lora(tiny_model_path, 4)
+    full = {n: t.clone() for n, t in tm.engine.named_weights()}
+    save_sampler_folder(tmp_path / "named", adapter_snapshot(tm.engine.model), tm.spec)
+    files = {p.name: p.stat().st_size for p in (tmp_path / "named").iterdir()}
+    assert ADAPTERS_FILE in files and WEIGHTS_FILE not in files
+    assert files[ADAPTERS_FILE] < sum(t.numel() * t.element_size() for t in full.values()) / 4
+    session = Session("n", BaseModel(tiny_model_path, tiny_model_path), str(tmp_path / "named"), None)
+    held = engine_weights(Samplers(keep_in_memory=1), session)
+    assert all(torch.equal(held[n], full[n]) for n in full)
+    save_sampler_folder(tmp_path / "whole", full, ModelSpec(base_model=tiny_model_path, lora_rank=None))
+    assert (tmp_path / "whole" / WEIGHTS_FILE).is_file() and not (tmp_path / "whole" / ADAPTERS_FILE).exists()

@@ -178,7 +178,10 @@ class UserCodeProcesses:
             if self._isolation.kind == "refused":
                 raise UserError(self._isolation.reason)
         self._next_id = 0
-        self._workers: list[_Child] = []
+        self._workers: list[_Child] = []  # the live ones; a slot whose worker could not start waits in _down
+        self._down: list[float] = []  # when each such slot tries again
+        self._start_failures, self._why_down = 0, ""  # failed starts in a row (the backoff), and the last reason
+        self._started = self._closed = False
         self._finalizer = weakref.finalize(self, _kill_all, self._workers)
         try:
             for _ in range(size):
@@ -188,6 +191,7 @@ class UserCodeProcesses:
         except BaseException:
             self.close()
             raise
+        self._started = True
 
     @property
     def pids(self) -> list[int]:
@@ -199,15 +203,25 @@ class UserCodeProcesses:
         A call running longer than `timeout_s` (counted from when a worker takes it) gets
         ("timeout", None) and its worker is replaced; a worker that dies mid-call gets ("error", why),
         or ("killed", why) when it exceeded a resource limit, and is replaced too; so is one that breaks
-        the reply protocol (its call gets ("error", why)).
+        the reply protocol (its call gets ("error", why)). A replacement that cannot start (e.g. EAGAIN while a
+        fork bomb is reaped) is tried again with backoff (0.5 s doubling to 30 s); while no worker runs, calls
+        get ("error", why) at once.
         """
-        if not self._workers:
+        if self._closed:
             raise RuntimeError(f"this {self._label} worker pool is closed (by close(), or by an earlier error in "
                                f"run()); start a new one.")
         outcomes: list[Outcome | None] = [None] * len(tasks)
         queue = deque(range(len(tasks)))
         try:
             while queue or any(w.state == "busy" for w in self._workers):
+                self._revive()
+                if queue and not self._workers:  # every slot waits to try again: these calls fail now
+                    retry = max(0.0, min(self._down) - time.monotonic())
+                    for i in queue:
+                        outcomes[i] = ("error", f"no {self._label} worker process is running ({self._why_down}); "
+                                                f"the next start is tried in {retry:.1f} s")
+                    queue.clear()
+                    break
                 self._dispatch(queue, tasks, outcomes, timeout_s)
                 if queue or any(w.state == "busy" for w in self._workers):
                     self._poll(outcomes)
@@ -217,12 +231,44 @@ class UserCodeProcesses:
         return outcomes  # type: ignore[return-value]
 
     def close(self) -> None:
+        self._closed = True
         self._finalizer()
 
+    def _revive(self) -> None:
+        """Start a worker in each slot whose time to try again has come."""
+        now = time.monotonic()
+        due = [t for t in self._down if t <= now]
+        self._down = [t for t in self._down if t > now]
+        for _ in due:
+            try:
+                self._workers.append(self._spawn())
+            except UserCodeStartError as e:
+                self._went_down(str(e))
+
+    def _went_down(self, why: str) -> None:
+        """A slot lost its worker and could not start another: it tries again after a backoff."""
+        if not self._started:
+            raise UserCodeStartError(why)
+        self._start_failures += 1
+        lines = why.strip().splitlines() or [""]
+        self._why_down = lines[0].rstrip(":.") + (f": {lines[-1]}" if len(lines) > 1 else "")  # one line, for calls
+        backoff = min(30.0, 0.5 * 2 ** (self._start_failures - 1))
+        self._down.append(time.monotonic() + backoff)
+        log.warning("%s; the %s pool tries again in %.1f s (%d of its workers running).", why.rstrip("."),
+                    self._label, backoff, len(self._workers))
+
+    def _start_failed(self, w: _Child, why: str) -> None:
+        """`w` failed while starting: raise while the pool starts, else kill it and let its slot try again."""
+        if not self._started:
+            raise UserCodeStartError(why)
+        _kill(w)
+        self._workers.remove(w)
+        self._went_down(why)
+
     def _dispatch(self, queue: deque, tasks: list[Task], outcomes: list, timeout_s: float | None) -> None:
-        for slot in range(len(self._workers)):
-            while queue and self._workers[slot].state == "idle":
-                w, i = self._workers[slot], queue.popleft()
+        for w in list(self._workers):
+            while queue and w in self._workers and w.state == "idle":
+                i = queue.popleft()
                 try:
                     body = pickle.dumps(tasks[i], protocol=pickle.HIGHEST_PROTOCOL)
                 except (pickle.PicklingError, TypeError, AttributeError) as e:
@@ -235,8 +281,8 @@ class UserCodeProcesses:
                                 time.monotonic() + _SEND_TIMEOUT_S)
                 except (OSError, TimeoutError):  # it died or does not read: a replacement takes the call
                     queue.appendleft(i)
-                    self._replace(slot)
-                    continue
+                    self._replace(w)
+                    break
                 w.state, w.index, w.request_id = "busy", i, self._next_id
                 w.deadline = time.monotonic() + timeout_s if timeout_s is not None else None
 
@@ -245,20 +291,20 @@ class UserCodeProcesses:
         waiting = [w for w in self._workers if w.state in ("busy", "starting")]
         if not waiting:
             return
-        deadlines = [w.deadline for w in waiting if w.deadline is not None]
+        deadlines = [w.deadline for w in waiting if w.deadline is not None] + self._down
         timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
         ready = set(wait([w.reader.fd for w in self._workers], timeout))  # idle ones too: they must stay silent
         for w in list(self._workers):
             if w.reader.fd in ready and w in self._workers:
                 self._receive(w, outcomes)
         now = time.monotonic()
-        for slot, w in enumerate(self._workers):
+        for w in list(self._workers):
             if w.state == "busy" and w.index is not None and w.deadline is not None and now >= w.deadline:
                 outcomes[w.index] = ("timeout", None)
-                self._replace(slot)
+                self._replace(w)
             elif w.state == "starting" and w.deadline is not None and now >= w.deadline:
-                raise UserCodeStartError(f"a {self._label} worker process did not start within "
-                                       f"{self._start_timeout_s} s.")
+                self._start_failed(w, f"a {self._label} worker process did not start within "
+                                      f"{self._start_timeout_s} s.")
 
     def _receive(self, w: _Child, outcomes: list) -> None:
         try:
@@ -272,12 +318,13 @@ class UserCodeProcesses:
         if w.reader.closed:
             code = _exit_code(w.proc)
             if w.state == "starting":
-                raise UserCodeStartError(f"a {self._label} worker process exited (code {code}) while starting.")
+                self._start_failed(w, f"a {self._label} worker process exited (code {code}) while starting.")
+                return
             if w.state == "busy" and w.index is not None:
                 outcomes[w.index] = self._death(code)
             else:
                 log.warning("an idle %s worker process exited (code %s); it is replaced.", self._label, code)
-            self._replace(self._workers.index(w))
+            self._replace(w)
 
     def _accept(self, w: _Child, reply: dict, outcomes: list) -> bool:
         """Take one reply from `w`; False if `w` was replaced (it broke the protocol, or hit its memory limit)."""
@@ -287,10 +334,13 @@ class UserCodeProcesses:
                 raise UserError(f"a sandboxed {self._label} worker refused to start: {info}; calls never run as "
                                 f"root (docs/multi-turn.md, 'What the sandbox stops').")
             if kind == "init_error" and request_id is None:
-                raise UserCodeStartError(f"a {self._label} worker process could not load its function:\n{info}")
+                self._start_failed(w, f"a {self._label} worker process could not load its function:\n{info}")
+                return False
             if kind != "ready" or request_id is not None:
-                raise UserCodeStartError(f"a {self._label} worker process sent {kind!r} while starting.")
+                self._start_failed(w, f"a {self._label} worker process sent {kind!r} while starting.")
+                return False
             w.state, w.deadline = "idle", None
+            self._start_failures = 0
             return True
         if w.state != "busy" or request_id != w.request_id or kind not in _CALL_KINDS:
             held = f"request {w.request_id}" if w.state == "busy" else "no request"
@@ -309,7 +359,7 @@ class UserCodeProcesses:
         outcomes[w.index] = (kind, info)
         w.state, w.index, w.request_id, w.deadline = "idle", None, None, None
         if kind == "killed":  # it hit its memory limit: its heap may be left in any state
-            self._replace(self._workers.index(w))
+            self._replace(w)
             return False
         return True
 
@@ -319,7 +369,7 @@ class UserCodeProcesses:
         if w.state == "busy" and w.index is not None:
             outcomes[w.index] = ("error", f"its {self._label} worker process broke the reply protocol ({why}) and "
                                           f"was killed")
-        self._replace(self._workers.index(w))
+        self._replace(w)
 
     def _death(self, code: int | None) -> Outcome:
         """The outcome of a call whose worker died with exit status `code` (-N: signal N)."""
@@ -367,9 +417,15 @@ class UserCodeProcesses:
             raise UserCodeStartError(f"a {self._label} worker process did not take its function: {e!r}") from None
         return w
 
-    def _replace(self, slot: int) -> None:
-        _kill(self._workers[slot])
-        self._workers[slot] = self._spawn()
+    def _replace(self, w: _Child) -> None:
+        """Kill `w` and start another in its place (its slot waits to try again if that cannot start)."""
+        _kill(w)
+        slot = self._workers.index(w)
+        try:
+            self._workers[slot] = self._spawn()
+        except UserCodeStartError as e:
+            del self._workers[slot]
+            self._went_down(str(e))
 
 
 def _send_frame(fd: int, body: bytes, deadline: float) -> None:

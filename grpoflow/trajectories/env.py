@@ -189,11 +189,19 @@ class GuardedEnvironment:
             except BaseException as e:
                 log.warning("environment %s.close %s (ignored).", self.name, describe(e, self.timeout_s))
 
+    def refuse(self, method: str, why: str) -> None:
+        """What `method` returned cannot be used (`why`, e.g. "returned ..."): the environment fails as if it had
+        raised."""
+        self._failed("error", f"{self.name}.{method} {why}")
+
     def _fail(self, method: str, error: BaseException) -> None:
         if isinstance(error, asyncio.CancelledError):
             raise error
-        self.ended = "timeout" if isinstance(error, asyncio.TimeoutError) else "error"
-        self.failure = f"{self.name}.{method} {describe(error, self.timeout_s)}"
+        self._failed("timeout" if isinstance(error, asyncio.TimeoutError) else "error",
+                     f"{self.name}.{method} {describe(error, self.timeout_s)}")
+
+    def _failed(self, ended: str, failure: str) -> None:
+        self.ended, self.failure = ended, failure
         log.warning("environment %s; its trajectory ends here and scores reward.error_score (counted in "
                     "reward/env/errors).", self.failure)
 

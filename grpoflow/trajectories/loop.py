@@ -44,6 +44,10 @@ from grpoflow.trajectories.turns import (SampleInfo, ToolUse, add_model_turn, co
 from grpoflow.engines.batcher import Client, RequestBatcher
 from grpoflow.engines.protocol import Completion, Request, SamplingParams
 
+# An environment's opening longer than this many characters per allowed token (data.max_prompt_length) is over it
+# without tokenizing: tokenizers average 3-5 characters per token, a run of spaces a few dozen at most.
+MAX_CHARS_PER_TOKEN = 64
+
 
 @dataclass
 class RolloutItem:
@@ -256,16 +260,25 @@ class EnvLoop:
         return env
 
     async def opened(self, env: GuardedEnvironment | None, row: dict, env_seed: int) -> Trajectory:
-        """A conversation as it opens: the environment's `reset` (or the dataset prompt), rendered and bounded."""
+        """A conversation as it opens: the environment's `reset` (or the dataset prompt), rendered and bounded.
+
+        An opening over `max_prompt_length` tokens fails its environment (the trajectory ends "error", as after a
+        `reset` that raised, from the dataset prompt); one over MAX_CHARS_PER_TOKEN characters per allowed token is
+        refused before it is tokenized (a 2 MB opening took 1.2 GB to tokenize)."""
         first = await env.reset(row, env_seed) if env is not None else None
         messages = with_system_prompt(first if first is not None else self.opening(row), self.system_prompt)
-        t = Trajectory(self.renderer.prompt_ids(messages), list(messages))
-        if first is not None and self.max_prompt_length is not None and len(t.prompt_ids) > self.max_prompt_length:
-            assert env is not None
-            raise ValueError(f"{env.name}.reset opened a conversation of {len(t.prompt_ids)} tokens, "
-                             f"over data.max_prompt_length={self.max_prompt_length}; raise data.max_prompt_length "
-                             "or shorten the environment's opening.")
-        return t
+        limit = self.max_prompt_length
+        if first is not None and env is not None and limit is not None:
+            chars = sum(len(str(m.get("content") or "")) for m in messages)
+            ids = self.renderer.prompt_ids(messages) if chars <= MAX_CHARS_PER_TOKEN * limit else None
+            if ids is None or len(ids) > limit:
+                size = f"{chars} characters" if ids is None else f"{len(ids)} tokens"
+                env.refuse("reset", f"opened a conversation of {size}, over data.max_prompt_length={limit}; "
+                                    f"raise data.max_prompt_length or shorten the environment's opening")
+                messages = with_system_prompt(self.opening(row), self.system_prompt)
+            else:
+                return Trajectory(ids, list(messages))
+        return Trajectory(self.renderer.prompt_ids(messages), list(messages))
 
     async def converse(self, client: Client, t: Trajectory, env: GuardedEnvironment | None, item: RolloutItem, j: int,
                        params: SamplingParams, seed: int | None, head: Completion | None = None) -> None:

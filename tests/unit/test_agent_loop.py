@@ -122,11 +122,12 @@ class Chatty(DigitReward):
         return "Say a number. " * 20
 
 
-def test_an_environments_opening_is_held_to_the_prompt_length():
+def test_an_environments_opening_over_the_prompt_length_ends_its_trajectory(caplog):
     loop, engine, _ = make_loop(lambda text: "4", env=Chatty, max_prompt_length=100)
-    with pytest.raises(ValueError, match=r"Chatty.reset opened a conversation of \d+ tokens, over "
-                                         r"data.max_prompt_length=100"):
-        play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=50, temperature=1.0), seed=0)
+    batch, metrics = play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=50, temperature=1.0), seed=0)
+    assert batch.infos[0].ended == "error" and metrics["rollout/ending/error"] == 1.0
+    assert any(re.search(r"Chatty.reset opened a conversation of \d+ tokens, over data.max_prompt_length=100",
+                         r.getMessage()) for r in caplog.records)
 
 
 class SeededSecret(GuessNumber):

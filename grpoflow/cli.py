@@ -39,6 +39,36 @@ applies by itself under everything when model.path is a builtin: model. `grpoflo
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command of `argv` (default: the process's own arguments) and return its exit code. Run as the
+    process's own command (`argv` None), the process then ends even if threads an environment or a tool started
+    still run (`_leave`)."""
+    code = _command(argv)
+    if argv is None:
+        _leave(code)
+    return code
+
+
+def _leave(code: int) -> None:
+    """Exit with `code` now if threads that Python would wait for (not daemon ones) are still running: user code
+    (an environment's thread) kept `grpoflow train` alive after its last line. Everything is flushed and the exit
+    handlers run first."""
+    import atexit
+    import threading
+
+    left = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if not left:
+        return
+    logging.getLogger("grpoflow").warning("exiting although %d thread(s) still run (%s): started by user code (an "
+                                          "environment or a tool), they would keep this process alive.", len(left),
+                                          ", ".join(left[:5]))
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _command(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)

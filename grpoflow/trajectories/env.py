@@ -213,10 +213,19 @@ def describe(error: BaseException, timeout_s: float) -> str:
     return f"raised {type(error).__name__}: {str(error)[:300]}"
 
 
+# Environment calls left running in their threads past their timeout (a `close` that hangs left one per trajectory
+# per step): while this many still run, a new call is not started and fails instead. The calls of the step that
+# reaches it may all have started by then: at most this plus one step's calls.
+MAX_LEFT_BEHIND = 64
+_left_behind: set[threading.Thread] = set()
+_left_lock = threading.Lock()
+
+
 async def bounded(fn: Callable[..., Any], *args: Any, timeout_s: float, **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` within `timeout_s` seconds (asyncio.TimeoutError past it), off the event loop: an
     `async def` is awaited under the bound; anything else runs in a daemon thread of its own (a hung call is left
-    behind there: no executor waits for it at the end of the run), and an awaitable it returns is awaited."""
+    behind there: no executor waits for it at the end of the run, and MAX_LEFT_BEHIND bounds how many), and an
+    awaitable it returns is awaited."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     if inspect.iscoroutinefunction(fn):
@@ -235,8 +244,20 @@ async def bounded(fn: Callable[..., Any], *args: Any, timeout_s: float, **kwargs
         with contextlib.suppress(RuntimeError):  # the event loop is gone (a call left behind after the run)
             loop.call_soon_threadsafe(settle, result, error)
 
-    threading.Thread(target=run, daemon=True, name=f"grpoflow-env-{getattr(fn, '__name__', 'call')}").start()
-    result = await asyncio.wait_for(future, timeout_s)
+    with _left_lock:
+        _left_behind.difference_update([t for t in _left_behind if not t.is_alive()])
+        if len(_left_behind) >= MAX_LEFT_BEHIND:
+            raise RuntimeError(f"not started: {len(_left_behind)} earlier environment calls still run past "
+                               f"rollout.multi_turn.env_timeout_s in threads of their own (at most {MAX_LEFT_BEHIND} "
+                               f"are kept); fix the environment method that hangs")
+    thread = threading.Thread(target=run, daemon=True, name=f"grpoflow-env-{getattr(fn, '__name__', 'call')}")
+    thread.start()
+    try:
+        result = await asyncio.wait_for(future, timeout_s)
+    except asyncio.TimeoutError:
+        with _left_lock:
+            _left_behind.add(thread)
+        raise
     if inspect.isawaitable(result):
         result = await asyncio.wait_for(result, max(deadline - loop.time(), 0.0))
     return result

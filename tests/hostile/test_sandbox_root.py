@@ -48,19 +48,26 @@ def _check_common(result: dict) -> None:
     assert uid != 0 and euid != 0, "a call ran as root"
 
 
-def test_in_the_view_no_escape_works(tmp_path):
+@pytest.fixture
+def folder():
+    """A folder of the test's own: other pytest sessions of root on a shared machine prune pytest's basetemp."""
+    with tempfile.TemporaryDirectory() as name:
+        yield Path(name)
+
+
+def test_in_the_view_no_escape_works(folder):
     _need_bwrap()
-    result = attempt_escapes(tmp_path)
+    result = attempt_escapes(folder)
     _check_common(result)
     assert not result["wrote_tmp"], "a call in the read-only view wrote to /tmp"
 
 
-def test_with_the_calls_uid_only_no_escape_works(tmp_path, monkeypatch):
+def test_with_the_calls_uid_only_no_escape_works(folder, monkeypatch):
     paths = sandbox.import_paths()
     blocked = sandbox.blocked_folders(paths)
     if not blocked:  # Python is readable by any uid here: the plain mode as it is
         monkeypatch.setattr(sandbox, "BWRAP", None)
-        _check_common(attempt_escapes(tmp_path))
+        _check_common(attempt_escapes(folder))
         return
     _need_bwrap()  # Python under /root: run the trainer in an outer bubblewrap that makes it readable, keeping root
     outer = [sandbox.BWRAP, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--bind", "/proc", "/proc"]
@@ -74,7 +81,7 @@ def test_with_the_calls_uid_only_no_escape_works(tmp_path, monkeypatch):
                 outer += ["--ro-bind", path, path]
     script = Path(__file__).with_name("sandbox_escapes.py")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    done = subprocess.run([*outer, "--", sys.executable, str(script), str(tmp_path)], capture_output=True,
+    done = subprocess.run([*outer, "--", sys.executable, str(script), str(folder)], capture_output=True,
                           text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     _check_common(json.loads(done.stdout.splitlines()[-1]))

@@ -461,11 +461,15 @@ TRL_SIZES = {"num_generations": "the completions per prompt", "per_device_train_
 
 
 def _trl_sizes(fields: dict[str, Any], t: Translation) -> bool:
-    """Whether TRL's batch sizes among `fields` are whole numbers >= 1 and fill whole groups (as TRL requires);
-    each one that is not goes to `t.refused`."""
-    sizes = {k: whole_size(k, fields[k], t, what) for k, what in TRL_SIZES.items() if k in fields}
-    if None in sizes.values():
+    """Whether TRL's batch sizes among `fields` are whole numbers >= 1 and, where a batch size is given (and so
+    converted to data.prompts_per_step), fill whole groups (as TRL requires); each one that is not goes to
+    `t.refused`."""
+    checked = {k: whole_size(k, fields[k], t, what) for k, what in TRL_SIZES.items() if k in fields}
+    sizes = {k: v for k, v in checked.items() if v is not None}
+    if len(sizes) < len(checked):
         return False
+    if not set(sizes) - {"num_generations"}:  # rollout.n alone: our data.prompts_per_step stays
+        return True
     n = sizes.get("num_generations", 8)
     if "generation_batch_size" in sizes:
         batch, names = sizes["generation_batch_size"], "generation_batch_size"

@@ -200,7 +200,7 @@ def train(cfg: Config) -> dict:
     scorer = build_scorer(cfg)
     with setup_run_dir(cfg, auto_dtype=auto_dtype) as folder:
         device = "cuda" if torch.cuda.is_available() or cfg.backend != "local" else "cpu"
-        dtype_line = bf16_available_hint(setting, cfg.model.compute_dtype, device)  # None: nothing to say
+        dtype_line = bf16_available_hint(setting, cfg.model.compute_dtype or "float32", device)  # None: nothing to say
         lines = "\n".join(filter(None, [schedule.describe(), engine_line, dtype_line]))
         return _train(cfg, folder, scorer, lines, start)
 

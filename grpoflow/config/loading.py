@@ -289,7 +289,8 @@ def _layered(recipe: str | None, overrides: list[str] | None, base: list[Path],
     """Every layer applied, then the rules between keys that decide the same thing (precedence.py); every bad key
     or value among them reported at once."""
     notes = [] if notes is None else notes
-    cfg, problems, defaults = Config(), [], []
+    cfg, problems = Config(), list[str]()
+    defaults: list[tuple[str, Any]] = []  # the foreign keys' derived defaults (precedence.foreign_defaults)
     layers: list[Layer] = [(_layer_name(path), _recipe_pairs(path, notes, defaults))
                            for path in [*base, *([_recipe_path(recipe)] if recipe else [])]]
     given = parse_command_line(overrides or [], problems)

@@ -50,12 +50,12 @@ RUN_OUTPUTS = ("checkpoints", CONFIG_FILE, "metrics.jsonl", "samples.jsonl", "tr
 # settings that control the run around training, not what it trains: free to change on resume (ray, backend and
 # resources: where ranks run, not what they compute)
 RUN_CONTROLS = ("trainer.output_dir", "trainer.resume", "trainer.resume_config_changes", "trainer.total_steps",
-                "trainer.val_every", "trainer.val_before_train", "trainer.log_every", "trainer.loggers", "trainer.project", "trainer.run_name",
-                "trainer.log_samples", "trainer.log_train_every", "trainer.log_train_groups", "trainer.save_every",
-                "trainer.keep_last", "trainer.max_restarts", "trainer.threads", "data.val_files",
-                "data.val_max_prompts", "model.gguf_cache_dir", "rollout.val_temperature", "rollout.val_n",
-                "rollout.val_batch_size", "rollout.sync_timeout_s", "ray", "backend", "resources",
-                "reward.judge.api_key_env")
+                "trainer.val_every", "trainer.val_before_train", "trainer.log_every", "trainer.loggers",
+                "trainer.project", "trainer.run_name", "trainer.log_samples", "trainer.log_train_every",
+                "trainer.log_train_groups", "trainer.save_every", "trainer.keep_last", "trainer.max_restarts",
+                "trainer.threads", "data.val_files", "data.val_max_prompts", "model.gguf_cache_dir",
+                "rollout.val_temperature", "rollout.val_n", "rollout.val_batch_size", "rollout.sync_timeout_s", "ray",
+                "backend", "resources", "reward.judge.api_key_env")
 
 
 @dataclass

@@ -54,8 +54,8 @@ def auto_scorers(rows: Iterable[dict]) -> str:
     for row in rows:
         source = row.get("data_source")
         counts[source] = counts.get(source, 0) + 1
-    parts = [f"{'(no data_source)' if s is None else s} -> {scorer_name(s) or 'none'} ({n:,} row{'s' if n != 1 else ''})"
-             for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))]
+    parts = [f"{'(no data_source)' if s is None else s} -> {scorer_name(s) or 'none'} ({n:,} "
+             f"row{'s' if n != 1 else ''})" for s, n in sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))]
     return "reward.function=auto scores by data_source: " + ", ".join(parts)
 
 

@@ -173,3 +173,8 @@ def test_translate_trl_with_reward_weights_says_to_add_the_functions(tmp_path):
     command, notes = translate_file("trl", str(tmp_path / "trl.yaml"))
     assert shlex.split(command)[2] == "reward.weights=[1.0, 0.5]"
     assert any("add reward.functions=" in n and "2 functions" in n for n in notes)
+
+
+def test_num_generations_alone_is_rollout_n_with_our_prompts_per_step():
+    cfg, _ = loaded("model.path=/m", "num_generations=3", "data.prompts_per_step=4")
+    assert (cfg.rollout.n, cfg.data.prompts_per_step) == (3, 4)

@@ -162,9 +162,15 @@ def python_paths() -> list[str]:
     return list(dict.fromkeys(p for p in found if os.path.isdir(p)))
 
 
+def python_dirs() -> list[str]:
+    """Python's own folders, resolved: its prefixes, the standard library and site-packages (what a call needs)."""
+    found = python_paths() + [sys.base_prefix, sys.prefix]
+    return list(dict.fromkeys(os.path.realpath(p) for p in found if os.path.isdir(p)))
+
+
 def import_paths() -> list[str]:
-    """Every folder a worker may import from: Python's own (`python_paths`, its prefixes) and `sys.path`'s."""
-    found = python_paths() + [sys.base_prefix, sys.prefix] + [p for p in sys.path if os.path.isabs(p)]
+    """Every folder a worker may import from, resolved: `python_dirs` and `sys.path`'s (a tool file's folder)."""
+    found = python_dirs() + [p for p in sys.path if os.path.isabs(p)]
     return list(dict.fromkeys(os.path.realpath(p) for p in found if os.path.isdir(p)))
 
 
@@ -192,12 +198,13 @@ class Isolation:
     reason: str = ""
 
 
-def isolation(paths: list[str], label: str) -> Isolation:
-    """How to isolate the sandboxed `label` workers of a root trainer that imports from `paths`."""
-    blocked = blocked_folders(paths)
+def isolation(label: str) -> Isolation:
+    """How to isolate the sandboxed `label` workers of a root trainer: what its calls' uid cannot read of
+    `python_dirs` decides; the view binds back every folder of `import_paths` it covers."""
+    blocked = blocked_folders(python_dirs())
     problem = _bwrap_problem(BWRAP) if BWRAP is not None else "it is not installed"
     if problem is None:
-        rebound = [p for p in paths if any(_under(p, f) for f in blocked)]
+        rebound = [p for p in import_paths() if any(_under(p, f) for f in blocked)]
         rebound = [p for p in rebound if not any(q != p and _under(p, q) for q in rebound)]
         return Isolation("view", tuple(blocked), tuple(rebound))
     if not blocked:

@@ -66,8 +66,8 @@ from typing import Any, Callable
 from grpoflow.errors import UserError
 from grpoflow.plugins import load_from_file
 from grpoflow.user_code_child import REQUEST_ID, ResourceLimits
-from grpoflow.sandbox import (HEADER, FrameReader, Isolation, ProtocolError, call_uid, import_paths, isolation,
-                              minimal_environment, view_command)
+from grpoflow.sandbox import (HEADER, FrameReader, Isolation, ProtocolError, call_uid, isolation, minimal_environment,
+                              view_command)
 
 __all__ = ["Outcome", "ResourceLimits", "Task", "UserCodeProcesses", "UserCodeStartError", "dumps_function"]
 
@@ -174,7 +174,7 @@ class UserCodeProcesses:
         self._sandbox, self._validate = sandbox, validate
         self._isolation: Isolation | None = None  # a root trainer's sandboxed pool: how its calls leave root
         if sandbox and os.geteuid() == 0:
-            self._isolation = isolation(import_paths(), label)
+            self._isolation = isolation(label)
             if self._isolation.kind == "refused":
                 raise UserError(self._isolation.reason)
         self._next_id = 0

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from grpoflow.config import ConfigError, load_config
+from grpoflow.config.precedence import foreign_defaults
 from grpoflow.foreign import Translation, translate_trl, translate_verl
 
 _LAUNCHERS = ("verl.trainer.main_ppo", "verl.trainer.main_grpo", "recipe.")
@@ -115,7 +116,7 @@ def translate_file(framework: str, path: str) -> tuple[str, list[str]]:
     notes = [t.note(framework), *warnings]
     if t.unknown:
         notes.append(f"WARNING: keys grpoflow does not know (left out): {', '.join(t.unknown)}")
-    overrides = [*t.overrides, *(kv for kv in t.defaults if kv[0] not in dict(t.overrides))]
+    overrides = [*t.overrides, *foreign_defaults([(framework, t.overrides)], t.defaults, notes)]
     checked: list[str] = []  # the command as loaded: weights need the functions TRL takes in code
     weights = dict(overrides).get("reward.weights")
     if isinstance(weights, list) and "reward.functions" not in dict(overrides):
@@ -124,7 +125,7 @@ def translate_file(framework: str, path: str) -> tuple[str, list[str]]:
                      f"reward.functions=[rewards.py:first,...] with {len(weights)} functions.")
     loaded: list[str] = []
     cfg = load_config(None, [_word(k, v, quote=False) for k, v in overrides] + checked, loaded)
-    notes += [line for line in loaded if line.startswith(("steps:", "trainer.output_dir="))]
+    notes += [line for line in loaded if line.startswith("steps:")]
     if cfg.trainer.total_epochs is None:  # the step count won: the command says only what the run does
         overrides = [(k, v) for k, v in overrides if k != "trainer.total_epochs"]
     return "grpoflow train " + " \\\n    ".join(_word(k, v) for k, v in overrides), notes

@@ -166,6 +166,10 @@ def test_translate_verls_output_runs_as_a_script(tmp_path, monkeypatch):
     cfg = load_config(None, words[1:])
     assert (cfg.trainer.total_steps, cfg.trainer.total_epochs, cfg.trainer.output_dir) == (2, None, "/runs/o")
     assert any(n.startswith("steps: trainer.total_steps=2 wins") for n in notes)
+    (tmp_path / "named.sh").write_text(SCRIPT.replace("trainer.default_local_dir=$OUT_DIR", ""))
+    command, notes = translate_file("verl", str(tmp_path / "named.sh"))  # the folder verl would name, and why
+    assert "trainer.output_dir=checkpoints/verl_examples/run_$stamp" in command
+    assert any(n.startswith("trainer.output_dir=checkpoints/verl_examples/run_$stamp: verl's folder") for n in notes)
 
 
 def test_translate_trl_with_reward_weights_says_to_add_the_functions(tmp_path):

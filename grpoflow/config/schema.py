@@ -223,7 +223,8 @@ class RolloutConfig:
     max_new_tokens: int = opt(256, "Longest response, in tokens; longer samples are truncated (a chat model "
                               "needs room to answer: a few tokens cut every answer off).")
     temperature: float = opt(1.0, "Sampling temperature for training rollouts (also divides the actor's logits).")
-    top_p: float = opt(1.0, "Nucleus sampling threshold for training rollouts.")
+    top_p: float = opt(1.0, "Nucleus sampling threshold for training rollouts. Below 1 the hf engine records each "
+                       "token's nucleus and the trainer scores tokens under it, renormalised (docs/numerics.md).")
     val_temperature: float = opt(0.0, "Validation sampling temperature; 0 means greedy.")
     val_n: int = opt(1, "Validation samples per prompt (k of mean@k, pass@k, maj@k; use with val_temperature > 0).")
     val_batch_size: int = opt(256, "Prompts per generate call during validation.")

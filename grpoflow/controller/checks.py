@@ -68,11 +68,7 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(f"actor.policy_loss={a.policy_loss} is defined with loss_agg_mode in {list(modes)}, "
                           f"not {a.loss_agg_mode!r}; set actor.loss_agg_mode={modes[0]}.")
     if a.rollout_is in ("token", "sequence") and cfg.rollout.top_p < 1:
-        why = " (trainer.mode=async turns it on for stale samples)" if cfg.trainer.mode == "async" else \
-            " (rollout.partial turns it on for stale samples)" if cfg.rollout.partial.enable else ""
-        raise ConfigError(f"actor.rollout_is={a.rollout_is}{why} needs the engine's full-distribution log-probs; with "
-                          "rollout.top_p < 1 they are not the sampling probabilities. Set rollout.top_p=1 or "
-                          "actor.rollout_is=off.")
+        check_nucleus_sampling(cfg)
     check_multi_turn(cfg)
     check_agent(cfg, estimator)
     if "baselines" in required_inputs(estimator) and alg.filter_groups.enable:
@@ -80,6 +76,23 @@ def check_config(cfg: Config) -> None:
                           "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
     mark_checked(cfg)
 
+
+
+def check_nucleus_sampling(cfg: Config) -> None:
+    """Importance sampling with rollout.top_p < 1 needs each token's nucleus (models/nucleus.py) so the trainer
+    scores it under the distribution it was drawn from: engines that record it, on paths that carry it."""
+    a, r = cfg.actor, cfg.rollout
+    why = " (trainer.mode=async turns it on for stale samples)" if cfg.trainer.mode == "async" else \
+        " (rollout.partial turns it on for stale samples)" if r.partial.enable else ""
+    if not ROLLOUT_ENGINES.meta(r.engine).get("nucleus_floors", False):
+        raise ConfigError(f"actor.rollout_is={a.rollout_is}{why} with rollout.top_p={r.top_p} needs each token's "
+                          f"top-p nucleus, which rollout.engine={r.engine} does not report (its log-probs are not "
+                          "the ones the trainer can recompute). Use rollout.engine=hf, rollout.top_p=1 or "
+                          "actor.rollout_is=off.")
+    if r.agent.enabled:
+        raise ConfigError(f"actor.rollout_is={a.rollout_is}{why} with rollout.top_p={r.top_p}: rollout.agent's "
+                          "episodes do not carry each token's top-p nucleus to the trainer. Set rollout.top_p=1 or "
+                          "actor.rollout_is=off.")
 
 
 def ranks_here(cfg: Config) -> bool:

@@ -84,7 +84,8 @@ class Distiller:
             ids, mask = teacher_prompts(batch.prompts, batch.rows, template, self.tokenizer)
             scored = scored.replace(prompt_ids=ids, prompt_mask=mask)
         if self.teacher is None:  # self-distillation: the student itself, with the privileged context
-            return batch.replace(teacher_log_probs=self.actor.call(ActorWorker.compute_log_prob, scored))
+            teacher = self.actor.call(ActorWorker.compute_log_prob, scored, nucleus=False)  # the full distribution
+            return batch.replace(teacher_log_probs=teacher)
         out = self.teacher.call(FrozenWorker.score, scored)
         return batch.replace(teacher_log_probs=out.teacher_log_probs, teacher_topk_ids=out.teacher_topk_ids,
                              teacher_topk_log_probs=out.teacher_topk_log_probs)

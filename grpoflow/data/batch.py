@@ -27,6 +27,9 @@ class Batch:
     response_mask: Tensor                   # [B, R] 1 on generated tokens (up to and incl. EOS): the loss mask
     group_ids: Tensor                       # [B] int64, samples of one prompt share an id
     rollout_log_probs: Optional[Tensor] = None  # [B, R] log-probs under the sampling policy
+    # [B, R] float32 each sampled token's nucleus floor (models/nucleus.py): log-probs are taken over the tokens
+    # at or above it, renormalised (-inf: nothing cut); None: sampled at top_p = 1 (or by an engine without floors)
+    sampling_floors: Optional[Tensor] = None
     old_log_probs: Optional[Tensor] = None  # [B, R] actor log-probs before the update
     ref_log_probs: Optional[Tensor] = None  # [B, R] reference-policy log-probs
     scores: Optional[Tensor] = None         # [B] float32, the reward of each sample

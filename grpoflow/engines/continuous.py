@@ -57,6 +57,7 @@ class Row:
     ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
+    floors: list[float] = field(default_factory=list)  # each token's nucleus floor (models/nucleus.py)
 
 
 class ParkedKV:
@@ -246,23 +247,24 @@ class ContinuousSampler:
         if not live:
             self._admit_queued()
             return []
-        tokens, log_probs = self._draw()
+        tokens, log_probs, floors = self._draw()
         finished: list[tuple[int, Completion]] = []
         going: list[int] = []
         for slot in live:
-            token, log_prob = tokens[slot], log_probs[slot]
+            token, log_prob, floor = tokens[slot], log_probs[slot], floors[slot]
             row = self.rows[slot]
             assert row is not None
             row.ids.append(token)
             row.log_probs.append(log_prob)
             row.versions.append(version)
+            row.floors.append(floor)
             q = row.request
             if token in q.stop_token_ids or len(row.ids) >= q.max_new_tokens:
                 finish = "stop" if token in q.stop_token_ids else "length"
                 evicted = 0 if q.key is None else self.parked.put(q.key, row.fed + row.ids[:-1],
                                                                   self.cache.save(slot, len(row.fed)))
                 finished.append((row.rid, Completion(row.ids, row.log_probs, row.versions, finish, row.prefilled,
-                                                     row.reused, evicted)))
+                                                     row.reused, evicted, row.floors)))
                 self.rows[slot] = None
             else:
                 going.append(slot)
@@ -281,13 +283,14 @@ class ContinuousSampler:
         for slot, row in enumerate(self.rows):
             if row is not None:
                 paused.append((row.rid, Completion(row.ids, row.log_probs, row.versions, "paused", row.prefilled,
-                                                   row.reused)))
+                                                   row.reused, floors=row.floors)))
                 self.rows[slot] = None
         return paused
 
-    def _draw(self) -> tuple[list[int], list[float]]:
+    def _draw(self) -> tuple[list[int], list[float], list[float]]:
         """Every slot draws its next token from its logits and its stream (a free slot's draw is ignored): the
-        ids and log-probs of all slots, brought to the host in one copy, the decode step's only one.
+        ids, log-probs and nucleus floors (models/nucleus.py) of all slots, brought to the host in one copy, the
+        decode step's only one.
 
         Drawing over every slot rather than the live ones keeps the step free of host-built index tensors; a free
         slot costs one row of sampling (free slots are under 1 / compact_fraction of the slots). Rows of several
@@ -297,16 +300,17 @@ class ContinuousSampler:
         st, logits = self.state, self.logits
         kinds = sorted({(r.request.temperature, r.request.top_p) for r in self.rows if r is not None})
         uniform = uniforms(st.stream, st.position)
-        token, log_prob = sample_tokens(logits, temperature=kinds[0][0], top_p=kinds[0][1], uniform=uniform)
+        token, log_prob, floor = sample_tokens(logits, temperature=kinds[0][0], top_p=kinds[0][1], uniform=uniform)
         for temperature, top_p in kinds[1:]:
-            t, lp = sample_tokens(logits, temperature=temperature, top_p=top_p, uniform=uniform)
+            t, lp, fl = sample_tokens(logits, temperature=temperature, top_p=top_p, uniform=uniform)
             mine = st.kind == self.kinds[(temperature, top_p)]
-            token, log_prob = torch.where(mine, t, token), torch.where(mine, lp, log_prob)
+            token, log_prob, floor = torch.where(mine, t, token), torch.where(mine, lp, log_prob), \
+                torch.where(mine, fl, floor)
         st.advance(token)
-        # float64 holds every id and every float32 log-prob exactly: one tensor, one copy
-        host = torch.cat([token.double(), log_prob.double()]).tolist()
+        # float64 holds every id and every float32 log-prob and floor exactly: one tensor, one copy
+        host = torch.cat([token.double(), log_prob.double(), floor.double()]).tolist()
         slots = len(self.rows)
-        return [int(t) for t in host[:slots]], host[slots:]
+        return [int(t) for t in host[:slots]], host[slots:2 * slots], host[2 * slots:]
 
     def _decode(self, going: list[int]) -> None:
         """Feed each continuing row its last token (one forward over every slot; free slots write the dump).

@@ -37,7 +37,8 @@ class WeightSyncTimeout(TimeoutError):
 
 
 def pack_samples(prompts: list[list[int]], n: int, responses: list[list[int]], log_probs: list[list[float]], *,
-                 pad_token_id: int, eos_token_id: int | list[int]) -> Generation:
+                 pad_token_id: int, eos_token_id: int | list[int], floors: list[list[float]] | None = None
+                 ) -> Generation:
     """Pad `n` samples per prompt into a `Generation`.
 
     Args:
@@ -47,11 +48,13 @@ def pack_samples(prompts: list[list[int]], n: int, responses: list[list[int]], l
             cut by the length limit. Tokens after a first EOS are dropped.
         log_probs: B*n lists, the log-prob of each sampled token under the sampling distribution.
         pad_token_id, eos_token_id: the tokenizer's ids (several EOS ids are allowed).
+        floors: B*n lists, each token's top-p nucleus floor (models/nucleus.py), from engines that record them.
 
     Returns:
         prompt ids/mask [B*n, P] left-padded; response ids [B*n, R] right-padded with pad, R the
         longest response; response_mask 1 up to and including the first EOS; log_probs float32,
-        0 on padding; truncated: no EOS in the sample (it was cut by the length limit).
+        0 on padding; truncated: no EOS in the sample (it was cut by the length limit); floors [B*n, R] float32
+        (-inf on padding) when given.
     """
     if len(responses) != len(prompts) * n or len(log_probs) != len(responses):
         raise ValueError(f"pack_samples: {len(prompts)} prompts x n={n} need {len(prompts) * n} responses and "
@@ -69,13 +72,16 @@ def pack_samples(prompts: list[list[int]], n: int, responses: list[list[int]], l
     response_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((len(rows), width), dtype=torch.long)
     lp = torch.zeros((len(rows), width), dtype=torch.float32)
+    fl = torch.full((len(rows), width), float("-inf"), dtype=torch.float32) if floors is not None else None
     for i, (ids, lps) in enumerate(zip(rows, row_lps)):
         response_ids[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
         response_mask[i, :len(ids)] = 1
         lp[i, :len(lps)] = torch.tensor(lps, dtype=torch.float32)
+        if fl is not None and floors is not None and floors[i]:
+            fl[i, :len(ids)] = torch.tensor(floors[i][:len(ids)], dtype=torch.float32)
     prompt_ids, prompt_mask = left_pad(prompts, pad_token_id)
     return Generation(prompt_ids.repeat_interleave(n, 0), prompt_mask.repeat_interleave(n, 0), response_ids,
-                      response_mask, lp, torch.tensor(truncated, dtype=torch.bool))
+                      response_mask, lp, torch.tensor(truncated, dtype=torch.bool), fl)
 
 
 _DONE = object()

@@ -25,13 +25,15 @@ from grpoflow.engines.protocol import BatchEngine, EngineAbilities, RolloutEngin
 ROLLOUT_ENGINES = Registry("rollout engine")
 
 
-def register_rollout_engine(name: str, *, override: bool = False) -> Callable[[Callable], Callable]:
+def register_rollout_engine(name: str, *, override: bool = False, nucleus_floors: bool = False
+                            ) -> Callable[[Callable], Callable]:
     """Make a builder `(model_path, *, pad_token_id, eos_token_id, dtype, seed, **options) -> RolloutEngine`
-    selectable as `rollout.engine=name`."""
-    return ROLLOUT_ENGINES.register(name, override=override)
+    selectable as `rollout.engine=name`. `nucleus_floors`: its completions record each token's top-p floor
+    (`Completion.floors`, models/nucleus.py), so importance sampling works with rollout.top_p < 1."""
+    return ROLLOUT_ENGINES.register(name, override=override, nucleus_floors=nucleus_floors)
 
 
-@register_rollout_engine("hf")
+@register_rollout_engine("hf", nucleus_floors=True)
 def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
               kv_reuse_mb: int = 1024, lora: dict | None = None, kv_cache_mb: int = 0, longest_request: int = 0,
               grouped_attention: bool = False, **gpu_options: Any) -> RolloutEngine:

@@ -17,7 +17,7 @@ sampling path and one seeding scheme (each request's own stream, `Request.stream
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Protocol, runtime_checkable
 
 import torch
@@ -63,8 +63,10 @@ class Generation:
     prompt_mask: Tensor       # [B*n, P]
     response_ids: Tensor      # [B*n, R] right-padded with pad_token_id after EOS
     response_mask: Tensor     # [B*n, R] 1 up to and including the first EOS
-    log_probs: Tensor         # [B*n, R] float32 log-probs under the sampling distribution (0 on padding)
+    log_probs: Tensor         # [B*n, R] float32 log-probs under the sampling distribution (0 on padding; top-p:
+                              # the nucleus, renormalised)
     truncated: Tensor         # [B*n] bool, stopped by max_new_tokens before any EOS
+    floors: Tensor | None = None  # [B*n, R] float32 each token's top-p nucleus floor (models/nucleus.py), if recorded
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,9 @@ class Request:
 @dataclass
 class Completion:
     """What a `Request` sampled: the ids (up to and including a stop id), their log-probs under the sampling
-    distribution, the weight version that sampled each, and why it ended ("stop" or "length"; "paused": the
-    rollout stopped it at a token boundary, `RequestBatcher.pause`, and a later request may continue it)."""
+    distribution (with top_p < 1: the nucleus, renormalised), the weight version that sampled each, and why it
+    ended ("stop" or "length"; "paused": the rollout stopped it at a token boundary, `RequestBatcher.pause`, and a
+    later request may continue it)."""
     ids: list[int]
     log_probs: list[float]
     versions: list[int]
@@ -99,6 +102,8 @@ class Completion:
     prefilled: int = 0  # prompt tokens this request computed (the rest came from a reused or shared KV cache)
     reused: int = 0     # prompt tokens whose KV came from its trajectory's earlier turn (parked by the HF engine)
     evicted: int = 0    # other trajectories' parked KV caches that parking this request's pushed out (HF engine)
+    # each token's nucleus floor (models/nucleus.py), from engines that record it (HF); [] from the others
+    floors: list[float] = field(default_factory=list)
 
     @property
     def truncated(self) -> bool:

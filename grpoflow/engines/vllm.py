@@ -7,8 +7,9 @@ needs vLLM's engine core in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, se
 GPU per engine (tensor_parallel_size=1): colocated placement runs one engine per actor rank.
 
 Log-probs are vLLM's `processed_logprobs`: the distribution tokens were sampled from (after
-temperature; with top_p < 1 also after the nucleus cut, where the HF engine reports the
-temperature-only distribution — the controller refuses importance sampling with top_p < 1).
+temperature; with top_p < 1 also after the nucleus cut, renormalised, as the HF engine's). vLLM does not return
+the nucleus itself, which the trainer needs to score a token under the same set (models/nucleus.py), so the
+controller refuses importance sampling with top_p < 1 on this engine).
 
 LoRA adapters unmerged (rollout.lora_sync=adapter, `lora` given): vLLM starts with `enable_lora` on the
 base model, and each sync receives the adapter tensors only; they are written as a peft adapter folder

@@ -60,7 +60,7 @@ def generate_batch(engine: RolloutEngine, prompts: list[list[int]], params: Samp
     done = run_to_end(stepper(engine), requests, engine.version)
     return pack_samples(prompts, params.n, [done[r].ids for r in range(len(streams))],
                         [done[r].log_probs for r in range(len(streams))], pad_token_id=engine.pad_token_id,
-                        eos_token_id=stops)
+                        eos_token_id=stops, floors=[done[r].floors for r in range(len(streams))])
 
 
 class BatchCalls:

@@ -35,6 +35,7 @@ from transformers import DynamicCache
 from grpoflow.models.attention import attends_packed
 from grpoflow.models.head_logprobs import head_log_probs
 from grpoflow.models.loading import cache_keyword
+from grpoflow.models.nucleus import truncated_log_probs
 from grpoflow.models.packed import can_pack, distinct_prompts, pack, packed_hidden
 
 # Share the prompt forward only when it removes at least this fraction of the tokens: the
@@ -63,24 +64,32 @@ def compute_autocast(compute_dtype: str | torch.dtype | None, device: torch.devi
 
 
 def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024, temperature: float = 1.0,
-                    with_entropy: bool = False, entropy_grad: bool = False) -> tuple[Tensor, Tensor | None]:
+                    with_entropy: bool = False, entropy_grad: bool = False, floors: Tensor | None = None
+                    ) -> tuple[Tensor, Tensor | None]:
     """log p(label) and (optionally) the entropy of each position, of softmax(logits / temperature).
 
     logits: [B, T, V] (any float dtype; computed in float32), labels: [B, T] int64.
     Returns log_probs [B, T] float32 and entropy [B, T] float32 (or None), where
     entropy = logsumexp(z) - sum_v softmax(z)_v * z_v. Gradients flow through log_probs, and
     through entropy only with `entropy_grad` (an entropy bonus); otherwise it is a detached metric.
+    `floors` [B, T] (top-p samples' nucleus floors, models/nucleus.py): log p(label) is then under the kept tokens,
+    renormalised (the entropy stays the full distribution's).
     """
     b, t, v = logits.shape
     flat = logits.reshape(b * t, v)
     flat_labels = labels.reshape(b * t)
+    flat_floors = floors.reshape(b * t).float() if floors is not None else None
     logps, ents = [], []
     for start in range(0, b * t, max(chunk_size, 1)):
         z = flat[start:start + chunk_size].float()
         if temperature != 1.0:
             z = z / temperature
         lse = torch.logsumexp(z, dim=-1)
-        logps.append(z.gather(-1, flat_labels[start:start + chunk_size, None]).squeeze(-1) - lse)
+        chunk_labels = flat_labels[start:start + chunk_size]
+        if flat_floors is not None:
+            logps.append(truncated_log_probs(z, chunk_labels, flat_floors[start:start + chunk_size]))
+        else:
+            logps.append(z.gather(-1, chunk_labels[:, None]).squeeze(-1) - lse)
         if with_entropy:
             with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
                 ents.append(lse - (torch.softmax(z, dim=-1) * z).sum(-1))
@@ -93,8 +102,8 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
                        response_mask: Tensor, *, temperature: float = 1.0, chunk_size: int = 1024,
                        with_entropy: bool = False, entropy_grad: bool = False,
                        compute_dtype: str | torch.dtype | None = None, fused: bool = True,
-                       share_prompts: bool = True, packed: bool = True, keep_probs: bool = True
-                       ) -> tuple[Tensor, Tensor | None]:
+                       share_prompts: bool = True, packed: bool = True, keep_probs: bool = True,
+                       floors: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """Log-probs [B, R] (and entropy [B, R]) of the response tokens given left-padded prompts.
 
     prompt_ids/prompt_mask: [B, P] (left-padded), response_ids/response_mask: [B, R]
@@ -105,6 +114,9 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
     `fused` / `share_prompts` / `packed` / `keep_probs` False turn the fused head, the shared prompt forward,
     packing and the head's kept probabilities off (they are on where they apply; the results are the same either
     way up to float rounding, bench/ablation.py times the difference).
+    `floors` [B, R]: the top-p samples' nucleus floors (models/nucleus.py); each log-prob is then the token's under
+    the kept tokens, renormalised, what the engine sampled from. The fused head's hand-written backward knows only
+    the full softmax, so the head then runs as a plain product (its [tokens, V] logits kept for autograd).
     """
     head = fused_head(model) if fused else None
     if head is None:
@@ -112,7 +124,7 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
             logits = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask,
                                       share_prompts=share_prompts)
         return token_log_probs(logits, response_ids, chunk_size=chunk_size, temperature=temperature,
-                               with_entropy=with_entropy, entropy_grad=entropy_grad)
+                               with_entropy=with_entropy, entropy_grad=entropy_grad, floors=floors)
     keep = response_mask.bool()
     with compute_autocast(compute_dtype, prompt_ids.device, model):
         if packed and share_prompts and attends_packed(model) and not _checkpointing(model) \
@@ -122,10 +134,18 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
         else:
             selected = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask, hidden=True,
                                         share_prompts=share_prompts)[keep]
-    log_probs, entropy = head_log_probs(selected, head.weight, response_ids[keep], temperature=temperature,
-                                        chunk_size=chunk_size, with_entropy=with_entropy, entropy_grad=entropy_grad,
-                                        compute_dtype=as_dtype(compute_dtype),
-                                        keep_probs_bytes=None if keep_probs else 0)
+    if floors is not None:
+        dtype = as_dtype(compute_dtype)
+        logits = torch.mm(selected.to(dtype), head.weight.to(dtype).t())
+        log_probs, entropy = token_log_probs(logits[None], response_ids[keep][None], chunk_size=chunk_size,
+                                             temperature=temperature, with_entropy=with_entropy,
+                                             entropy_grad=entropy_grad, floors=floors[keep][None])
+        log_probs, entropy = log_probs[0], None if entropy is None else entropy[0]
+    else:
+        log_probs, entropy = head_log_probs(selected, head.weight, response_ids[keep], temperature=temperature,
+                                            chunk_size=chunk_size, with_entropy=with_entropy,
+                                            entropy_grad=entropy_grad, compute_dtype=as_dtype(compute_dtype),
+                                            keep_probs_bytes=None if keep_probs else 0)
     zeros = torch.zeros(keep.shape, dtype=torch.float32, device=keep.device)
     return zeros.masked_scatter(keep, log_probs), None if entropy is None else zeros.masked_scatter(keep, entropy)
 

@@ -39,7 +39,7 @@ from grpoflow.errors import UserError
 from grpoflow.trajectories.chat import ChatRenderer
 from grpoflow.trajectories.env import GuardedEnvironment, with_system_prompt
 from grpoflow.trajectories.trajectory import Progress, Segment, Trajectory
-from grpoflow.trajectories.turns import (SampleInfo, ToolUse, add_model_turn, count_engine_work, env_seeds,
+from grpoflow.trajectories.turns import (SampleInfo, ToolUse, add_model_turn, count_engine_work, env_seeds, floors_of,
                                      first_turn_seeds, info_of, joined, stream_seed)
 from grpoflow.engines.batcher import Client, RequestBatcher
 from grpoflow.engines.protocol import Completion, Request, SamplingParams
@@ -195,7 +195,7 @@ class SingleTurn:
 def paused(t: Trajectory, c: Completion, prompt_tokens: int) -> None:
     """`t` paused in its open turn `c` (rollout.partial; asked with `prompt_tokens` of context)."""
     count_engine_work(t, c, prompt_tokens)
-    t.open = Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0), list(c.versions))
+    t.open = Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0), list(c.versions), floors_of(c))
     t.ended = "paused"
 
 

@@ -21,6 +21,7 @@ import torch
 
 from grpoflow.data.batch import Batch
 from grpoflow.engines.protocol import Completion, left_pad
+from grpoflow.models.nucleus import NO_CUT
 
 # Why a trajectory ended (Trajectory.ended; logged as shares rollout/ending/<reason>):
 END_REASONS = (
@@ -41,6 +42,7 @@ class Segment:
     log_probs: list[float] | None = None  # the model's sampling log-probs; None: environment tokens (not trained)
     version: int | None = None            # the model's: weight version of the engine that sampled it (the oldest)
     versions: list[int] | None = None     # the model's, per token (None: all `version`)
+    floors: list[float] | None = None     # the model's, per token: the nucleus floor (models/nucleus.py); None: none
 
     @property
     def trainable(self) -> bool:
@@ -112,6 +114,7 @@ class Progress:
     finish: str = ""      # "stop" | "length" once finished; "" while it has more to sample
     text: str = ""        # single-turn: the decoded completion, once finished
     past: dict | None = None  # multi-turn: the trajectory before the open turn (finished: all of it), as_data()
+    floors: list[float] = field(default_factory=list)   # their nucleus floors ([]: none recorded)
 
     @property
     def oldest(self) -> int | None:
@@ -122,7 +125,8 @@ class Progress:
 
     def head(self) -> Completion:
         """The open turn's tokens so far, as the start of the completion that continues it."""
-        return Completion(list(self.ids), list(self.log_probs), list(self.versions), "paused")
+        return Completion(list(self.ids), list(self.log_probs), list(self.versions), "paused",
+                          floors=list(self.floors))
 
     def trajectory(self, prompt_ids: list[int]) -> Trajectory:
         """The sample as a trajectory: a conversation's recorded one (the open turn left out), or the one model
@@ -133,7 +137,8 @@ class Progress:
                        truncated=self.finish == "length",
                        ended={"": "paused", "length": "token_budget"}.get(self.finish, "eos"))
         if self.ids:
-            t.segments.append(Segment(list(self.ids), list(self.log_probs), min(self.versions), list(self.versions)))
+            t.segments.append(Segment(list(self.ids), list(self.log_probs), min(self.versions), list(self.versions),
+                                      list(self.floors) if len(self.floors) == len(self.ids) else None))
         return t
 
     @staticmethod
@@ -143,11 +148,13 @@ class Progress:
         finish = "" if t.ended == "paused" else "length" if t.truncated else "stop"
         turn = t.open if t.open is not None else t.segments[0] if t.segments and not multi_turn else Segment([])
         ids, log_probs, versions = list(turn.ids), list(turn.log_probs or []), list(turn.versions or [])
+        floors = list(turn.floors or [])
         if not multi_turn:
-            return Progress(seed, ids, log_probs, versions, finish, t.last_assistant_text() if finish else "")
+            return Progress(seed, ids, log_probs, versions, finish, t.last_assistant_text() if finish else "",
+                            floors=floors)
         past = t.as_data()
         del past["open"]  # it is the progress's ids
-        return Progress(seed, ids, log_probs, versions, finish, past=past)
+        return Progress(seed, ids, log_probs, versions, finish, past=past, floors=floors)
 
     @staticmethod
     def from_data(data: dict) -> "Progress":
@@ -169,6 +176,7 @@ def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts:
     attention = torch.zeros((b, width), dtype=torch.long)
     log_probs = torch.zeros((b, width), dtype=torch.float32)
     versions = torch.zeros((b, width), dtype=torch.long)
+    floors = torch.full((b, width), NO_CUT, dtype=torch.float32)
     for i, t in enumerate(trajectories):
         at = 0
         for s in t.segments:
@@ -180,17 +188,23 @@ def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts:
                 log_probs[i, at:end] = torch.tensor(s.log_probs, dtype=torch.float32)
                 versions[i, at:end] = torch.tensor(s.versions, dtype=torch.long) if s.versions is not None else \
                     (s.version or 0)
+                if s.floors is not None:
+                    floors[i, at:end] = torch.tensor(s.floors, dtype=torch.float32)
             at = end
+    # the nucleus floors only where top-p cut something: a run at top_p = 1 scores under the full distribution
+    sampling_floors = floors if bool((floors > NO_CUT).any()) else None
     if not multi_turn:
         return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                      response_mask=response_mask, group_ids=torch.zeros(b, dtype=torch.long),
-                     rollout_log_probs=log_probs, truncated=torch.tensor([t.truncated for t in trajectories]),
+                     rollout_log_probs=log_probs, sampling_floors=sampling_floors,
+                     truncated=torch.tensor([t.truncated for t in trajectories]),
                      policy_version=torch.tensor([t.version for t in trajectories], dtype=torch.long),
                      token_versions=versions, prompts=list(prompt_texts),
                      completions=[t.last_assistant_text() for t in trajectories], rows=list(rows))
     return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                  response_mask=response_mask, response_attention=attention,
                  group_ids=torch.zeros(b, dtype=torch.long), rollout_log_probs=log_probs,
+                 sampling_floors=sampling_floors,
                  truncated=torch.tensor([t.truncated for t in trajectories], dtype=torch.bool),
                  policy_version=torch.tensor([t.version for t in trajectories], dtype=torch.long),
                  token_versions=versions,

@@ -85,7 +85,13 @@ def joined(head: Completion, c: Completion) -> Completion:
     the whole turn; the engine counts (`prefilled`, `reused`, `evicted`) are `c`'s (the paused request's were
     counted when it paused)."""
     return Completion(list(head.ids) + list(c.ids), list(head.log_probs) + list(c.log_probs),
-                      list(head.versions) + list(c.versions), c.finish, c.prefilled, c.reused, c.evicted)
+                      list(head.versions) + list(c.versions), c.finish, c.prefilled, c.reused, c.evicted,
+                      list(head.floors) + list(c.floors))
+
+
+def floors_of(c: Completion) -> list[float] | None:
+    """`c`'s nucleus floors, one per token, or None where the engine (or a part of a joined turn) recorded none."""
+    return list(c.floors) if c.floors and len(c.floors) == len(c.ids) else None
 
 
 def count_engine_work(t: Trajectory, c: Completion, prompt_tokens: int) -> None:
@@ -99,7 +105,8 @@ def count_engine_work(t: Trajectory, c: Completion, prompt_tokens: int) -> None:
 def add_model_turn(t: Trajectory, c: Completion, text: str, prompt_tokens: int) -> None:
     """Append a sampled turn (asked with `prompt_tokens` of context): its exact ids and log-probs, its text as the
     assistant message."""
-    t.segments.append(Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0), list(c.versions)))
+    t.segments.append(Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0), list(c.versions),
+                              floors_of(c)))
     t.turns += 1
     count_engine_work(t, c, prompt_tokens)
     t.messages.append({"role": "assistant", "content": text})

@@ -79,13 +79,14 @@ class ActorWorker:
         if not is_lora(self.engine.model):
             raise RuntimeError("the actor serves the reference role only with LoRA adapters (model.lora.rank > 0).")
         with self.engine.forward_model().disable_adapter():  # type: ignore[operator]  # a PeftModel method
-            return self.compute_log_prob(batch)
+            return self.compute_log_prob(batch, nucleus=False)
 
-    def compute_log_prob(self, batch: Batch) -> Tensor:
-        """[B, R] the current policy's log-probs of the responses (0 on padding)."""
+    def compute_log_prob(self, batch: Batch, nucleus: bool = True) -> Tensor:
+        """[B, R] the current policy's log-probs of the responses (0 on padding); under each sample's top-p nucleus
+        where the engine recorded one (`nucleus`; the reference policy's are the full distribution's)."""
         log_probs, _ = batch_log_probs(self.engine.forward_model(), batch, temperature=self.temperature,
-                                       max_tokens=self.max_tokens,
-                                       chunk_size=self.cfg.logprob_chunk_size, compute_dtype=self.compute_dtype)
+                                       max_tokens=self.max_tokens, chunk_size=self.cfg.logprob_chunk_size,
+                                       compute_dtype=self.compute_dtype, nucleus=nucleus)
         return log_probs
 
     def update_policy(self, batch: Batch) -> dict[str, float]:
@@ -126,7 +127,7 @@ class ActorWorker:
                 log_probs, entropy = response_log_probs(
                     model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_attention_mask,
                     temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
-                    entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype)
+                    entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype, floors=mb.sampling_floors)
         assert entropy is not None and mb.advantages is not None, "the update needs entropy and advantages"
         loss, metrics = actor_loss(
             self.policy_loss, log_probs=log_probs, entropy=entropy, old_log_probs=mb.old_log_probs,

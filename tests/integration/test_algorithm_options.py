@@ -76,3 +76,15 @@ def test_user_estimator_and_loss_from_a_file_via_cli(tmp_path):
                  f"algorithm.adv_estimator={plugin}:centered", f"actor.policy_loss={plugin}:plain_pg"])
     assert code == 0
     assert read_metrics(tmp_path / "run")[-1]["actor/my_metric"] == pytest.approx(1.0)
+
+
+def test_top_p_with_importance_sampling_scores_tokens_under_the_nucleus_they_came_from(tmp_path):
+    # rollout.top_p=0.9: the engine records each token's nucleus floor, the trainer renormalises over the same
+    # tokens, so the ratio stays 1 (scored under the full distribution it would be the kept mass, < 1: TRL #7269)
+    train(load_config(None, [f"trainer.output_dir={tmp_path}", *TINY, "rollout.top_p=0.9", "actor.rollout_is=token",
+                             "actor.minibatches=2"]))
+    rows = read_metrics(tmp_path)
+    for r in rows:
+        assert r["mismatch/abs_log_ratio_mean"] < 1e-5 and r["mismatch/outside_clip_frac"] == 0, r
+        assert r["mismatch/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+        assert r["actor/rollout_is/mean"] == pytest.approx(1.0, abs=1e-5)

@@ -80,7 +80,6 @@ def test_smoke_preset_runs_end_to_end(tmp_path, preset):
 
 @pytest.mark.parametrize("overrides, message", [
     (["actor.policy_loss=gspo", "actor.loss_agg_mode=token-mean"], "actor.loss_agg_mode=seq-mean-token-mean"),
-    (["actor.rollout_is=token", "rollout.top_p=0.9"], "rollout.top_p=1"),
     (["algorithm.adv_estimator=remax", "algorithm.filter_groups.enable=true"], "Disable one of them"),
 ])
 def test_nonsense_combinations_are_rejected_at_start(tmp_path, overrides, message):

@@ -116,10 +116,12 @@ def test_early_stop_and_finished_rows_keep_log_probs_exact(tiny_model_path, top_
     assert gen.response_ids.shape[1] == lengths.max() <= 12  # stopped once every row ended (or at the budget)
     ends_with_eos = torch.isin(gen.response_ids.gather(1, (lengths - 1)[:, None]).squeeze(1), torch.tensor(MANY_EOS))
     assert torch.equal(gen.truncated, ~ends_with_eos)
+    # top_p 0.8: the engine's log-probs are under each token's nucleus, renormalised; the trainer takes them
+    # under the same nucleus from the floors the engine recorded
     batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
-                  response_mask=gen.response_mask, group_ids=torch.arange(20) // 5)
+                  response_mask=gen.response_mask, group_ids=torch.arange(20) // 5, sampling_floors=gen.floors)
     trainer_lp, _ = batch_log_probs(load_causal_lm(tiny_model_path), batch, temperature=0.9, max_tokens=4096,
-                                    chunk_size=64)
+                                    chunk_size=64, nucleus=True)
     m = gen.response_mask.bool()
     torch.testing.assert_close(trainer_lp[m], gen.log_probs[m], atol=1e-4, rtol=1e-4)
     assert (gen.log_probs[~m] == 0).all() and (gen.response_ids[~m] == tok.pad_token_id).all()
@@ -185,9 +187,9 @@ def test_per_prompt_seeds_make_samples_independent_of_the_batch(tiny_model_path)
                            together.response_ids)
     batch = Batch(prompt_ids=together.prompt_ids, prompt_mask=together.prompt_mask,
                   response_ids=together.response_ids, response_mask=together.response_mask,
-                  group_ids=torch.arange(12) // 3)
+                  group_ids=torch.arange(12) // 3, sampling_floors=together.floors)  # top_p 0.9: the nuclei
     trainer_lp, _ = batch_log_probs(load_causal_lm(tiny_model_path), batch, temperature=1.0, max_tokens=4096,
-                                    chunk_size=64)
+                                    chunk_size=64, nucleus=True)
     m = together.response_mask.bool()
     torch.testing.assert_close(trainer_lp[m], together.log_probs[m], atol=1e-4, rtol=1e-4)
 

@@ -8,7 +8,7 @@ against a list the config hard-coded beside the registry (rollout.engine, algori
 import pytest
 
 from grpoflow.config import ConfigError, load_config
-from grpoflow.controller.checks import check_config
+from grpoflow.controller.checks import check_config, check_nucleus_sampling
 
 
 @pytest.mark.parametrize("override, named", [
@@ -53,6 +53,16 @@ def test_async_top_p_guard_applies_to_the_resolved_importance_sampling():
         check_config(cfg)
     check_config(load_config(None, ["backend=ray", "placement=split", "trainer.mode=async", "rollout.top_p=0.9",
                                     "actor.rollout_is=off"]))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_top_p_importance_sampling_is_refused_where_the_engine_records_no_nucleus(engine):
+    # vLLM and SGLang return each token's log-prob but not the nucleus it was drawn from: the trainer cannot score
+    # the token under the same renormalised set, so the importance ratio would be biased (TRL #7269)
+    cfg = load_config(None, [f"rollout.engine={engine}", "actor.rollout_is=token", "rollout.top_p=0.9"])
+    with pytest.raises(ConfigError, match=f"rollout.engine={engine} does not report.*rollout.engine=hf"):
+        check_nucleus_sampling(cfg)
+    check_nucleus_sampling(load_config(None, ["rollout.engine=hf", "actor.rollout_is=token", "rollout.top_p=0.9"]))
 
 
 def test_multi_turn_settings_are_checked_before_any_model_loads(tmp_path):

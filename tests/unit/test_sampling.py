@@ -23,20 +23,27 @@ def test_top_p_keeps_the_smallest_set_that_reaches_top_p(top_p, kept):
 
 def test_greedy_returns_the_argmax_and_its_unscaled_log_prob():
     logits = torch.tensor([[0.0, math.log(3.0)], [2.0, 0.0]])
-    token, lp = sample_tokens(logits, temperature=0.0, top_p=1.0)
-    assert token.tolist() == [1, 0]
+    token, lp, floor = sample_tokens(logits, temperature=0.0, top_p=1.0)
+    assert token.tolist() == [1, 0] and (floor == float("-inf")).all()
     # softmax([0, ln 3]) = [1/4, 3/4]; softmax([2, 0])[0] = e^2 / (e^2 + 1)
     torch.testing.assert_close(lp, torch.tensor([math.log(0.75), 2 - math.log(math.exp(2) + 1)]))
 
 
-def test_sampled_log_prob_is_the_full_temperature_scaled_one_even_with_top_p():
+def test_sampled_log_prob_is_under_the_renormalised_nucleus_with_top_p():
     logits = torch.tensor([[1.0, 2.0, 0.5, -1.0]]).repeat(200, 1)
     torch.manual_seed(0)
-    token, lp = sample_tokens(logits, temperature=0.5, top_p=0.9)
+    token, lp, floor = sample_tokens(logits, temperature=0.5, top_p=0.9)
     full = torch.log_softmax(logits[0] / 0.5, -1)
-    torch.testing.assert_close(lp, full[token])
     # the nucleus of softmax(logits / 0.5) at 0.9: tokens 1 (0.84) and 0 (0.11); the others are never drawn
     assert set(token.tolist()) == {0, 1}
+    kept = torch.logsumexp(full[[0, 1]], -1)
+    torch.testing.assert_close(lp, full[token] - kept)
+    # the floor: halfway between token 0's log-prob (last kept) and token 2's (first cut)
+    torch.testing.assert_close(floor, ((full[0] + full[2]) / 2).expand(200))
+    # top_p 1: the full distribution's log-prob, nothing cut
+    token, lp, floor = sample_tokens(logits, temperature=0.5, top_p=1.0)
+    torch.testing.assert_close(lp, full[token])
+    assert (floor == float("-inf")).all()
 
 
 def test_sampling_follows_the_global_seed():
@@ -52,16 +59,17 @@ def test_given_uniforms_draw_by_inverse_cdf_of_the_nucleus():
     # softmax([ln 1, ln 3, ln 6]) = [0.1, 0.3, 0.6]; top_p 0.8 keeps tokens 2 (0.6) and 1 (0.3):
     # cumulative kept mass [0, 0.3, 0.9], so u in [0, 1/3) -> token 1, u in [1/3, 1) -> token 2
     logits = torch.tensor([[0.0, math.log(3.0), math.log(6.0)]]).repeat(3, 1)
-    token, lp = sample_tokens(logits, temperature=1.0, top_p=0.8, uniform=torch.tensor([0.0, 0.3, 0.34]))
+    token, lp, _ = sample_tokens(logits, temperature=1.0, top_p=0.8, uniform=torch.tensor([0.0, 0.3, 0.34]))
     assert token.tolist() == [1, 1, 2]
-    torch.testing.assert_close(lp, torch.tensor([math.log(0.3), math.log(0.3), math.log(0.6)]))
+    # under the nucleus {1, 2} renormalised: 0.3 / 0.9 and 0.6 / 0.9
+    torch.testing.assert_close(lp, torch.tensor([math.log(1 / 3), math.log(1 / 3), math.log(2 / 3)]))
 
 
 def test_draws_from_the_global_generator_follow_the_distribution():
     # softmax([ln 1, ln 2, ln 7]) = [0.1, 0.2, 0.7]; 20,000 rows: each frequency within 4 standard errors
     logits = torch.tensor([[0.0, math.log(2.0), math.log(7.0)]]).repeat(20_000, 1)
     torch.manual_seed(0)
-    token, _ = sample_tokens(logits, temperature=1.0, top_p=1.0)
+    token, _, _ = sample_tokens(logits, temperature=1.0, top_p=1.0)
     freq = torch.bincount(token, minlength=3).float() / len(token)
     for f, p in zip(freq.tolist(), [0.1, 0.2, 0.7]):
         assert abs(f - p) < 4 * math.sqrt(p * (1 - p) / len(token))

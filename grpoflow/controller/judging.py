@@ -7,11 +7,14 @@ Each judged sample's row, copied, gets its score in `JUDGE_COLUMN`, which the `j
 the judge is weighted and routed like any other reward part. A failed or unparsable judgement scores
 reward.error_score and is counted (reward/judge/failed, reward/judge/unparsable). When every judgement of a
 step failed with the same error (a dead server, a wrong URL, model or key), the run stops with that error
-(`JudgeFailure`) rather than train on reward.error_score alone.
+(`JudgeFailure`) rather than train on reward.error_score alone. So it does when every reply of a step was
+unparsable (a 0-100 judge under reward.judge.max_score 10 answering `85`); the first unparsable reply of a run is
+a warning that quotes it and names max_score and the parser.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -24,6 +27,7 @@ from grpoflow.rewards.judge import (JUDGE_COLUMN, JudgeConfigError, JudgeStats, 
 from grpoflow.workers.judge import JudgeWorker
 
 JUDGE = "judge"  # the reward name that reads the judge's score
+log = logging.getLogger("grpoflow.judge")
 
 
 class JudgeFailure(UserError):
@@ -78,6 +82,7 @@ class Judging:
                                   temperature=j.temperature) if j.url else None
         self.default = names_judge(cfg.functions or cfg.function)
         self.routes = {source: names_judge(spec) for source, spec in (cfg.routes or {}).items()}
+        self.warned_unparsable = False
 
     def judged(self, row: dict) -> bool:
         """Whether this row's reward (its data_source's route, else the default) includes the judge."""
@@ -100,10 +105,31 @@ class Judging:
                                ".model and .api_key_env are right; the run stops rather than train on "
                                "reward.error_score alone.")
         scores = judge_scores(replies, self.parser, self.cfg.error_score, stats)
+        self.check_parsed(replies, stats)
         out = list(rows)
         for i, score in zip(which, scores):
             out[i] = {**rows[i], JUDGE_COLUMN: score}
         return out, stats.metrics()
+
+    def check_parsed(self, replies: list[Any], stats: JudgeStats) -> None:
+        """Warn at a run's first unparsable reply; raise JudgeFailure when every reply of the step that came back
+        was one."""
+        if not stats.unparsable:
+            return
+        first = next(r for r in replies if r is not None and self.parser(r) is None)
+        j = self.cfg.judge
+        how = (f"reward.judge.parser={j.parser!r} finds no number in [0, reward.judge.max_score={j.max_score:g}] "
+               if j.max_score is not None else f"reward.judge.parser={j.parser!r} finds no number ")
+        fix = ("set reward.judge.max_score to the judge's scale (100 for a 0-100 judge) or reward.judge.parser to "
+               "read its replies")
+        if stats.unparsable == sum(r is not None for r in replies):
+            raise JudgeFailure(f"every one of this step's {len(replies)} judge replies was unparsable: "
+                               f"{how}in e.g. {str(first)[:200]!r}; {fix}; the run stops rather than train on "
+                               "reward.error_score alone.")
+        if not self.warned_unparsable:
+            self.warned_unparsable = True
+            log.warning("a judge reply is unparsable: %sin %r, so it scores reward.error_score (counted in "
+                        "reward/judge/unparsable); %s.", how, str(first)[:200], fix)
 
     def complete(self, texts: list[str], stats: JudgeStats) -> list[Any]:
         if self.client is not None:

@@ -146,9 +146,12 @@ def test_judging_scores_what_the_parser_reads_and_counts_the_rest(server, tmp_pa
 def test_a_run_combines_the_judge_with_a_rule_reward(tmp_path, where, server, judge_model):
     judge = [f"reward.judge.path={judge_model}"] if where == "local" else \
         [f"reward.judge.url={server.url}", "reward.judge.model=tiny"]
-    train(load_config(None, [f"trainer.output_dir={tmp_path}", *TINY, "reward.functions=[exact_match, judge]",
-                             "reward.weights=[1.0, 0.5]", "reward.judge.max_tokens=4", *judge]))
-    rows = read_metrics(tmp_path)
+    parser = tmp_path / "parse.py"  # the untrained judge writes no number: score its replies by length
+    parser.write_text("def length(text):\n    return float(len(text))\n")
+    train(load_config(None, [f"trainer.output_dir={tmp_path}/run", *TINY, "reward.functions=[exact_match, judge]",
+                             "reward.weights=[1.0, 0.5]", "reward.judge.max_tokens=4", *judge,
+                             f"reward.judge.parser={parser}:length", "reward.judge.max_score=null"]))
+    rows = read_metrics(tmp_path / "run")
     assert len(rows) == 2 and rows[-1]["reward/judge/calls"] == 8  # 4 prompts x 2 samples, every step
     for r in rows:  # score = exact_match + 0.5 x judge, per sample, so also in the means
         assert r["critic/score/mean"] == pytest.approx(r["reward/exact_match/mean"] + 0.5 * r["reward/judge/mean"])

@@ -8,6 +8,9 @@ use live here, below both of them; standard library only.
   (size + SHA-256), fsync, then replace-then-remove; `recover_folders(parent)` finishes or undoes what a kill
   interrupted.
 - `against_manifest(folder)` / `damaged_file(folder)`: the first missing, truncated or changed file.
+- `kept_or_published(final, write, what)`: a run's built model folders (base_model/, sft_model/): reused when they
+  match their manifest, rebuilt with a warning when damaged.
+- `copy_contents(source, dest)`: a folder's files as plain contents, writable whatever the source's modes.
 - `write_manifest`, `fsync_tree`, `atomic_write_text`: the steps, for writers with their own rename rules
   (CheckpointManager keeps a `latest` pointer beside its folders).
 
@@ -22,12 +25,14 @@ import json
 import os
 import shutil
 import uuid
+import logging
 from pathlib import Path
 from typing import Callable
 
 MANIFEST = "manifest.json"
 TMP_PREFIX = ".tmp-"
 OLD_SUFFIX = ".old"  # publish_folder: the folder it replaces, set aside until the new one is in place
+log = logging.getLogger("grpoflow.folders")
 
 
 def temporary_name(final: Path) -> Path:
@@ -64,6 +69,34 @@ def publish_folder(final: Path, write: Callable[[Path], None]) -> Path:
     fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def kept_or_published(final: Path, write: Callable[[Path], None], what: str,
+                      legacy: Callable[[Path], bool] | None = None) -> Path:
+    """`final` as it is when its files match its manifest (SHA-256 included); else written by `publish_folder`.
+    A folder that no longer matches (a file changed in place, truncated or missing) is rebuilt with a warning
+    naming `what` and the file. `legacy(final)`: whether a folder without a manifest, written before they were kept,
+    is taken as it is (it cannot be checked)."""
+    if (final / MANIFEST).exists():
+        wrong = damaged_file(final)
+        if wrong is None:
+            return final
+        log.warning("%s %s is damaged (%s); it is built again.", what, final, wrong)
+    elif final.exists() and legacy is not None and legacy(final):
+        return final
+    return publish_folder(final, write)
+
+
+def copy_contents(source: Path, dest: Path) -> None:
+    """Copy every file under `source` into `dest` as plain contents: new files and folders with this process's
+    default modes, so a copy of a read-only install (0444 files, 0555 folders) is writable and deletable."""
+    for path in sorted(source.rglob("*")):
+        target = dest / path.relative_to(source)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
 
 
 def recover_folders(parent: Path) -> int:

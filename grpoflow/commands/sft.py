@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from grpoflow.atomic_folder import MANIFEST, damaged_file, write_manifest
 from grpoflow.commands.sft_probe import Probe, greedy_accuracy
 from grpoflow.data.dataset import render_prompt
 from grpoflow.errors import UserError
@@ -146,6 +147,7 @@ def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: in
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     (tmp / SFT_MARKER).write_text(json.dumps(settings))
+    write_manifest(tmp)  # sizes and SHA-256s: a resumed run checks them before it reuses this folder
     if Path(out_dir).exists():
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
@@ -169,9 +171,15 @@ def hold_back(examples: list[Example], rows: list[dict], response_key: str, coun
 
 
 def finished_sft(out_dir: str | Path, settings: dict) -> bool:
-    """True if `out_dir` holds a warm start made with exactly these settings."""
+    """True if `out_dir` holds a warm start made with exactly these settings, whose files match their manifest (a
+    damaged one is trained again, with a warning; one written before manifests were kept is taken as it is)."""
     marker = Path(out_dir) / SFT_MARKER
-    return marker.exists() and json.loads(marker.read_text()) == settings
+    if not (marker.exists() and json.loads(marker.read_text()) == settings):
+        return False
+    wrong = damaged_file(Path(out_dir)) if (Path(out_dir) / MANIFEST).exists() else None
+    if wrong is not None:
+        tqdm.write(f"sft: the warm start in {out_dir} is damaged ({wrong}); it is trained again")
+    return wrong is None
 
 
 def _ce(model: torch.nn.Module, batch: dict, compute_dtype: str | None) -> tuple[torch.Tensor, dict]:

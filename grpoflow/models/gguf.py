@@ -20,13 +20,17 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
 
 import torch
 
+from grpoflow.atomic_folder import MANIFEST, damaged_file, write_manifest
 from grpoflow.errors import MissingExtraError, UserError, UserFileExistsError, UserFileNotFoundError
+
+log = logging.getLogger("grpoflow.models")
 
 CONVERTED_FROM = "grpoflow_gguf_source.json"
 EXTRA_HINT = "pip install 'grpoflow[gguf]' (or: pip install gguf)"
@@ -51,9 +55,9 @@ def _require_gguf() -> None:
 def convert_gguf(gguf_file: str | os.PathLike, out_dir: str | os.PathLike) -> str:
     """Dequantize `gguf_file` into the HF folder `out_dir` (float32) and return `out_dir`.
 
-    Reuses `out_dir` when it was converted from the same file (same path, size and mtime); raises
-    if it holds anything else. Written aside and renamed, so an interrupted conversion leaves nothing
-    that looks finished.
+    Reuses `out_dir` when it was converted from the same file (same path, size and mtime) and its files match their
+    manifest (converted again, with a warning, when damaged since); raises if it holds anything else. Written aside
+    and renamed, so an interrupted conversion leaves nothing that looks finished.
     """
     src = Path(gguf_file).resolve()
     if not src.is_file():
@@ -63,10 +67,14 @@ def convert_gguf(gguf_file: str | os.PathLike, out_dir: str | os.PathLike) -> st
     marker = out / CONVERTED_FROM
     if marker.exists():
         previous = json.loads(marker.read_text())
-        if previous == record:
+        wrong = damaged_file(out) if (out / MANIFEST).exists() else None
+        if previous == record and wrong is None:
             return str(out)
-        raise UserError(f"{out} was converted from {previous.get('source')}, not from {src} (or the file changed "
-                        f"since); use a new trainer.output_dir for a different model.")
+        if previous != record:
+            raise UserError(f"{out} was converted from {previous.get('source')}, not from {src} (or the file "
+                            f"changed since); use a new trainer.output_dir for a different model.")
+        log.warning("the conversion of %s in %s is damaged (%s); it is converted again.", src, out, wrong)
+        shutil.rmtree(out)  # converted from this file, damaged since
     if out.exists() and any(out.iterdir()):
         raise UserFileExistsError(f"{out} already holds files that did not come from {src}; use a new "
                                   f"trainer.output_dir.")
@@ -77,6 +85,7 @@ def convert_gguf(gguf_file: str | os.PathLike, out_dir: str | os.PathLike) -> st
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
     (tmp / CONVERTED_FROM).write_text(json.dumps(record, indent=1))
+    write_manifest(tmp)  # sizes and SHA-256s: checked before the folder is reused
     if out.exists():
         out.rmdir()  # empty (checked above)
     tmp.rename(out)

@@ -5,8 +5,9 @@ A spec is, in this order:
 
 - a `.gguf` file: dequantized once (models/gguf.py) into `into`, the folder a run keeps for this model (reused on
   resume), or, without one, into the shared conversion cache (`gguf_cache_dir`, `cached_conversion`);
-- `builtin:tiny-<size>`: the tiny model (models/tiny.py) built with `seed` into `into`, once (a folder that holds a
-  config.json already is reused); a command without a folder of its own (`into` None) cannot take one;
+- `builtin:tiny-<size>`: the tiny model (models/tiny.py) built with `seed` into `into`, once, with a manifest (a
+  folder that matches it is reused, a damaged one built again); a command without a folder of its own (`into`
+  None) cannot take one;
 - `builtin:tiny-4m-addition`: a shipped warm start (models/warm_start.py) copied into `into` once, or, without one,
   its folder in the package;
 - a local folder: its absolute path (checkpoints record it);
@@ -20,6 +21,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from grpoflow.atomic_folder import kept_or_published
 from grpoflow.errors import UserError
 from grpoflow.models.gguf import cached_conversion, convert_gguf, is_gguf
 from grpoflow.models.tiny import TINY_SIZES, save_tiny_model
@@ -76,9 +78,9 @@ def _builtin(spec: str, *, setting: str, into: str | Path | None, seed: int) -> 
     if into is None:
         raise ModelSpecError(f"{setting}={spec}: a built-in model is built into a run folder; give that run's folder "
                           "or a model folder.")
-    folder = Path(into).resolve()
-    if not (folder / "config.json").exists():  # built once: a resumed run or a second name reuses it
-        save_tiny_model(folder, size=size, seed=seed)
+    folder = Path(into).resolve()  # built once: a resumed run or a second name reuses it, unless it was damaged
+    kept_or_published(folder, lambda tmp: save_tiny_model(tmp, size=size, seed=seed), f"the built {spec}",
+                      legacy=lambda f: (f / "config.json").exists())
     return str(folder)
 
 

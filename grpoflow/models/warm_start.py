@@ -21,7 +21,7 @@ import shutil
 from datetime import date
 from pathlib import Path
 
-from grpoflow.atomic_folder import publish_folder
+from grpoflow.atomic_folder import copy_contents, kept_or_published
 
 WARM_STARTS_DIR = Path(__file__).parent / "warm_starts"
 # spec -> its folder under WARM_STARTS_DIR
@@ -44,15 +44,12 @@ def shipped_folder(spec: str) -> Path:
 
 
 def copy_warm_start(spec: str, into: str | Path) -> str:
-    """Copy the shipped warm start `spec` into the run's model folder `into` once (a folder with a config.json is
-    kept as it is, as a built model is on resume), published whole: a kill mid-copy leaves no half folder under
-    that name. Returns its path."""
+    """Copy the shipped warm start `spec` into the run's model folder `into` once, as file contents (a read-only
+    install's 0444 files make a writable copy), published whole with a manifest: a kill mid-copy leaves no half
+    folder under that name, and a copy damaged since is copied again (`kept_or_published`). Returns its path."""
     folder = Path(into).resolve()
-    if not (folder / "config.json").exists():
-        def copy(tmp: Path) -> None:
-            shutil.copytree(shipped_folder(spec), tmp)
-
-        publish_folder(folder, copy)
+    kept_or_published(folder, lambda tmp: copy_contents(shipped_folder(spec), tmp), f"the copy of {spec}",
+                      legacy=lambda f: (f / "config.json").exists())
     return str(folder)
 
 

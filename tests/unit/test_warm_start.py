@@ -29,9 +29,12 @@ def test_it_is_copied_into_the_run_once_and_is_the_package_folder_elsewhere(tmp_
     folder = model_folder(SPEC, setting="model.path", into=into)
     assert folder == str(into.resolve()) and [p.name for p in tmp_path.iterdir()] == ["base_model"]  # no temp left
     assert (into / "model.safetensors").read_bytes() == (shipped_folder(SPEC) / "model.safetensors").read_bytes()
-    (into / "model.safetensors").write_bytes(b"kept")   # a run's own copy is never replaced (resume)
+    mtime = (into / "model.safetensors").stat().st_mtime_ns
+    model_folder(SPEC, setting="model.path", into=into)  # a run's own copy is reused on resume while it is whole
+    assert (into / "model.safetensors").stat().st_mtime_ns == mtime
+    (into / "model.safetensors").write_bytes(b"damaged")  # and copied again once it no longer matches its manifest
     model_folder(SPEC, setting="model.path", into=into)
-    assert (into / "model.safetensors").read_bytes() == b"kept"
+    assert (into / "model.safetensors").read_bytes() == (shipped_folder(SPEC) / "model.safetensors").read_bytes()
     assert model_folder(SPEC, setting="model.path") == str(shipped_folder(SPEC))
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from grpoflow.config import ConfigError, load_config
+from grpoflow.config.loading import load_yaml
 from grpoflow.config.precedence import foreign_defaults
 from grpoflow.foreign import Translation, translate_trl, translate_verl
 
@@ -82,7 +83,7 @@ def verl_script_pairs(text: str, warnings: list[str] | None = None) -> list[tupl
 def _value(raw: str) -> Any:
     """A Hydra value as YAML reads it (True, 1e-6, ['console','wandb'])."""
     try:
-        return yaml.safe_load(raw) if raw.strip() else ""
+        return load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         return raw
 
@@ -107,7 +108,10 @@ def translate_file(framework: str, path: str) -> tuple[str, list[str]]:
     if framework == "verl":
         t = translate_verl(verl_script_pairs(text, warnings))
     else:
-        data = yaml.safe_load(text) or {}
+        try:
+            data = load_yaml(text) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path} is not valid YAML: {e}".replace("\n", " ")) from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path} must be a YAML mapping of GRPOConfig fields.")
         t = translate_trl(data)

@@ -142,13 +142,31 @@ def _set(cfg: Any, key: str, value: Any) -> None:
     setattr(node, leaf, _coerce(key, value, hints[leaf]))
 
 
+class NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases (`*name`): a YAML anchor bomb (a few lines whose aliases expand to
+    billions of nodes when the config is printed or saved) is refused as it is read, before anything else sees it.
+    A recipe writes repeated values out."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"an alias (*{event.anchor}): grpoflow configs take no YAML "
+                                              f"aliases; write the value out", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str) -> Any:
+    """`text` as YAML data, aliases refused (NoAliasLoader); raises yaml.YAMLError."""
+    return yaml.load(text, Loader=NoAliasLoader)  # noqa: S506  (a safe loader)
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """`a.b=c` -> ("a.b", yaml-parsed c)."""
     if "=" not in text:
         raise ConfigError(f"Override `{text}` is not of the form key=value (e.g. actor.lr=1e-4).")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
         raise ConfigError(f"Override `{text}`: its value is not valid YAML ({_yaml_problem(e)}); quote it, e.g. "
                           f"{key.strip()}='{raw}'.") from None
@@ -190,7 +208,7 @@ def _recipe_path(recipe: str) -> Path:
 
 def _read_recipe(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"Recipe {path} is not valid YAML: {_yaml_problem(e)}; fix the file.") from None
     except UnicodeDecodeError as e:

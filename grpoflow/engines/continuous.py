@@ -346,7 +346,9 @@ class ContinuousSampler:
             ~visible, torch.finfo(self.dtype).min)
         positions = (reads[:, None] + torch.arange(queries, device=self.device)[None, :]).clamp(min=0)
         self.cache.prepare(rows, columns, queries, pad, width)
-        keep = {"logits_to_keep": 1} if last_only else {}
+        # an index, not the int 1: the head then reads a contiguous [A, 1, hidden] copy, as it always has (a strided
+        # slice takes another GEMM path, whose last bits differ on a 49k vocabulary); only prefills pass it
+        keep = {"logits_to_keep": torch.tensor([queries - 1], device=self.device)} if last_only else {}
         out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
                          **{self.cache_kw: self.cache}, **keep)
         return out.logits[:, -1].float()

@@ -3,6 +3,9 @@
 One GPU: the HF engine's sampling log-probs on CUDA equal the trainer's teacher-forced ones, a colocated
 weight sync on CUDA leaves the engine with the actor's weights, and a short GRPO run on CUDA learns.
 Two GPUs (skipped with one): FSDP2 over NCCL gives the single-GPU gradient.
+
+Every figure asserted here was set in float32 (exact weights, log-probs to 1e-4, a learning gain, two runs' metrics
+to 1e-3), so each test pins float32: on a GPU the default compute dtype is bfloat16 (training/bf16_units.py).
 """
 
 import os
@@ -38,7 +41,7 @@ def test_sampling_log_probs_on_cuda_match_the_trainer(tiny_model_path):
 
 
 def test_colocated_weight_sync_on_cuda(tiny_model_path):
-    from grpoflow.config import ActorConfig, Config
+    from grpoflow.config import ActorConfig, Config, ModelConfig
     from grpoflow.controller.weight_sync import WeightSync
     from grpoflow.distributed.host import LocalPool
     from grpoflow.distributed.worker_group import WorkerGroup
@@ -47,8 +50,9 @@ def test_colocated_weight_sync_on_cuda(tiny_model_path):
 
     pool = LocalPool(1)
     actor = WorkerGroup("actor", partial(ActorWorker, model_path=tiny_model_path, cfg=ActorConfig(), temperature=1.0,
-                                         horizon=4, seed=0), pool=pool)
-    rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=tiny_model_path, cfg=Config()), pool=pool)
+                                         horizon=4, seed=0, model_cfg=ModelConfig(compute_dtype="float32")), pool=pool)
+    rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=tiny_model_path, cfg=Config(), dtype="float32"),
+                          pool=pool)
     trained = pool.hosts[0].roles["actor"].engine.model
     assert next(trained.parameters()).is_cuda
     with torch.no_grad():
@@ -66,7 +70,8 @@ def test_a_short_grpo_run_on_cuda_learns(tmp_path):
     from grpoflow.commands.run import train
 
     result = train(load_config(None, ["model.path=builtin:tiny-4m", "trainer.total_steps=40", "trainer.val_every=40",
-                                      "data.val_max_prompts=200", f"trainer.output_dir={tmp_path}"]))
+                                      "data.val_max_prompts=200", f"trainer.output_dir={tmp_path}",
+                                      "model.compute_dtype=float32"]))
     assert result["after"]["val/mean@1"] > result["before"]["val/mean@1"]
 
 
@@ -77,7 +82,7 @@ def test_fsdp2_over_nccl_matches_one_gpu(tmp_path):
     def run(out, extra):
         cmd = [sys.executable, "-m", "grpoflow.cli", "train", "model.path=builtin:tiny-0.5m", "sft.steps=20",
                "trainer.total_steps=2", "trainer.val_every=0", "data.prompts_per_step=4", "rollout.n=4",
-               f"trainer.output_dir={out}", *extra]
+               "model.compute_dtype=float32", f"trainer.output_dir={out}", *extra]
         subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600)
         from grpoflow.controller.metrics import read_metrics
         return read_metrics(out)

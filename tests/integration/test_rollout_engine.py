@@ -1,4 +1,8 @@
-"""The HF rollout engine: padding, EOS masks, sampling log-probs that match the trainer, weight sync."""
+"""The HF rollout engine: padding, EOS masks, sampling log-probs that match the trainer, weight sync.
+
+Every model here is placed on CUDA when there is one (`DEVICE`), so the GPU check's integration stage
+(bench/gpu_check.sh) runs the engine on the GPU; the attention kernel expected is training/precision.py's for the
+device that runs."""
 
 import pytest
 import torch
@@ -9,8 +13,17 @@ from grpoflow.engines.protocol import SamplingParams, eos_response_mask, left_pa
 from grpoflow.models.attention import GROUPED_ATTENTION
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.training.forward import batch_log_probs
+from grpoflow.training.precision import role_precision
 from grpoflow.engines.whole_batch import generate_batch
 from grpoflow.workers.rollout import RolloutWorker
+
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load(path, dtype=torch.float32):
+    """The saved model on `DEVICE`."""
+    return load_causal_lm(path, dtype=dtype).to(DEVICE)
 
 
 def test_left_pad_and_eos_mask():
@@ -24,7 +37,7 @@ def test_left_pad_and_eos_mask():
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
     tok = load_tokenizer(tiny_model_path)
-    return HFRolloutEngine(load_causal_lm(tiny_model_path), pad_token_id=tok.pad_token_id,
+    return HFRolloutEngine(load(tiny_model_path), pad_token_id=tok.pad_token_id,
                            eos_token_id=tok.eos_token_id), tok
 
 
@@ -38,27 +51,35 @@ def test_sampling_log_probs_match_the_trainer(engine, tiny_model_path, temperatu
     assert (gen.prompt_ids[0] == gen.prompt_ids[3]).all() and not (gen.prompt_ids[0] == gen.prompt_ids[4]).all()
     batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
                   response_mask=gen.response_mask, group_ids=torch.arange(12) // 4)
-    trainer_lp, _ = batch_log_probs(load_causal_lm(tiny_model_path), batch, temperature=temperature,
+    trainer_lp, _ = batch_log_probs(load(tiny_model_path), batch, temperature=temperature,
                                     max_tokens=4096, chunk_size=7)
     m = gen.response_mask.bool()
     torch.testing.assert_close(trainer_lp[m], gen.log_probs[m], atol=1e-4, rtol=1e-4)
     assert (gen.log_probs[~m] == 0).all() and (gen.response_ids[~m] == tok.pad_token_id).all()
 
 
-def test_a_built_float32_engine_decodes_with_grouped_attention_and_matches_the_trainer(tiny_model_path):
+def expected_kernel(dtype: str) -> str:
+    """The attention kernel training/precision.py's rollout row gives an engine of `dtype` on this machine."""
+    grouped = role_precision("rollout", dtype=dtype, compute_dtype=dtype, cuda=DEVICE.type == "cuda").grouped_attention
+    return GROUPED_ATTENTION if grouped else "sdpa"
+
+
+def test_a_built_float32_engine_decodes_with_its_rows_kernel_and_matches_the_trainer(tiny_model_path):
     # training/precision.py's rollout row, passed by the rollout worker to engines/factory.py: on a CPU in float32 the
-    # engine decodes with models/attention.py's kernel (faster than sdpa there), in bf16 with sdpa; the log-probs it
-    # samples with are still the trainer's
+    # engine decodes with models/attention.py's kernel (faster than sdpa there), in bf16 and on a GPU with sdpa; the
+    # log-probs it samples with are still the trainer's
     tok = load_tokenizer(tiny_model_path)
     fp32 = RolloutWorker(0, 1, model_path=tiny_model_path, dtype="float32").engine
-    assert fp32.model.config._attn_implementation == GROUPED_ATTENTION  # type: ignore[attr-defined]
+    assert next(fp32.model.parameters()).device.type == DEVICE.type
+    assert fp32.model.config._attn_implementation == expected_kernel("float32")  # type: ignore[attr-defined]
+    assert expected_kernel("float32") == (GROUPED_ATTENTION if DEVICE.type == "cpu" else "sdpa")
     bf16 = RolloutWorker(0, 1, model_path=tiny_model_path, dtype="bfloat16").engine
-    assert bf16.model.config._attn_implementation == "sdpa"  # type: ignore[attr-defined]
+    assert bf16.model.config._attn_implementation == expected_kernel("bfloat16") == "sdpa"  # type: ignore[attr-defined]
     prompts = [tok.encode(p, add_special_tokens=False) for p in ["1+2=", "10+20=", "7+55=", "99+1="]]
     gen = generate_batch(fp32, prompts, SamplingParams(n=4, max_new_tokens=8), seeds=[0, 1, 2, 3])
     batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
                   response_mask=gen.response_mask, group_ids=torch.arange(16) // 4)
-    trainer_lp, _ = batch_log_probs(load_causal_lm(tiny_model_path), batch, temperature=1.0, max_tokens=4096,
+    trainer_lp, _ = batch_log_probs(load(tiny_model_path), batch, temperature=1.0, max_tokens=4096,
                                     chunk_size=7)
     m = gen.response_mask.bool()
     assert m.sum() > 40
@@ -71,7 +92,7 @@ def test_greedy_is_deterministic_and_weight_sync_changes_it(engine, tiny_model_p
     greedy = SamplingParams(n=2, max_new_tokens=5, temperature=0.0)
     a, b = generate_batch(eng, prompts, greedy), generate_batch(eng, prompts, greedy)
     assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.response_ids[0], a.response_ids[1])
-    other = load_causal_lm(tiny_model_path)
+    other = load(tiny_model_path)
     with torch.no_grad():
         for p in other.parameters():
             p.mul_(-1.0)
@@ -93,14 +114,14 @@ def _prompts(tok):
 
 def test_greedy_equals_hf_generate(tiny_model_path):
     tok = load_tokenizer(tiny_model_path)
-    model = load_causal_lm(tiny_model_path)
+    model = load(tiny_model_path)
     prompts = _prompts(tok)
     for eos in (tok.eos_token_id, MANY_EOS):
         eng = HFRolloutEngine(model, pad_token_id=tok.pad_token_id, eos_token_id=eos)
         gen = generate_batch(eng, prompts, SamplingParams(n=1, max_new_tokens=8, temperature=0.0))
         ids, mask = left_pad(prompts, tok.pad_token_id)
-        ref = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=8,
-                             pad_token_id=tok.pad_token_id, eos_token_id=eos)[:, ids.shape[1]:]
+        ref = model.generate(input_ids=ids.to(DEVICE), attention_mask=mask.to(DEVICE), do_sample=False,
+                             max_new_tokens=8, pad_token_id=tok.pad_token_id, eos_token_id=eos)[:, ids.shape[1]:].cpu()
         ref = ref.masked_fill(eos_response_mask(ref, eos) == 0, tok.pad_token_id)
         assert torch.equal(gen.response_ids, ref)
 
@@ -108,7 +129,7 @@ def test_greedy_equals_hf_generate(tiny_model_path):
 @pytest.mark.parametrize("top_p", [1.0, 0.8])
 def test_early_stop_and_finished_rows_keep_log_probs_exact(tiny_model_path, top_p):
     tok = load_tokenizer(tiny_model_path)
-    eng = HFRolloutEngine(load_causal_lm(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
+    eng = HFRolloutEngine(load(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
     torch.manual_seed(1)
     gen = generate_batch(eng, _prompts(tok), SamplingParams(n=5, max_new_tokens=12, temperature=0.9, top_p=top_p))
     lengths = gen.response_mask.sum(-1)
@@ -120,7 +141,7 @@ def test_early_stop_and_finished_rows_keep_log_probs_exact(tiny_model_path, top_
     # under the same nucleus from the floors the engine recorded
     batch = Batch(prompt_ids=gen.prompt_ids, prompt_mask=gen.prompt_mask, response_ids=gen.response_ids,
                   response_mask=gen.response_mask, group_ids=torch.arange(20) // 5, sampling_floors=gen.floors)
-    trainer_lp, _ = batch_log_probs(load_causal_lm(tiny_model_path), batch, temperature=0.9, max_tokens=4096,
+    trainer_lp, _ = batch_log_probs(load(tiny_model_path), batch, temperature=0.9, max_tokens=4096,
                                     chunk_size=64, nucleus=True)
     m = gen.response_mask.bool()
     torch.testing.assert_close(trainer_lp[m], gen.log_probs[m], atol=1e-4, rtol=1e-4)
@@ -140,9 +161,9 @@ def test_samples_follow_the_global_seed(engine):
 
 def test_bf16_engine_samples_and_receives_fp32_weights(tiny_model_path):
     tok = load_tokenizer(tiny_model_path)
-    eng = HFRolloutEngine(load_causal_lm(tiny_model_path, dtype=torch.bfloat16), pad_token_id=tok.pad_token_id,
+    eng = HFRolloutEngine(load(tiny_model_path, dtype=torch.bfloat16), pad_token_id=tok.pad_token_id,
                           eos_token_id=tok.eos_token_id)
-    fp32 = load_causal_lm(tiny_model_path)
+    fp32 = load(tiny_model_path)
     eng.update_weights(fp32.named_parameters(), version=1)
     torch.manual_seed(0)
     gen = generate_batch(eng, _prompts(tok), SamplingParams(n=2, max_new_tokens=6))
@@ -160,7 +181,7 @@ def test_compacting_finished_rows_does_not_change_the_samples(tiny_model_path, t
     tok = load_tokenizer(tiny_model_path)
     out = []
     for fraction in (1, 10**6):  # compact at every finish, never
-        eng = HFRolloutEngine(load_causal_lm(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
+        eng = HFRolloutEngine(load(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
         eng.sampler.compact_fraction = fraction
         out.append(generate_batch(eng, _prompts(tok), SamplingParams(n=2, max_new_tokens=10, temperature=temperature),
                                   seeds=[1, 2, 3, 4]))
@@ -171,7 +192,7 @@ def test_compacting_finished_rows_does_not_change_the_samples(tiny_model_path, t
 
 def test_per_prompt_seeds_make_samples_independent_of_the_batch(tiny_model_path):
     tok = load_tokenizer(tiny_model_path)
-    eng = HFRolloutEngine(load_causal_lm(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
+    eng = HFRolloutEngine(load(tiny_model_path), pad_token_id=tok.pad_token_id, eos_token_id=MANY_EOS)
     prompts, seeds = _prompts(tok), [101, 202, 303, 404]
     params = SamplingParams(n=3, max_new_tokens=8, temperature=1.0, top_p=0.9)
     together = generate_batch(eng, prompts, params, seeds=seeds)
@@ -188,7 +209,7 @@ def test_per_prompt_seeds_make_samples_independent_of_the_batch(tiny_model_path)
     batch = Batch(prompt_ids=together.prompt_ids, prompt_mask=together.prompt_mask,
                   response_ids=together.response_ids, response_mask=together.response_mask,
                   group_ids=torch.arange(12) // 3, sampling_floors=together.floors)  # top_p 0.9: the nuclei
-    trainer_lp, _ = batch_log_probs(load_causal_lm(tiny_model_path), batch, temperature=1.0, max_tokens=4096,
+    trainer_lp, _ = batch_log_probs(load(tiny_model_path), batch, temperature=1.0, max_tokens=4096,
                                     chunk_size=64, nucleus=True)
     m = together.response_mask.bool()
     torch.testing.assert_close(trainer_lp[m], together.log_probs[m], atol=1e-4, rtol=1e-4)

@@ -225,6 +225,9 @@ class RolloutConfig:
     temperature: float = opt(1.0, "Sampling temperature for training rollouts (also divides the actor's logits).")
     top_p: float = opt(1.0, "Nucleus sampling threshold for training rollouts. Below 1 the hf engine records each "
                        "token's nucleus and the trainer scores tokens under it, renormalised (docs/numerics.md).")
+    exact: bool = opt(False, "Batch-invariant products and attention in the hf engine and the trainer "
+                      "(models/exact.py), so the trainer's log-probs equal the engine's bit for bit on a CPU "
+                      "(mismatch/* exactly 0, float32 or bf16); slower (docs/numerics.md). hf engine only.")
     val_temperature: float = opt(0.0, "Validation sampling temperature; 0 means greedy.")
     val_n: int = opt(1, "Validation samples per prompt (k of mean@k, pass@k, maj@k; use with val_temperature > 0).")
     val_batch_size: int = opt(256, "Prompts per generate call during validation.")

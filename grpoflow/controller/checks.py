@@ -69,6 +69,7 @@ def check_config(cfg: Config) -> None:
                           f"not {a.loss_agg_mode!r}; set actor.loss_agg_mode={modes[0]}.")
     if a.rollout_is in ("token", "sequence") and cfg.rollout.top_p < 1:
         check_nucleus_sampling(cfg)
+    check_exact(cfg)
     check_multi_turn(cfg)
     check_agent(cfg, estimator)
     if "baselines" in required_inputs(estimator) and alg.filter_groups.enable:
@@ -76,6 +77,14 @@ def check_config(cfg: Config) -> None:
                           "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
     mark_checked(cfg)
 
+
+
+def check_exact(cfg: Config) -> None:
+    """rollout.exact makes the hf engine's kernels and the trainer's batch-invariant: no other engine has them."""
+    if cfg.rollout.exact and cfg.rollout.engine != "hf":
+        raise ConfigError(f"rollout.exact=true makes the hf engine's and the trainer's kernels batch-invariant; "
+                          f"rollout.engine={cfg.rollout.engine} computes with its own (bound: docs/numerics.md). Use "
+                          "rollout.engine=hf or rollout.exact=false.")
 
 
 def check_nucleus_sampling(cfg: Config) -> None:

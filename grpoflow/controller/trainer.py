@@ -162,7 +162,7 @@ class Controller:
             horizon=cfg.rollout.max_new_tokens,
             total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
             model_cfg=cfg.model, topk_kl_coef=cfg.distill.topk_coef if cfg.distill.topk else 0.0,
-            lora_sync=cfg.rollout.lora_sync), pool=train_pool)
+            lora_sync=cfg.rollout.lora_sync, exact=cfg.rollout.exact), pool=train_pool)
         # The reference policy exists only for a KL term; with LoRA the actor serves it (adapters off).
         self.needs_ref = a.kl_coef > 0 or alg.use_kl_in_reward
         self.ref: WorkerGroup[FrozenWorker] | None = None

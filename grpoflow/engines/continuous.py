@@ -25,6 +25,7 @@ under a small budget samples exactly what it would in one batch, a few rows at a
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,7 @@ import torch
 from torch import Tensor
 
 from grpoflow.errors import UserError
+from grpoflow.models.exact import BatchInvariantOps
 from grpoflow.models.loading import cache_keyword
 from grpoflow.engines.decode_state import SlotState
 from grpoflow.engines.protocol import Completion, Request
@@ -113,14 +115,17 @@ class ContinuousSampler:
     """Slots of a `SlotCache` over `model`; `admit` and `tick` as the module docstring says."""
 
     def __init__(self, model: torch.nn.Module, *, pad_token_id: int, kv_reuse_bytes: int = 1 << 30,
-                 compact_fraction: int = COMPACT_FRACTION, kv_budget_columns: int | None = None) -> None:
+                 compact_fraction: int = COMPACT_FRACTION, kv_budget_columns: int | None = None,
+                 exact: bool = False) -> None:
         """`compact_fraction`: free slots are compacted away once they are 1 / compact_fraction of the slots.
-        `kv_budget_columns`: the most token columns (slots x capacity) the slot cache may hold; None: no limit."""
+        `kv_budget_columns`: the most token columns (slots x capacity) the slot cache may hold; None: no limit.
+        `exact` (rollout.exact): forwards under `BatchInvariantOps` (models/exact.py)."""
         if not supports(model.config):
             raise UserError(f"the HF rollout engine's continuous batching serves full-attention models only; "
                             f"{type(model).__name__} has sliding-window or other attention layers. Use "
                             "rollout.engine=vllm or sglang for it.")
         self.model, self.pad_token_id, self.compact_fraction = model, pad_token_id, compact_fraction
+        self.exact = exact
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.cache_kw = cache_keyword(model)
@@ -349,8 +354,9 @@ class ContinuousSampler:
         # an index, not the int 1: the head then reads a contiguous [A, 1, hidden] copy, as it always has (a strided
         # slice takes another GEMM path, whose last bits differ on a 49k vocabulary); only prefills pass it
         keep = {"logits_to_keep": torch.tensor([queries - 1], device=self.device)} if last_only else {}
-        out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
-                         **{self.cache_kw: self.cache}, **keep)
+        with BatchInvariantOps() if self.exact else contextlib.nullcontext():
+            out = self.model(input_ids=tokens, attention_mask=mask, position_ids=positions, use_cache=True,
+                             **{self.cache_kw: self.cache}, **keep)
         return out.logits[:, -1].float()
 
     def _grow(self, slots: int, capacity: int) -> None:

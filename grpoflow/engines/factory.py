@@ -36,21 +36,25 @@ def register_rollout_engine(name: str, *, override: bool = False, nucleus_floors
 @register_rollout_engine("hf", nucleus_floors=True)
 def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
               kv_reuse_mb: int = 1024, lora: dict | None = None, kv_cache_mb: int = 0, longest_request: int = 0,
-              grouped_attention: bool = False, **gpu_options: Any) -> RolloutEngine:
+              grouped_attention: bool = False, exact: bool = False, **gpu_options: Any) -> RolloutEngine:
     """The transformers engine on the loaded model, on this process's CUDA device when there is one (Ray gives
     each rank one), attending with models/attention.py's kernel when `grouped_attention` (else sdpa); the
     vllm/sglang options do not apply. `lora` (rollout.lora_sync=adapter): the model gets
     the policy's adapter layout and receives adapter tensors only (engines/hf_adapter.py). Its KV cache holds at
     most `kv_cache_mb` (0: from the device's memory, engines/kv_budget.py); a request of `longest_request` tokens
-    (prompt + new; 0: not checked) that could never fit is an error here, before anything runs."""
+    (prompt + new; 0: not checked) that could never fit is an error here, before anything runs. `exact`
+    (rollout.exact): batch-invariant products and attention (models/exact.py), as the trainer's."""
     from grpoflow.engines.hf import HFRolloutEngine
     from grpoflow.engines.kv_budget import bytes_per_column, check_fits, device_memory_bytes, kv_budget_columns
     from grpoflow.models.attention import use_grouped_attention
+    from grpoflow.models.exact import use_exact_attention
 
     model = load_causal_lm(model_path, dtype=getattr(torch, dtype))
     if torch.cuda.is_available():
         model = model.to(torch.device("cuda", torch.cuda.current_device()))
-    if grouped_attention:
+    if exact:
+        use_exact_attention(model)
+    elif grouped_attention:
         use_grouped_attention(model)
     config, device, kv_dtype = model.config, next(model.parameters()).device, getattr(torch, dtype)
     params = sum(p.numel() for p in model.parameters())
@@ -61,9 +65,9 @@ def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[in
     if lora is not None:
         from grpoflow.engines.hf_adapter import HFAdapterEngine
         return HFAdapterEngine(model, lora=lora, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
-                               kv_reuse_mb=kv_reuse_mb, kv_budget_columns=budget)
+                               kv_reuse_mb=kv_reuse_mb, kv_budget_columns=budget, exact=exact)
     return HFRolloutEngine(model, pad_token_id=pad_token_id, eos_token_id=eos_token_id, kv_reuse_mb=kv_reuse_mb,
-                           kv_budget_columns=budget)
+                           kv_budget_columns=budget, exact=exact)
 
 
 @register_rollout_engine("auto")
@@ -82,7 +86,7 @@ def auto_engine_builder(model_path: str, **options: Any) -> RolloutEngine:
 
 @register_rollout_engine("vllm")
 def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0, longest_request: int = 0,
-                grouped_attention: bool = False, **options: Any) -> RolloutEngine:
+                grouped_attention: bool = False, exact: bool = False, **options: Any) -> RolloutEngine:
     from grpoflow.engines.vllm import VLLMRolloutEngine  # imports vllm: only when chosen
 
     return VLLMRolloutEngine(model_path, **options)
@@ -90,7 +94,8 @@ def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0, 
 
 @register_rollout_engine("sglang")
 def sglang_engine(model_path: str, lora: dict | None = None, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0,
-                  longest_request: int = 0, grouped_attention: bool = False, **options: Any) -> RolloutEngine:
+                  longest_request: int = 0, grouped_attention: bool = False, exact: bool = False,
+                  **options: Any) -> RolloutEngine:
     from grpoflow.engines.sglang import SGLangRolloutEngine  # imports sglang: only when chosen
 
     if lora is not None:
@@ -117,7 +122,7 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, enforce_eager: bool = True,
                  free_cache_engine: bool = True, sync_timeout_s: float = 120.0, kv_reuse_mb: int = 1024,
                  lora: dict | None = None, lora_versions: int = 2, kv_cache_mb: int = 0,
-                 longest_request: int = 0, grouped_attention: bool = False) -> RolloutEngine:
+                 longest_request: int = 0, grouped_attention: bool = False, exact: bool = False) -> RolloutEngine:
     """The rollout engine `name` (auto | hf | vllm | sglang | a registered or `file.py:fn` builder) for the model
     saved in `model_path`.
 
@@ -128,7 +133,8 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
     receives adapter tensors only; vllm keeps the last `lora_versions` of them loaded. `kv_cache_mb` (hf): the KV
     budget (0: from memory); `longest_request` (hf): prompt + new tokens of the longest request, checked against it;
     `grouped_attention` (hf): decode with models/attention.py's kernel (the rollout worker passes
-    training/precision.py's decision: float32 on a CPU).
+    training/precision.py's decision: float32 on a CPU); `exact` (hf, rollout.exact): batch-invariant kernels
+    (models/exact.py), so the trainer's log-probs equal the engine's bit for bit.
     """
     try:
         builder = ROLLOUT_ENGINES.resolve(name)
@@ -142,7 +148,7 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
                      tensor_parallel_size=tensor_parallel_size, enforce_eager=enforce_eager,
                      free_cache_engine=free_cache_engine, sync_timeout_s=sync_timeout_s, kv_reuse_mb=kv_reuse_mb,
                      kv_cache_mb=kv_cache_mb, longest_request=longest_request, grouped_attention=grouped_attention,
-                     **adapters)
+                     **({"exact": True} if exact else {}), **adapters)
     return checked_engine(name, engine)
 
 

@@ -32,10 +32,12 @@ class HFRolloutEngine:
 
     def __init__(self, model: torch.nn.Module, *, pad_token_id: int, eos_token_id: int | list[int],
                  kv_reuse_mb: int = 1024, compact_fraction: int = COMPACT_FRACTION,
-                 kv_budget_columns: int | None = None) -> None:
+                 kv_budget_columns: int | None = None, exact: bool = False) -> None:
         """`compact_fraction`: finished rows' slots are compacted away once they are 1 / compact_fraction of
         the decode batch (engines/continuous.py). `kv_budget_columns`: the most token columns the KV cache of the
-        running requests may hold (engines/kv_budget.py); more requests wait for room. None: no limit."""
+        running requests may hold (engines/kv_budget.py); more requests wait for room. None: no limit. `exact`:
+        the model's forwards run with batch-invariant products (models/exact.py; the model attends with
+        `exact_attention` already)."""
         self.model = model.eval()
         self.pad_token_id = pad_token_id
         self.eos_token_id = eos_token_id
@@ -44,7 +46,8 @@ class HFRolloutEngine:
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.sampler = ContinuousSampler(self.model, pad_token_id=pad_token_id, kv_reuse_bytes=kv_reuse_mb << 20,
-                                         compact_fraction=compact_fraction, kv_budget_columns=kv_budget_columns)
+                                         compact_fraction=compact_fraction, kv_budget_columns=kv_budget_columns,
+                                         exact=exact)
 
     # ------------------------------------------------------------ the batcher's StepEngine
 

@@ -24,10 +24,10 @@ class HFAdapterEngine:
     abilities = HFRolloutEngine.abilities  # the plain engine's: it steps, pauses and sleeps (frees its KV cache)
 
     def __init__(self, model: torch.nn.Module, *, lora: dict, pad_token_id: int, eos_token_id: int | list[int],
-                 kv_reuse_mb: int = 1024, kv_budget_columns: int | None = None) -> None:
+                 kv_reuse_mb: int = 1024, kv_budget_columns: int | None = None, exact: bool = False) -> None:
         adapted = add_lora(model, rank=lora["rank"], alpha=lora["alpha"], target_modules=lora["target_modules"])
         self.inner = HFRolloutEngine(adapted, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
-                                     kv_reuse_mb=kv_reuse_mb, kv_budget_columns=kv_budget_columns)
+                                     kv_reuse_mb=kv_reuse_mb, kv_budget_columns=kv_budget_columns, exact=exact)
         self.pad_token_id, self.eos_token_id = pad_token_id, eos_token_id
         self.adapters = {n: p for n, p in adapted.named_parameters() if is_adapter_weight(n)}
         self.last_sync_bytes = 0

@@ -34,6 +34,7 @@ from transformers import DynamicCache
 
 from grpoflow.models.attention import attends_packed
 from grpoflow.models.head_logprobs import head_log_probs
+from grpoflow.models.exact import BatchInvariantOps
 from grpoflow.models.loading import cache_keyword
 from grpoflow.models.nucleus import truncated_log_probs
 from grpoflow.models.packed import can_pack, distinct_prompts, pack, packed_hidden
@@ -64,8 +65,8 @@ def compute_autocast(compute_dtype: str | torch.dtype | None, device: torch.devi
 
 
 def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024, temperature: float = 1.0,
-                    with_entropy: bool = False, entropy_grad: bool = False, floors: Tensor | None = None
-                    ) -> tuple[Tensor, Tensor | None]:
+                    with_entropy: bool = False, entropy_grad: bool = False, floors: Tensor | None = None,
+                    exact: bool = False) -> tuple[Tensor, Tensor | None]:
     """log p(label) and (optionally) the entropy of each position, of softmax(logits / temperature).
 
     logits: [B, T, V] (any float dtype; computed in float32), labels: [B, T] int64.
@@ -73,7 +74,8 @@ def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024, t
     entropy = logsumexp(z) - sum_v softmax(z)_v * z_v. Gradients flow through log_probs, and
     through entropy only with `entropy_grad` (an entropy bonus); otherwise it is a detached metric.
     `floors` [B, T] (top-p samples' nucleus floors, models/nucleus.py): log p(label) is then under the kept tokens,
-    renormalised (the entropy stays the full distribution's).
+    renormalised (the entropy stays the full distribution's). `exact`: log p(label) as the sampler computes it,
+    log_softmax(z)[label] (the same rounding, engines/sampling.py).
     """
     b, t, v = logits.shape
     flat = logits.reshape(b * t, v)
@@ -88,6 +90,8 @@ def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024, t
         chunk_labels = flat_labels[start:start + chunk_size]
         if flat_floors is not None:
             logps.append(truncated_log_probs(z, chunk_labels, flat_floors[start:start + chunk_size]))
+        elif exact:
+            logps.append(torch.log_softmax(z, -1).gather(-1, chunk_labels[:, None]).squeeze(-1))
         else:
             logps.append(z.gather(-1, chunk_labels[:, None]).squeeze(-1) - lse)
         if with_entropy:
@@ -103,7 +107,7 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
                        with_entropy: bool = False, entropy_grad: bool = False,
                        compute_dtype: str | torch.dtype | None = None, fused: bool = True,
                        share_prompts: bool = True, packed: bool = True, keep_probs: bool = True,
-                       floors: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+                       floors: Tensor | None = None, exact: bool = False) -> tuple[Tensor, Tensor | None]:
     """Log-probs [B, R] (and entropy [B, R]) of the response tokens given left-padded prompts.
 
     prompt_ids/prompt_mask: [B, P] (left-padded), response_ids/response_mask: [B, R]
@@ -117,7 +121,16 @@ def response_log_probs(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask: 
     `floors` [B, R]: the top-p samples' nucleus floors (models/nucleus.py); each log-prob is then the token's under
     the kept tokens, renormalised, what the engine sampled from. The fused head's hand-written backward knows only
     the full softmax, so the head then runs as a plain product (its [tokens, V] logits kept for autograd).
+    `exact` (rollout.exact): the forward runs under `BatchInvariantOps` with the model's head and the sampler's
+    log-softmax (models/exact.py: each token's numbers do not depend on the micro-batch), so the log-probs equal
+    the engine's bit for bit.
     """
+    if exact:
+        with BatchInvariantOps(), compute_autocast(compute_dtype, prompt_ids.device, model):
+            logits = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask,
+                                      share_prompts=share_prompts)
+        return token_log_probs(logits, response_ids, chunk_size=chunk_size, temperature=temperature,
+                               with_entropy=with_entropy, entropy_grad=entropy_grad, floors=floors, exact=True)
     head = fused_head(model) if fused else None
     if head is None:
         with compute_autocast(compute_dtype, prompt_ids.device, model):

@@ -60,15 +60,17 @@ def per_token_forward(model: nn.Module, batch: Batch, fn: Callable[[nn.Module, B
 
 
 def batch_log_probs(model: nn.Module, batch: Batch, *, temperature: float, max_tokens: int, chunk_size: int,
-                    with_entropy: bool = False, compute_dtype: str | None = None, nucleus: bool = False
-                    ) -> tuple[Tensor, Tensor | None]:
+                    with_entropy: bool = False, compute_dtype: str | None = None, nucleus: bool = False,
+                    exact: bool = False) -> tuple[Tensor, Tensor | None]:
     """Log-probs [B, R] (and entropy [B, R]) of every response in `batch`, in its row order, on the CPU.
     `compute_dtype` (model.compute_dtype): bfloat16 runs the forward under autocast. `nucleus`: under each
-    sample's top-p nucleus (`batch.sampling_floors`, when it has them), as the policy that sampled it drew."""
+    sample's top-p nucleus (`batch.sampling_floors`, when it has them), as the policy that sampled it drew.
+    `exact`: batch-invariant kernels (rollout.exact, models/exact.py)."""
     def fn(m: nn.Module, mb: Batch) -> tuple[Tensor, ...]:
         lp, ent = response_log_probs(m, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_attention_mask,
                                      temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy,
-                                     compute_dtype=compute_dtype, floors=mb.sampling_floors if nucleus else None)
+                                     compute_dtype=compute_dtype, floors=mb.sampling_floors if nucleus else None,
+                                     exact=exact)
         return (lp,) if ent is None else (lp, ent)
 
     out = per_token_forward(model, batch, fn, max_tokens=max_tokens, outputs=2 if with_entropy else 1)

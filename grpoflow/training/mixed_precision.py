@@ -14,8 +14,10 @@ element-wise work stay float32. With a compute copy the cast happens once per op
 - `refresh()` casts the masters into the copy; the engine calls it before the first forward after an
   optimizer step or a checkpoint load (`mark_stale`), so the copy never lags the masters.
 
-Tied weights stay tied (the copy is a `deepcopy`, which keeps shared tensors shared). Frozen parameters
-are copied but get no hook. Which roles get a copy is decided in training/precision.py (`how` = `copy`).
+Tied weights stay tied (the copy is a `deepcopy`, which keeps shared tensors shared). Only parameters are cast:
+buffers keep their dtype (RoPE's float32 inv_freq), as transformers keeps them when it loads a model in bf16.
+Frozen parameters are copied but get no hook. Which roles get a copy is decided in training/precision.py
+(`how` = `copy`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class ComputeCopy:
 
     def __init__(self, master: nn.Module, dtype: torch.dtype) -> None:
         self.master = master
-        self.compute = copy.deepcopy(master).to(dtype)
+        self.compute = cast_parameters(copy.deepcopy(master), dtype)
         self.compute.train(master.training)
         self.pairs = list(zip(master.parameters(), self.compute.parameters()))
         names = [n for n, _ in master.named_parameters()], [n for n, _ in self.compute.named_parameters()]
@@ -53,6 +55,15 @@ class ComputeCopy:
             torch._foreach_copy_([c for _, c in self.pairs], [m for m, _ in self.pairs])
             self.stale = False
         return self.compute
+
+
+def cast_parameters(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """`module` with its parameters cast to `dtype` in place, its buffers as they are: RoPE's inv_freq stays
+    float32, as transformers keeps it in a model loaded in bf16 (the rollout engine's). `module.to(bf16)` would cast
+    it too and move every position's angle: the trainer's log-probs ~5e-2 from the engine's. Returns `module`."""
+    for p in module.parameters():
+        p.data = p.data.to(dtype)
+    return module
 
 
 def _into_master(master_p: nn.Parameter):

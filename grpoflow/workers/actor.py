@@ -22,6 +22,7 @@ from grpoflow.algorithms import (POLICY_LOSSES, aggregate_loss, call_with_availa
 from grpoflow.config import ActorConfig, ModelConfig
 from grpoflow.data.batch import Batch
 from grpoflow.models import attention
+from grpoflow.models.exact import use_exact_attention
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.models.lora import add_lora, is_lora
@@ -42,7 +43,7 @@ MISMATCH_MAX = "mismatch/abs_log_ratio_max"  # a max over micro-batches and rank
 class ActorWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: ActorConfig, temperature: float,
                  horizon: int, seed: int, total_optimizer_steps: int = 0, model_cfg: ModelConfig | None = None,
-                 topk_kl_coef: float = 0.0, lora_sync: str = "merged") -> None:
+                 topk_kl_coef: float = 0.0, lora_sync: str = "merged", exact: bool = False) -> None:
         torch.manual_seed(seed)
         self.rank, self.world_size = rank, world_size
         self.cfg, self.model_path = cfg, model_path
@@ -50,6 +51,7 @@ class ActorWorker:
         self.horizon = horizon  # max response length, the Dr.GRPO normaliser
         self.topk_kl_coef = topk_kl_coef  # distillation's top-k forward-KL term (distill.topk_coef; 0: off)
         self.lora_sync = lora_sync  # rollout.lora_sync: merged full weights, or the LoRA adapters only
+        self.exact = exact  # rollout.exact: batch-invariant kernels, log-probs bitwise the engine's (models/exact.py)
         self.policy_loss = POLICY_LOSSES.resolve(cfg.policy_loss)
         # the controller resolves a budget of 0 (from memory, training.budget); built without it: the floor
         self.max_tokens = cfg.max_tokens_per_microbatch or MIN_TOKENS
@@ -64,7 +66,7 @@ class ActorWorker:
         self.compute_dtype = self.precision.compute_dtype
         # Sharded, only rank 0 reads the weights; the others build the model on the meta device and receive their
         # shards from it (one copy of the model in host memory, not one per rank).
-        policy = build_policy(model_path, model_cfg, self.precision, meta=world_size > 1 and rank > 0)
+        policy = build_policy(model_path, model_cfg, self.precision, meta=world_size > 1 and rank > 0, exact=exact)
         self.engine = TrainEngine(policy, lr=cfg.lr, weight_decay=cfg.weight_decay, grad_clip=cfg.grad_clip,
                                   lr_schedule=lr_schedule, precision=self.precision, from_rank0=world_size > 1)
         device = next(self.engine.model.parameters()).device
@@ -86,7 +88,7 @@ class ActorWorker:
         where the engine recorded one (`nucleus`; the reference policy's are the full distribution's)."""
         log_probs, _ = batch_log_probs(self.engine.forward_model(), batch, temperature=self.temperature,
                                        max_tokens=self.max_tokens, chunk_size=self.cfg.logprob_chunk_size,
-                                       compute_dtype=self.compute_dtype, nucleus=nucleus)
+                                       compute_dtype=self.compute_dtype, nucleus=nucleus, exact=self.exact)
         return log_probs
 
     def update_policy(self, batch: Batch) -> dict[str, float]:
@@ -127,7 +129,8 @@ class ActorWorker:
                 log_probs, entropy = response_log_probs(
                     model, mb.prompt_ids, mb.prompt_mask, mb.response_ids, mb.response_attention_mask,
                     temperature=self.temperature, chunk_size=cfg.logprob_chunk_size, with_entropy=True,
-                    entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype, floors=mb.sampling_floors)
+                    entropy_grad=cfg.entropy_coeff > 0, compute_dtype=self.compute_dtype, floors=mb.sampling_floors,
+                    exact=self.exact)
         assert entropy is not None and mb.advantages is not None, "the update needs entropy and advantages"
         loss, metrics = actor_loss(
             self.policy_loss, log_probs=log_probs, entropy=entropy, old_log_probs=mb.old_log_probs,
@@ -253,12 +256,16 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
     return loss, metrics
 
 
-def build_policy(model_path: str, cfg: ModelConfig, precision: Precision, *, meta: bool = False) -> torch.nn.Module:
+def build_policy(model_path: str, cfg: ModelConfig, precision: Precision, *, meta: bool = False,
+                 exact: bool = False) -> torch.nn.Module:
     """The trainable policy: the model in `model_path`, in `precision.weights`, with LoRA and/or gradient
-    checkpointing when configured (and grouped attention where `precision` says: on a CPU). `meta`: on
-    the meta device, its weights to come from rank 0 (FSDP ranks other than 0)."""
+    checkpointing when configured (and grouped attention where `precision` says: on a CPU; `exact`: the
+    batch-invariant attention of models/exact.py). `meta`: on the meta device, its weights to come from rank 0
+    (FSDP ranks other than 0)."""
     model = load_causal_lm(model_path, dtype=precision.weights, meta=meta)
-    if precision.grouped_attention:
+    if exact:
+        use_exact_attention(model)
+    elif precision.grouped_attention:
         attention.use_grouped_attention(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

@@ -26,6 +26,7 @@ from grpoflow.training.collectives import to_device
 from grpoflow.training.engine import place_model
 from grpoflow.training.forward import batch_log_probs
 from grpoflow.training.microbatch import split_by_tokens
+from grpoflow.training.mixed_precision import cast_parameters
 from grpoflow.training.precision import Precision, role_precision
 
 
@@ -37,7 +38,7 @@ def frozen_model(model_path: str, precision: Precision) -> nn.Module:
         attention.use_grouped_attention(model)
     model.requires_grad_(False)
     if precision.how == "copy":  # the actor computes on a bf16 copy of its masters: frozen, the model is the copy
-        model = model.to(precision.compute)
+        model = cast_parameters(model, precision.compute)  # buffers (RoPE's) as the actor's copy keeps them
     return place_model(model, precision)
 
 

@@ -41,7 +41,7 @@ class RolloutWorker:
             enforce_eager=r.enforce_eager, free_cache_engine=r.free_cache_engine,
             sync_timeout_s=r.sync_timeout_s, kv_reuse_mb=r.kv_reuse_mb, lora=lora, lora_versions=r.lora_versions,
             kv_cache_mb=r.kv_cache_mb, longest_request=run_config.data.max_prompt_length + r.max_new_tokens,
-            grouped_attention=precision.grouped_attention)
+            grouped_attention=precision.grouped_attention, exact=r.exact)
         self.sync_timeout_s = r.sync_timeout_s
         self.deterministic = r.deterministic
         self._pushed: PushedWeights | None = None  # an update fed bucket by bucket (split placement)

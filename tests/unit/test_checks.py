@@ -8,7 +8,7 @@ against a list the config hard-coded beside the registry (rollout.engine, algori
 import pytest
 
 from grpoflow.config import ConfigError, load_config
-from grpoflow.controller.checks import check_config, check_nucleus_sampling
+from grpoflow.controller.checks import check_config, check_exact, check_nucleus_sampling
 
 
 @pytest.mark.parametrize("override, named", [
@@ -63,6 +63,12 @@ def test_top_p_importance_sampling_is_refused_where_the_engine_records_no_nucleu
     with pytest.raises(ConfigError, match=f"rollout.engine={engine} does not report.*rollout.engine=hf"):
         check_nucleus_sampling(cfg)
     check_nucleus_sampling(load_config(None, ["rollout.engine=hf", "actor.rollout_is=token", "rollout.top_p=0.9"]))
+
+
+def test_exact_mode_is_refused_on_other_engines_than_hf():
+    with pytest.raises(ConfigError, match="rollout.exact=true.*rollout.engine=vllm computes with its own"):
+        check_exact(load_config(None, ["rollout.engine=vllm", "rollout.exact=true"]))
+    check_exact(load_config(None, ["rollout.engine=hf", "rollout.exact=true"]))
 
 
 def test_multi_turn_settings_are_checked_before_any_model_loads(tmp_path):

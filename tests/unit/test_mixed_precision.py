@@ -48,6 +48,18 @@ def test_tied_weights_stay_tied_in_the_copy():
     assert compute.get_output_embeddings().weight is compute.get_input_embeddings().weight
 
 
+def test_buffers_keep_their_dtype_as_in_a_model_loaded_in_bf16():
+    # RoPE's inv_freq stays float32, as transformers keeps it loading a bf16 model (the rollout engine's); a bf16
+    # copy of it moved the trainer's log-probs ~5e-2 from the engine's
+    from transformers import LlamaConfig, LlamaForCausalLM
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, intermediate_size=32))
+    compute = ComputeCopy(model, torch.bfloat16).compute
+    assert all(p.dtype == torch.bfloat16 for p in compute.parameters())
+    assert compute.model.rotary_emb.inv_freq.dtype == torch.float32
+    assert torch.equal(compute.model.rotary_emb.inv_freq, model.model.rotary_emb.inv_freq)
+
+
 BF16 = role_precision("policy", compute_dtype="bfloat16")  # one rank, float32 masters: a bf16 compute copy
 
 

@@ -11,14 +11,15 @@ its reduction order does not depend on the batch's shape, and two of a Llama's d
   row's result then depends on that row alone (its position in the tile does not change it). bf16 products
   (oneDNN) are invariant already; they are tiled all the same.
 - attention: a decode query reads its cache's columns, the trainer's query row a padded, masked [q, k] block:
-  the softmax and the value product then sum over different lengths (with masked zeros in between). `
-  exact_attention` computes each query alone against exactly the keys it may read, in position order, so the
-  engine and the trainer make the same call for it.
+  the softmax and the value product then sum over different lengths (with masked zeros in between).
+  `exact_attention` computes each query against exactly the keys it may read, in position order, batched with
+  the queries that read as many keys, so the engine and the trainer compute it alike.
 
 The rest of a Llama is elementwise or reduces within a row (RMSNorm, log-softmax), which no batch shape changes.
 With both in place the engine's and the trainer's log-probs are bitwise equal on a CPU, in float32 and in bf16
 (`tests/integration/test_exact_mode.py`); the backward is not made invariant (gradients are sums over the batch).
-Cost: one small product per tile and one attention call per query and layer (docs/numerics.md).
+Cost: one small product per tile, and per layer one attention call per distinct number of visible keys
+(docs/numerics.md).
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ def exact_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: 
     """query: [B, H, q, d]; key, value: [B, Hk, k, d] (H = g * Hk); attention_mask: [B, 1, q, k] additive float
     (0 where a key is visible), or None (causal, query i reads keys up to k - q + i). Returns ([B, q, H, d], None).
 
-    Each query attends alone to the keys it may read, in order: softmax((Q_i K_vis^T) * scaling) V_vis with the
-    softmax in float32, a call whose shapes and values do not depend on the batch or its padding."""
+    Each query attends to exactly the n keys it may read, in order: softmax((Q_i K_vis^T) * scaling) V_vis with the
+    softmax in float32. The queries that read the same number of keys go through one batched product (a batched
+    product's slices equal the lone products: checked in tests/unit/test_exact_ops.py), so a query's call has the
+    same shapes and values whatever the batch or its padding."""
     b, h, q, d = query.shape
     hk, k = key.shape[1], key.shape[2]
     g = h // hk
@@ -71,16 +74,20 @@ def exact_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: 
     else:
         visible = (torch.arange(k, device=query.device)[None, :]
                    <= torch.arange(q, device=query.device)[:, None] + (k - q)).expand(b, q, k)
+    counts = visible.sum(-1)                                                                    # [B, q]
+    queries, keys, values = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # [B, *, H(k), d]
     out = query.new_zeros(b, q, h, d)
-    for row in range(b):
-        for i in range(q):
-            keys = visible[row, i].nonzero().squeeze(-1)
-            if len(keys) == 0:
-                continue
-            qi = query[row, :, i].reshape(hk, g, d)
-            scores = torch.matmul(qi, key[row].index_select(1, keys).transpose(1, 2)) * scaling  # [Hk, g, n]
-            probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-            out[row, i] = torch.matmul(probs, value[row].index_select(1, keys)).reshape(h, d)
+    for n in counts.unique().tolist():
+        if n == 0:
+            continue
+        rows, at = (counts == n).nonzero(as_tuple=True)                                         # [P] each
+        cols = visible[rows, at].nonzero(as_tuple=True)[1].view(-1, n)                         # [P, n], in order
+        ks = keys[rows[:, None], cols].permute(0, 2, 1, 3).contiguous()                        # [P, Hk, n, d]
+        vs = values[rows[:, None], cols].permute(0, 2, 1, 3).contiguous()
+        qs = queries[rows, at].reshape(-1, hk, g, d)                                            # [P, Hk, g, d]
+        scores = torch.matmul(qs, ks.transpose(2, 3)) * scaling                                 # [P, Hk, g, n]
+        probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+        out[rows, at] = torch.matmul(probs, vs).reshape(-1, h, d)
     return out, None
 
 

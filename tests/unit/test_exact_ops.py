@@ -37,3 +37,13 @@ def test_a_query_alone_attends_as_in_a_padded_masked_batch(dtype):
     reference, _ = grouped_attention(torch.nn.Module(), q, k, v, mask, 0.35)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(full[:, 2:].float(), reference[:, 2:].float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_batched_products_slices_are_the_lone_products(dtype):
+    # what exact_attention relies on to batch the queries that read as many keys
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(9, 3, 2, 16, generator=g).to(dtype), torch.randn(9, 3, 16, 11, generator=g).to(dtype)
+    whole = torch.matmul(a, b)
+    assert all(torch.equal(torch.matmul(a[i:i + 1], b[i:i + 1]), whole[i:i + 1]) for i in (0, 4, 8))
+    assert torch.equal(torch.matmul(a[:3], b[:3]), whole[:3])

@@ -13,8 +13,12 @@ crashes or hangs takes nothing else with it and its device memory is freed when 
     preflight     versions, device, imports, the compute-dtype rule on this device (training/bf16_units.py)
     model         a model of Qwen3-0.6B's shape (28 layers, hidden 1024, 16/8 heads, head_dim 128, MLP 3072, tied
                   151,936-token vocabulary) with random weights, built on the device; saved to the work folder
-    trainer       the actor's update (ActorWorker.update_policy) in bf16 on sequences of --seq tokens: tokens/s and
-                  MFU, comparable with prime-rl's 1xH100 Qwen3-0.6B trainer (11.9k tokens/s, MFU 11 % at 16k)
+    decode        the HF engine's decode step (engines/continuous.py) at 256 and 1,024 rows, with sdpa and with
+                  models/attention.py's grouped kernel: ms per step against the device's busy time in it (the rest
+                  is the GPU waiting on the host), kernel launches and host waits per step, KV peak against budget
+    trainer       the actor's update (ActorWorker.update_policy) in bf16 at 2k, 4k, 8k and 16k tokens per sequence
+                  (32k tokens per step): tokens/s, MFU and peak memory per length, the attention kernel that ran;
+                  comparable with prime-rl's 1xH100 Qwen3-0.6B trainer (11.9k tokens/s, MFU 11 % at 16k)
     grpo_bf16     4 GRPO steps (`grpoflow train`, colocated HF engine) with the default compute dtype: generation
                   tokens/s, update and sync seconds, peak memory, engine/trainer log-prob mismatch
     grpo_fp32     the same in float32: the mismatch is numerics only (~1e-6 on CPU)
@@ -24,7 +28,12 @@ crashes or hangs takes nothing else with it and its device memory is freed when 
     integration   a few integration test files, on CUDA when there is one
     vllm          whether vllm imports (not on that image: the table says so)
 
---small runs the same stages with tiny shapes and steps on a CPU in well under a minute
+Beside every stage (bench/gpu_probes.py): the memory as the allocator and the driver see it when the stage ends
+(`mem_get_info` free and total, allocated against reserved, now and at the peak; a CPU: peak RSS), and nvidia-smi's
+utilisation and memory sampled every 500 ms in the background, summarised over the stage's own time window (skipped,
+and the title says so, where nvidia-smi is absent).
+
+--small runs the same stages with tiny shapes and steps on a CPU in about a minute
 (tests/integration/test_gpu_check.py), so a Python or version error costs no GPU minutes.
 
 MFU counts 6 x (matmul parameters, the head included) + 6 x layers x seq x (heads x head_dim) FLOPs per token (the
@@ -48,6 +57,8 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from gpu_probes import UtilSampler, decode_figures, memory_truth
 
 ROOT = Path(__file__).resolve().parents[1]
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}  # dense bf16 FLOP/s by device name
@@ -75,9 +86,12 @@ TINY = Shape(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate
 class Sizes:
     """What each stage runs in a mode."""
     shape: Shape
-    seq: int                 # trainer: tokens per sequence
-    rows: int                # trainer: sequences per optimizer step
-    steps: int               # trainer: optimizer steps (the first is warm-up)
+    seqs: tuple[int, ...]    # trainer: tokens per sequence, one run each
+    tokens: int              # trainer: tokens per optimizer step (tokens // seq sequences)
+    steps: int               # trainer: optimizer steps per length (the first is warm-up)
+    decode_rows: tuple[int, ...]  # decode: rows per decode step, one run each
+    decode_prompt: int       # decode: prompt tokens per row
+    decode_steps: int        # decode: timed steps per run (and a few more profiled)
     prompts: int             # grpo: prompts per step
     n: int                   # grpo: samples per prompt
     new_tokens: int          # grpo: new tokens per sample (random weights rarely sample EOS: all run to the end)
@@ -87,17 +101,21 @@ class Sizes:
     integration_k: str = ""
 
 
-FULL = Sizes(QWEN3_06B, seq=16_384, rows=4, steps=3, prompts=32, n=8, new_tokens=256, fp32_prompts=8,
-             fp32_new_tokens=64, integration=("tests/integration/test_rollout_engine.py",
-                                              "tests/integration/test_weight_sync.py",
-                                              "tests/integration/test_logprob_forward.py",
-                                              "tests/integration/test_gradient_invariance.py"))
-SMALL = Sizes(TINY, seq=128, rows=2, steps=2, prompts=2, n=2, new_tokens=8, fp32_prompts=2, fp32_new_tokens=8,
+# integration: test files whose models go on CUDA when there is one (the workers and engines place themselves;
+# test_rollout_engine.py places its own), so a failure there is a GPU finding
+FULL = Sizes(QWEN3_06B, seqs=(2048, 4096, 8192, 16_384), tokens=32_768, steps=2, decode_rows=(256, 1024),
+             decode_prompt=64, decode_steps=10, prompts=32, n=8, new_tokens=256, fp32_prompts=8, fp32_new_tokens=64,
+             integration=("tests/integration/test_rollout_engine.py", "tests/integration/test_weight_sync.py",
+                          "tests/integration/test_lora_adapter_sync.py",
+                          "tests/integration/test_gradient_invariance.py"))
+SMALL = Sizes(TINY, seqs=(64, 128), tokens=256, steps=2, decode_rows=(4, 8), decode_prompt=8, decode_steps=3,
+              prompts=2, n=2, new_tokens=8, fp32_prompts=2, fp32_new_tokens=8,
               integration=("tests/integration/test_rollout_engine.py",), integration_k="left_pad")
 
-# (name, timeout in seconds on the GPU): in the order they run, most telling first
-STAGES = [("preflight", 30), ("model", 45), ("trainer", 90), ("grpo_bf16", 120), ("grpo_fp32", 60), ("fsdp", 45),
-          ("gpu_tests", 75), ("integration", 60), ("vllm", 15)]
+# (name, timeout in seconds on the GPU): in the order they run, most telling first; the timeouts add up to more than
+# the deadline, which cuts the last stages short if the first ones use all of theirs
+STAGES = [("preflight", 30), ("model", 45), ("decode", 75), ("trainer", 100), ("grpo_bf16", 100), ("grpo_fp32", 50),
+          ("fsdp", 35), ("gpu_tests", 75), ("integration", 60), ("vllm", 10)]
 RESERVE_S = 5  # kept for every stage still to come, so one slow stage cannot starve the rest
 
 
@@ -253,17 +271,52 @@ def stage_model(work: Path, sizes: Sizes) -> dict[str, Any]:
 
 
 def stage_trainer(work: Path, sizes: Sizes) -> dict[str, Any]:
+    """The actor's update at each length of `sizes.seqs`, `sizes.tokens` tokens per step (one worker: the micro-batch
+    budget is the longest length, so every length runs the same tokens per micro-batch)."""
     import torch
 
     from grpoflow.config import ActorConfig, ModelConfig
-    from grpoflow.data.batch import Batch
+    from grpoflow.models.attention import attends_packed
     from grpoflow.workers.actor import ActorWorker
 
-    seq, rows, prompt = sizes.seq, sizes.rows, sizes.seq // 16
+    longest = max(sizes.seqs)
+    cfg = ActorConfig(max_tokens_per_microbatch=longest, lr=1e-6, logprob_chunk_size=min(1024, longest))
+    worker = ActorWorker(0, 1, model_path=str(model_dir(work)), cfg=cfg, temperature=1.0,
+                         horizon=longest - longest // 16, seed=0, model_cfg=ModelConfig(compute_dtype="bfloat16"))
+    model = worker.engine.model
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    peak = peak_flops(name)
+    out: dict[str, Any] = {"attn": model.config._attn_implementation, "packed": attends_packed(model),
+                           "tokens_per_step": sizes.tokens}
+    for seq in sizes.seqs:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        label = f"{seq // 1024}k" if seq >= 1024 else str(seq)
+        try:
+            step_s, finite = trainer_steps(worker, seq, sizes.tokens // seq, sizes.steps)
+        except torch.cuda.OutOfMemoryError:  # a finding: recorded, and the other lengths still run
+            out[f"tok_s@{label}"] = "OOM"
+            out[f"peak_gib@{label}"] = round(peak_memory_gib(), 1)
+            continue
+        tok_s = sizes.tokens / step_s
+        out[f"tok_s@{label}"] = round(tok_s)
+        out[f"mfu@{label}"] = round(tok_s * flops_per_token(sizes.shape, seq) / peak, 3) if peak else None
+        out[f"peak_gib@{label}"] = round(peak_memory_gib(), 1)
+        out["loss_finite"] = out.get("loss_finite", True) and finite
+    out["baseline"] = PRIME_RL
+    return out
+
+
+def trainer_steps(worker: Any, seq: int, rows: int, steps: int) -> tuple[float, bool]:
+    """(the fastest timed step's seconds, whether every metric was finite): `steps` updates on `rows` random
+    sequences of `seq` tokens (a 1/16 prompt), the first a warm-up."""
+    import torch
+
+    from grpoflow.data.batch import Batch
+
+    prompt = seq // 16
     response = seq - prompt
-    cfg = ActorConfig(max_tokens_per_microbatch=seq, lr=1e-6, logprob_chunk_size=min(1024, seq))
-    worker = ActorWorker(0, 1, model_path=str(model_dir(work)), cfg=cfg,
-                         temperature=1.0, horizon=response, seed=0, model_cfg=ModelConfig(compute_dtype="bfloat16"))
     g = torch.Generator().manual_seed(0)
     ones = torch.ones(rows, response, dtype=torch.long)
     batch = Batch(prompt_ids=torch.randint(3, 100, (rows, prompt), generator=g),
@@ -271,8 +324,8 @@ def stage_trainer(work: Path, sizes: Sizes) -> dict[str, Any]:
                   response_ids=torch.randint(3, 100, (rows, response), generator=g), response_mask=ones,
                   group_ids=torch.arange(rows) // 2, old_log_probs=-torch.rand(rows, response, generator=g),
                   advantages=torch.randn(rows, 1, generator=g).expand(rows, response).contiguous())
-    times = []
-    for _ in range(sizes.steps):
+    times, finite = [], True
+    for _ in range(steps):
         if device().type == "cuda":
             torch.cuda.synchronize()
         started = time.perf_counter()
@@ -280,14 +333,35 @@ def stage_trainer(work: Path, sizes: Sizes) -> dict[str, Any]:
         if device().type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - started)
-    step_s = min(times[1:] or times)
-    tok_s = rows * seq / step_s
-    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    peak = peak_flops(name)
-    return {"seq": seq, "tokens_per_step": rows * seq, "step_s": round(step_s, 3), "tok_s": round(tok_s),
-            "mfu": (tok_s * flops_per_token(sizes.shape, seq) / peak) if peak else None,
-            "loss_finite": bool(all(v == v for v in metrics.values())), "peak_gib": peak_memory_gib(),
-            "baseline": PRIME_RL}
+        finite = finite and all(v == v for v in metrics.values())
+    return min(times[1:] or times), finite
+
+
+def stage_decode(work: Path, sizes: Sizes) -> dict[str, Any]:
+    """The HF engine's decode step with each attention kernel at each row count of `sizes.decode_rows`, built as the
+    rollout worker builds it (engines/factory.py: on the GPU, bf16 there, KV budget from its memory)."""
+    import torch
+
+    from grpoflow.engines.factory import build_engine
+    from grpoflow.models.loading import load_tokenizer
+
+    dtype = "bfloat16" if torch.cuda.is_available() else "float32"
+    tok = load_tokenizer(str(model_dir(work)))
+    out: dict[str, Any] = {"dtype": dtype}
+    kv_peak, kv_budget = 0, None
+    for attention in ("sdpa", "grouped"):
+        engine = build_engine("hf", str(model_dir(work)), tok, dtype=dtype, grouped_attention=attention == "grouped")
+        for rows in sizes.decode_rows:  # ms per step and the device's busy ms in it, per row count
+            got = decode_figures(engine, rows, prompt=sizes.decode_prompt, steps=sizes.decode_steps, profiled=3)
+            out[f"{attention}{rows}_ms"], out[f"{attention}{rows}_gpu_ms"] = got["ms"], got["gpu_ms"]
+            kv_peak, kv_budget = max(kv_peak, got["kv_peak"]), got["kv_budget"]
+        # launches and host waits per step do not depend on the rows: the largest run's
+        out[f"{attention}_launches"], out[f"{attention}_waits"] = got["launches"], got["waits"]
+        del engine
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    out["kv_peak"], out["kv_budget"] = kv_peak, kv_budget  # token columns (slots x capacity)
+    return out
 
 
 def stage_grpo_bf16(work: Path, sizes: Sizes) -> dict[str, Any]:
@@ -375,9 +449,9 @@ def pytest_stage(args: list[str], log: Path, timeout: float) -> tuple[str, dict[
 
 
 STAGE_FUNCTIONS: dict[str, Callable[[Path, Sizes], dict[str, Any]]] = {
-    "preflight": stage_preflight, "model": stage_model, "trainer": stage_trainer, "grpo_bf16": stage_grpo_bf16,
-    "grpo_fp32": stage_grpo_fp32, "fsdp": stage_fsdp, "vllm": stage_vllm}
-NEEDS_MODEL = {"trainer", "grpo_bf16", "grpo_fp32"}
+    "preflight": stage_preflight, "model": stage_model, "decode": stage_decode, "trainer": stage_trainer,
+    "grpo_bf16": stage_grpo_bf16, "grpo_fp32": stage_grpo_fp32, "fsdp": stage_fsdp, "vllm": stage_vllm}
+NEEDS_MODEL = {"decode", "trainer", "grpo_bf16", "grpo_fp32"}
 
 
 # ---------------------------------------------------------------- running the stages
@@ -390,7 +464,7 @@ def _child(fn: Callable, work: Path, sizes: Sizes, log: Path, conn: Any) -> None
     sys.stdout = os.fdopen(1, "w", buffering=1)
     sys.stderr = sys.stdout
     try:
-        conn.send(("ok", fn(work, sizes)))
+        conn.send(("ok", {**fn(work, sizes), **memory_truth()}))
     except BaseException as e:  # noqa: BLE001  (everything is reported; the driver goes on)
         traceback.print_exc()
         conn.send(("FAIL", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"))
@@ -437,9 +511,9 @@ def run_stage(name: str, work: Path, sizes: Sizes, timeout: float) -> Result:
 
 
 def run_all(work: Path, sizes: Sizes, deadline_s: float, only: list[str] | None,
-            report: Callable[[list[Result]], None]) -> list[Result]:
+            report: Callable[[list[Result]], None], sampler: UtilSampler) -> list[Result]:
     """The stages in order under one deadline; `report(results so far)` after each (so that a run killed from
-    outside still leaves the table of what finished)."""
+    outside still leaves the table of what finished); each stage's figures gain `sampler`'s over its window."""
     start = time.perf_counter()
     names = [n for n, _ in STAGES if not only or n in only]
     results: list[Result] = []
@@ -452,7 +526,9 @@ def run_all(work: Path, sizes: Sizes, deadline_s: float, only: list[str] | None,
         elif timeout < RESERVE_S:
             results.append(Result(name, "skip", error="no time left under the deadline"))
         else:
+            began = time.time()
             results.append(run_stage(name, work, sizes, timeout))
+            results[-1].figures.update(sampler.window(began, time.time()))
         print(f"gpu_check: {name}: {results[-1].status} in {results[-1].seconds:.1f} s", file=sys.stderr, flush=True)
         report(results)
     return results
@@ -470,9 +546,9 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def table(results: list[Result], mode: str, total_s: float) -> str:
+def table(results: list[Result], mode: str, total_s: float, note: str = "") -> str:
     lines = [f"grpoflow gpu check ({mode} mode), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-             f"{total_s:.0f} s",
+             f"{total_s:.0f} s{'; ' + note if note else ''}",
              f"{'stage':<12} {'status':<8} {'s':>6}  figures"]
     for r in results:
         items = [f"{k}={fmt(v)}" for k, v in r.figures.items() if v is not None]
@@ -486,7 +562,7 @@ def table(results: list[Result], mode: str, total_s: float) -> str:
             line = f"{line} {item}".strip()
         chunks.append(line)
         lines.append(f"{r.stage:<12} {r.status:<8} {r.seconds:6.1f}  {chunks[0]}")
-        lines += [f"{'':<29}{c}" for c in chunks[1:4]]
+        lines += [f"{'':<29}{c}" for c in chunks[1:5]]
     return "\n".join(lines[:MAX_TABLE_LINES])
 
 
@@ -525,12 +601,18 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes, mode = (SMALL, "small") if args.small else (FULL, "full")
     with tempfile.TemporaryDirectory(prefix="grpoflow-gpu-check-", dir=args.work) as work:
-        def report(results: list[Result]) -> None:
-            write_out(Path(args.out), Path(work), results, table(results, mode, time.perf_counter() - started))
+        sampler = UtilSampler(Path(work) / "nvidia-smi.csv")
 
-        results = run_all(Path(work), sizes, args.deadline_s, [s for s in args.stages.split(",") if s] or None,
-                          report)
-    text = table(results, mode, time.perf_counter() - started)
+        def report(results: list[Result]) -> None:
+            write_out(Path(args.out), Path(work), results,
+                      table(results, mode, time.perf_counter() - started, sampler.note))
+
+        try:
+            results = run_all(Path(work), sizes, args.deadline_s, [s for s in args.stages.split(",") if s] or None,
+                              report, sampler)
+        finally:
+            sampler.stop()
+    text = table(results, mode, time.perf_counter() - started, sampler.note)
     print(text)
     return 0 if all(r.status in ("ok", "skip") for r in results) else 1
 

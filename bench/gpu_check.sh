@@ -3,7 +3,7 @@
 # peft, accelerate, triton and pytest; no vLLM, Ray or SGLang, no pip registry, no network; at most 64 MiB carried.
 #
 #   bash bench/gpu_check.sh             # on the GPU machine: at most 9 minutes, one table of at most 60 lines
-#   bash bench/gpu_check.sh --small     # here, on a CPU: the same stages with tiny shapes, well under a minute
+#   bash bench/gpu_check.sh --small     # here, on a CPU: the same stages with tiny shapes, about a minute
 #
 # It installs nothing and carries nothing but this repository (run from PYTHONPATH). Every stage has its own
 # timeout under one deadline and a failed stage does not stop the next; the stages, their figures and what

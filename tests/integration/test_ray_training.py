@@ -81,8 +81,12 @@ def test_async_with_zero_staleness_equals_sync_and_staleness_stays_in_bound(tmp_
     split = ["backend=ray", "placement=split"]
     sync = run(tmp_path, warm_model, "sync", *split)
     async0 = run(tmp_path, warm_model, "async0", *split, "trainer.mode=async", "rollout.max_staleness=0")
+    # bit for bit, every step and every number (losses, gradient norms, rewards, lengths, mismatch): the same
+    # samples go through the same operations in the same order, only on another clock
+    assert len(sync) == len(async0) == 3
     for a, b in zip(sync, async0):
-        assert_close({k: a[k] for k in FIRST_STEP_KEYS if k in a}, {k: b[k] for k in FIRST_STEP_KEYS if k in b}, 1e-6)
+        numbers = [k for k in a if not k.startswith(("timing_s/", "perf/", "async/"))]
+        assert {k: a[k] for k in numbers} == {k: b.get(k) for k in numbers}
     assert all(r["async/staleness/max"] == 0 for r in async0)
     async1 = run(tmp_path, warm_model, "async1", *split, "trainer.mode=async", "rollout.max_staleness=1",
                  "trainer.total_steps=4")

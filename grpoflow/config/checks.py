@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from grpoflow.foreign import VERL_KL
 from grpoflow.config.schema import (AgentConfig, Config, ConfigError, CurriculumConfig, DistillConfig, JudgeConfig,
-                                    MultiTurnConfig, world_size)
+                                    MultiTurnConfig, TinkerConfig, world_size)
 
 # A Config instance's attribute (not a field: never in config.yaml) holding its values as they were when the
 # start-up check passed; a config changed since, or rebuilt with dataclasses.replace, is no longer checked.
@@ -152,6 +152,7 @@ def check_config_values(cfg: Config) -> None:
          "fared: turn one of them off."),
         *multi_turn_checks(cfg.rollout.multi_turn, cfg.rollout.agent),
         *partial_checks(cfg),
+        *tinker_checks(cfg.tinker),
         (cfg.trainer.val_every >= 0, "trainer.val_every must be >= 0."),
         (cfg.trainer.log_train_every >= 0 and cfg.trainer.log_train_groups >= 0,
          "trainer.log_train_every and trainer.log_train_groups must be >= 0 (0 turns train_samples.jsonl off)."),
@@ -286,6 +287,27 @@ def partial_checks(cfg: Config) -> list[tuple[bool, str]]:
         (not cfg.algorithm.filter_groups.enable,
          "rollout.partial chooses a step's groups by when they finish, and algorithm.filter_groups draws again for "
          "groups with signal; use one of them."),
+    ]
+
+
+SDK_HEARTBEAT_S = 10.0  # the tinker SDK's session heartbeat period
+
+
+def tinker_checks(t: TinkerConfig) -> list[tuple[bool, str]]:
+    """`grpoflow serve tinker`'s limits: positive, the shared budgets at least one request's worth, and a session
+    timeout that three missed heartbeats cannot reach (else live clients' models are freed under them)."""
+    return [
+        (t.session_timeout_s >= 3 * SDK_HEARTBEAT_S,
+         f"tinker.session_timeout_s={t.session_timeout_s:g} would end live sessions: the SDK beats every "
+         f"{SDK_HEARTBEAT_S:g} s, so give at least {3 * SDK_HEARTBEAT_S:g} (three heartbeats; default 120)."),
+        (min(t.max_request_mb, t.max_sample_tokens, t.body_timeout_s, t.future_ttl_s) > 0,
+         "tinker.max_request_mb, max_sample_tokens, body_timeout_s and future_ttl_s must be > 0."),
+        (t.max_queued_tokens >= t.max_sample_tokens,
+         f"tinker.max_queued_tokens={t.max_queued_tokens} is below tinker.max_sample_tokens={t.max_sample_tokens}: "
+         "the shared budget must hold at least one request; raise it."),
+        (t.max_queued_mb >= t.max_request_mb,
+         f"tinker.max_queued_mb={t.max_queued_mb:g} is below tinker.max_request_mb={t.max_request_mb:g}: the shared "
+         "budget must hold at least one request body; raise it."),
     ]
 
 

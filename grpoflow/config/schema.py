@@ -522,7 +522,7 @@ class TinkerConfig:
     microbatch_tokens: int = opt(4096, "forward_backward runs a request's datums in micro-batches of at most this "
                                  "many input tokens (memory, not results: the loss is a sum).")
     max_sample_batch: int = opt(64, "Queued sample requests with the same weights and parameters run as one batch "
-                                "of at most this many prompts.")
+                                "of at most this many prompts (and tinker.max_sample_tokens tokens).")
     sampler_snapshots: int = opt(4, "Unnamed sampler weights (save_weights_and_get_sampling_client) kept in "
                                  "memory per training model (a LoRA model's as adapters only); its older sampling "
                                  "clients of that kind then fail with a clear error.")
@@ -530,9 +530,20 @@ class TinkerConfig:
                                 "is refused (413). The SDK sends forward_backward in chunks of about 5 MB.")
     max_sample_tokens: int = opt(65536, "Largest sample request: num_samples x (prompt + max_tokens) tokens (the KV "
                                  "cache it needs); a larger one is refused. Ask for fewer samples or tokens per "
-                                 "request and send several.")
+                                 "request and send several. A batch of queued requests sampled together holds at "
+                                 "most this many tokens too; the rest wait for the next batch.")
+    max_queued_tokens: int = opt(262144, "Tokens of sample and forward requests queued or running at once, over "
+                                 "every client (a sample request counts num_samples x (prompt + max_tokens), a "
+                                 "forward its datums' tokens); past it a request is answered 429 with Retry-After "
+                                 "and the SDK sends it again. At least tinker.max_sample_tokens.")
+    max_queued_mb: float = opt(256.0, "Request bodies being received or waiting in the queue at once, in MiB, over "
+                               "every client; past it a request is answered 429 with Retry-After. At least "
+                               "tinker.max_request_mb.")
+    body_timeout_s: float = opt(60.0, "A request body not received in full this many seconds after its headers is "
+                                "dropped (408) and its memory freed: a client that stalls mid-body holds nothing.")
     session_timeout_s: float = opt(120.0, "A session without a heartbeat or request for this long is dead (the SDK "
-                                   "beats every 10 s): its queued work is dropped, its models and futures freed.")
+                                   "beats every 10 s, so at least 30): its queued work is dropped, its models and "
+                                   "futures freed.")
     model_idle_s: float = opt(3600.0, "A training model no request used for this long is freed (its adapters and "
                               "optimizer state; save_state keeps what you need). 0: never.")
     future_ttl_s: float = opt(600.0, "A finished request's result is kept this long for the client to fetch.")

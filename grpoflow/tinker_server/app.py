@@ -3,11 +3,13 @@
 Request bodies are parsed into the SDK's own request types (JSON) or its protobuf schema (`forward_backward`);
 responses are the SDK's response types. Every error answers in the SDK's `RequestFailedResponse` shape,
 `{"error": <sentence>, "category": "user" | "server"}`: a request the server will not run 400 (413 for a body
-over `tinker.max_request_mb`), a route it does not have 404, a bug 500 (which the SDK retries). 4xx answers are
-final for the SDK, and a refused request still takes its place in its training client's order (guard.py), so
-nothing retries or hangs. Work that fails after it was queued resolves its future to the same error shape, which
-the SDK raises as `RequestFailedError`. Only local programs reach the server (local_http.LocalOnly: the Host
-header, JSON or protobuf bodies only).
+over `tinker.max_request_mb`, 403 for another client's session or model), a route it does not have 404, a bug 500
+(which the SDK retries). 4xx answers are final for the SDK, and a refused request still takes its place in its
+training client's order (guard.py), so nothing retries or hangs; except 429 (the shared budget is full now:
+budget.py) and 408 (a body that did not arrive in time), after which the SDK sends the same request again. Work
+that fails after it was queued resolves its future to the same error shape, which the SDK raises as
+`RequestFailedError`. Only local programs reach the server (local_http.LocalOnly: the Host header, JSON or
+protobuf bodies only).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from tinker.types.try_again_response import TryAgainResponse
 from grpoflow.config import TinkerConfig
 from grpoflow.errors import UserError
 from grpoflow.local_http import LocalOnly
-from grpoflow.tinker_server.guard import PROTOBUF, Guard
-from grpoflow.tinker_server.service import TinkerService
+from grpoflow.tinker_server.budget import RETRY_AFTER_S, Busy
+from grpoflow.tinker_server.guard import PROTOBUF, Caller, Guard
+from grpoflow.tinker_server.service import NotYours, TinkerService, budget_of
 from grpoflow.tinker_server.wire import decode_forward_backward
 
 API = "/api/v1"
@@ -37,6 +40,11 @@ POLL_S = 25.0  # a retrieve_future waits this long for a result before answering
 
 def _error(status: int, message: str, category: str = "user") -> JSONResponse:
     return JSONResponse({"error": message, "category": category}, status_code=status)
+
+
+def caller(request: Request) -> Caller:
+    """The request's client and budget ticket, set by the guard."""
+    return request.state.caller
 
 
 def _json(model: Any) -> Response:
@@ -54,10 +62,12 @@ async def _parse(request: Request, kind: Any) -> Any:
 def build_app(cfg: TinkerConfig, model_path: str, seed: int = 0) -> FastAPI:
     """The app; the service (models, futures, the worker thread) is made when the server starts."""
     state: dict[str, TinkerService] = {}
+    budget = budget_of(cfg)
 
     @contextlib.asynccontextmanager
-    async def lifespan(_: FastAPI):
-        state["service"] = TinkerService(cfg, model_path, seed, asyncio.get_running_loop())
+    async def lifespan(this: FastAPI):
+        state["service"] = this.state.service = TinkerService(cfg, model_path, seed, asyncio.get_running_loop(),
+                                                              budget)
         janitor = asyncio.create_task(state["service"].janitor())
         yield
         janitor.cancel()
@@ -69,12 +79,25 @@ def build_app(cfg: TinkerConfig, model_path: str, seed: int = 0) -> FastAPI:
 
     # the outermost runs first: LocalOnly (Host, body type), then Guard (key, body size, seq_ids of refusals)
     app.add_middleware(Guard, api_key=cfg.api_key, max_bytes=int(cfg.max_request_mb * 2**20),
-                       skip=lambda model_id, seq_id: service().skip(model_id, seq_id), open_paths=(f"{API}/healthz",))
+                       body_timeout_s=cfg.body_timeout_s, budget=budget,
+                       skip=lambda model_id, seq_id, client: service().skip(model_id, seq_id, client),
+                       unblocks=lambda model_id, seq_id, client: service().unblocks(model_id, seq_id, client),
+                       open_paths=(f"{API}/healthz",))
     app.add_middleware(LocalOnly, host=cfg.host, port=cfg.port, json_posts=True, body_types=(PROTOBUF,))
 
     @app.exception_handler(UserError)
     async def user_error(_: Request, e: UserError):
         return _error(400, str(e))
+
+    @app.exception_handler(NotYours)
+    async def not_yours(_: Request, e: NotYours):
+        return _error(403, str(e))
+
+    @app.exception_handler(Busy)
+    async def busy(_: Request, e: Busy):  # the SDK waits and sends the request again
+        answer = _error(429, str(e))
+        answer.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return answer
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException):  # 405 and the like, in the SDK's error shape
@@ -118,18 +141,19 @@ def _service_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
     @app.post(f"{API}/create_session")
     async def create_session(request: Request):
         await _parse(request, types.CreateSessionRequest)
-        return _json(service().create_session())
+        return _json(service().create_session(caller(request).client))
 
     @app.post(f"{API}/session_heartbeat")
     async def heartbeat(request: Request):
         req = await _parse(request, types.SessionHeartbeatRequest)
-        if not service().heartbeat(req.session_id):  # 410: the SDK stops its heartbeat loop
+        if not service().heartbeat(req.session_id, caller(request).client):  # 410: the SDK stops its heartbeat loop
             return _error(410, f"session {req.session_id} has ended (finished, or no heartbeat for "
                                f"{service().cfg.session_timeout_s:g} s); its models and futures are freed.")
         return _json(types.SessionHeartbeatResponse())
 
     @app.post(f"{API}/sessions/{{session_id}}/finish")
-    async def finish(session_id: str):
+    async def finish(session_id: str, request: Request):
+        service().own(session_id, caller(request).client)
         service().end_session(session_id, "finished")
         return JSONResponse(None)
 
@@ -142,6 +166,8 @@ def _service_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
         req = await _parse(request, types.FutureRetrieveRequest)
         futures = service().futures
         owner = futures.owner(req.request_id)
+        if owner is not None:
+            service().own(owner, caller(request).client, adopt=False)
         if owner:
             service().touch(owner)  # a client polling for its result is alive, heartbeat or not
         if owner is None:
@@ -165,11 +191,11 @@ def _service_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
 def _training_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
     @app.post(f"{API}/create_model")
     async def create_model(request: Request):
-        return _json(service().create_model(await _parse(request, types.CreateModelRequest)))
+        return _json(service().create_model(await _parse(request, types.CreateModelRequest), caller(request)))
 
     @app.post(f"{API}/get_info")
     async def get_info(request: Request):
-        return _json(service().get_info((await _parse(request, types.GetInfoRequest)).model_id))
+        return _json(service().get_info((await _parse(request, types.GetInfoRequest)).model_id, caller(request).client))
 
     @app.post(f"{API}/forward_backward")
     async def forward_backward(request: Request):
@@ -181,39 +207,42 @@ def _training_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None
             call = decode_forward_backward(body)
         except Exception as e:  # protobuf's DecodeError, or a datum the decoder refuses
             raise UserError(f"the forward_backward body is not a ForwardBackwardRequest ({e}).") from None
-        return _json(service().forward_backward(call))
+        return _json(service().forward_backward(call, caller(request)))
 
     @app.post(f"{API}/optim_step")
     async def optim_step(request: Request):
-        return _json(service().optim_step(await _parse(request, types.OptimStepRequest)))
+        return _json(service().optim_step(await _parse(request, types.OptimStepRequest), caller(request)))
 
     @app.post(f"{API}/save_weights")
     async def save_weights(request: Request):
-        return _json(service().save_weights(await _parse(request, types.SaveWeightsRequest)))
+        return _json(service().save_weights(await _parse(request, types.SaveWeightsRequest), caller(request)))
 
     @app.post(f"{API}/load_weights")
     async def load_weights(request: Request):
-        return _json(service().load_weights(await _parse(request, types.LoadWeightsRequest)))
+        return _json(service().load_weights(await _parse(request, types.LoadWeightsRequest), caller(request)))
 
     @app.post(f"{API}/save_weights_for_sampler")
     async def save_for_sampler(request: Request):
-        return _json(service().save_for_sampler(await _parse(request, types.SaveWeightsForSamplerRequest)))
+        req = await _parse(request, types.SaveWeightsForSamplerRequest)
+        return _json(service().save_for_sampler(req, caller(request)))
 
 
 def _sampling_routes(app: FastAPI, service: Callable[[], TinkerService]) -> None:
     @app.post(f"{API}/create_sampling_session")
     async def create_sampling_session(request: Request):
         req = await _parse(request, types.CreateSamplingSessionRequest)
-        return _json(await asyncio.to_thread(service().create_sampling_session, req))  # may build a base model
+        return _json(await asyncio.to_thread(service().create_sampling_session, req,  # may build a base model
+                                             caller(request).client))
 
     @app.post(f"{API}/join_sampling_session")
     async def join(request: Request):
-        return _json(service().join((await _parse(request, types.JoinSamplingSessionRequest)).sampling_session_id))
+        req = await _parse(request, types.JoinSamplingSessionRequest)
+        return _json(service().join(req.sampling_session_id, caller(request).client))
 
     @app.get(f"{API}/samplers/{{session_id}}")
-    async def sampler(session_id: str):
-        return _json(service().sampler_info(session_id))
+    async def sampler(session_id: str, request: Request):
+        return _json(service().sampler_info(session_id, caller(request).client))
 
     @app.post(f"{API}/asample")
     async def asample(request: Request):
-        return _json(service().asample(await _parse(request, types.SampleRequest)))
+        return _json(service().asample(await _parse(request, types.SampleRequest), caller(request)))

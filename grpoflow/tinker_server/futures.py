@@ -9,7 +9,9 @@ at once with a request id, and the client polls `retrieve_future` until the resu
 - `Runner` is a single worker thread, so torch never runs two jobs at once. Each client (a session) has its own
   queue and the thread takes one job from each client in turn, so one client's long queue cannot starve the
   others; queued sampling jobs with the same batch key (same weights and sampling parameters) run as one batched
-  `generate`; a client's queued jobs are dropped when its session ends;
+  `generate` of at most `max_batch` requests and `max_batch_tokens` tokens (the rest wait for the next batch); a
+  client's queued jobs are dropped when its session ends; a job that has run or was dropped gives back its
+  request's share of the shared budget (budget.py);
 - `SeqGate` releases a training model's requests in `seq_id` order: the SDK numbers them and may send the chunks
   of one `forward_backward` concurrently, first chunk last, so arrival order is not execution order. A request
   refused before it was queued (an unknown route, a bad body, a bad parameter) still passes its number through
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grpoflow.errors import UserError
+from grpoflow.tinker_server.budget import Ticket
 
 log = logging.getLogger("grpoflow.tinker")
 
@@ -127,21 +130,39 @@ class Futures:
 class Job:
     """Work for the runner. `run(payloads)` gets the payloads of every job batched with this one (same
     `batch_key`; a None key never batches) and returns one Outcome per payload. `client` names the queue the
-    job waits in (a session id)."""
+    job waits in (a session id); `tokens` what it counts against a batch's `max_batch_tokens`; `ticket` its
+    request's share of the shared budget, given back when the job has run or is dropped."""
     request_id: str
     run: Callable[[list[Any]], list[Outcome]]
     payload: Any = None
     batch_key: Any = None
     max_batch: int = 1
     client: str = ""
+    tokens: int = 0
+    ticket: Ticket | None = None
+
+    def release(self) -> None:
+        if self.ticket is not None:
+            self.ticket.release()
+
+
+def release_all(jobs) -> int:
+    """Give back the budget shares of jobs that will never run; how many there were."""
+    count = 0
+    for job in jobs:
+        if job is not None:
+            job.release()
+            count += 1
+    return count
 
 
 class Runner:
     """One daemon thread running jobs: round-robin over clients, each client's jobs in submission order
-    (batching same-key neighbours from every client)."""
+    (batching same-key neighbours from every client, up to `max_batch_tokens` tokens in all)."""
 
-    def __init__(self, futures: Futures) -> None:
+    def __init__(self, futures: Futures, max_batch_tokens: int | None = None) -> None:
         self._futures = futures
+        self.max_batch_tokens = max_batch_tokens
         self._queues: OrderedDict[str, deque[Job]] = OrderedDict()
         self._cv = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name="tinker-runner", daemon=True)
@@ -159,7 +180,7 @@ class Runner:
     def drop(self, client: str) -> int:
         """Forget client's queued jobs (the one running, if any, runs to its end); how many were dropped."""
         with self._cv:
-            return len(self._queues.pop(client, ()))
+            return release_all(self._queues.pop(client, ()))
 
     def _take(self) -> list[Job]:
         with self._cv:
@@ -170,13 +191,18 @@ class Runner:
             del self._queues[client]
             if queue:
                 self._queues[client] = queue  # to the back of the round
-            batch = [first]
+            batch, tokens = [first], first.tokens
             if first.batch_key is not None:
                 for other in list(self._queues):
                     jobs = self._queues[other]
-                    for job in [j for j in jobs if j.batch_key == first.batch_key][:first.max_batch - len(batch)]:
+                    for job in [j for j in jobs if j.batch_key == first.batch_key]:
+                        if len(batch) == first.max_batch:
+                            break
+                        if self.max_batch_tokens is not None and tokens + job.tokens > self.max_batch_tokens:
+                            continue  # waits for a later batch; a smaller one may still fit this one
                         jobs.remove(job)
                         batch.append(job)
+                        tokens += job.tokens
                     if not jobs:
                         del self._queues[other]
             return batch
@@ -193,6 +219,7 @@ class Runner:
                 outcomes = [Outcome(error=f"{type(e).__name__}: {e}", category="server")] * len(batch)
             for job, outcome in zip(batch, outcomes):
                 self._futures.resolve(job.request_id, outcome)
+                job.release()
             del batch, outcomes  # nothing of a finished job (its model, its tensors) outlives it here
 
 
@@ -213,6 +240,17 @@ class SeqGate:
                 raise UserError(f"seq_id {seq_id} was already used on this model (next expected: {self.next_seq}); "
                                 "each request of a training client needs a new one.")
             self._place(seq_id, job)
+
+    def blocking(self, seq_id: int) -> bool:
+        """`seq_id` is the one this model's queued later requests wait for (budget.py admits it past the budget)."""
+        with self.lock:
+            return seq_id == self.next_seq and any(job is not None for job in self.waiting.values())
+
+    def drop(self) -> int:
+        """Forget the jobs waiting for an earlier seq_id (their model is freed); how many there were."""
+        with self.lock:
+            jobs, self.waiting = list(self.waiting.values()), {}
+        return release_all(jobs)
 
     def skip(self, seq_id: int) -> None:
         """Pass `seq_id` through without work: its request was refused. A number already placed (a refusal of

@@ -2,21 +2,31 @@
 
 Before: the API key; a body of at most `max_bytes` as sent and, when zstd-compressed (the SDK's
 `Content-Encoding: zstd`), at most `max_bytes` decompressed (a small compressed bomb is refused while it
-decompresses, not after), handed to the route decompressed.
+decompresses, not after), handed to the route decompressed; a body received in full within `body_timeout_s`
+(else 408 and its bytes are dropped: a client that stalls mid-body holds nothing); a body that fits the shared
+budget (budget.py: else, once its first bytes have said which model and seq_id it is for, 429 with Retry-After,
+its bytes read and dropped). The route finds the request's `Caller` in `request.state.caller`: a digest of its API
+key (the owner of what it creates: service.py) and its budget ticket, which a queued job keeps.
 After: a request that did not succeed (an unknown route such as `save_weights_external`, a body that does not
-parse or is too large, a refused parameter, a bug) but names a training model and a `seq_id` passes that number
-through the model's sequence gate (futures.SeqGate.skip), so the client's later requests run. A protobuf
-`forward_backward` too large to read still names them: its first two fields are model_id and seq_id. A route that
-raises answers 500 in the SDK's error shape (`{"error", "category": "server"}`) instead of a plain-text page.
+parse or is too large, a refused parameter, a bug) but names a training model of the caller and a `seq_id` passes
+that number through the model's sequence gate (futures.SeqGate.skip), so the client's later requests run; a 429
+or 408 does not (the SDK sends that request again, with the same number). A protobuf `forward_backward` too large
+to read still names them: its first two fields are model_id and seq_id. A route that raises answers 500 in the
+SDK's error shape (`{"error", "category": "server"}`) instead of a plain-text page.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import io
 import json
 import logging
 import traceback
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
+
+from grpoflow.tinker_server.budget import RETRY_AFTER_S, Budget, Busy, Ticket
 
 log = logging.getLogger("grpoflow.tinker")
 
@@ -27,6 +37,24 @@ PROTOBUF = "application/x-protobuf"
 
 
 PREFIX_BYTES = 4096  # what is kept of a refused oversize body: enough for its model_id and seq_id
+
+
+class BodyTimeout(Exception):
+    """The client did not send its whole body in time."""
+
+
+RETRIED = (408, 429)  # answers the SDK sends the same request again after: its seq_id stays unused
+
+
+@dataclass
+class Caller:
+    """Who sent a request (`client`: a digest of its API key, never the key) and its share of the budget."""
+    client: str
+    ticket: Ticket
+
+
+def client_of(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()[:16]
 
 
 class TooLarge(Exception):
@@ -118,11 +146,15 @@ def json_error(status: int, message: str, category: str = "user") -> tuple[int, 
 
 
 class Guard:
-    """The Tinker app behind the checks above. `skip(model_id, seq_id)` passes a refused request's number."""
+    """The Tinker app behind the checks above. `skip(model_id, seq_id, client)` passes a refused request's number
+    (for the model's owner only); `unblocks(model_id, seq_id, client)` says whether the model's queued requests wait
+    for this one (admitted past the budget)."""
 
-    def __init__(self, app: Callable, *, api_key: str | None, max_bytes: int, skip: Callable[[str, int], None],
+    def __init__(self, app: Callable, *, api_key: str | None, max_bytes: int, body_timeout_s: float, budget: Budget,
+                 skip: Callable[[str, int, str], None], unblocks: Callable[[str, int, str], bool],
                  open_paths: tuple[str, ...] = ()) -> None:
         self.app, self.api_key, self.max_bytes, self.skip, self.open_paths = app, api_key, max_bytes, skip, open_paths
+        self.body_timeout_s, self.budget, self.unblocks = body_timeout_s, budget, unblocks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http":
@@ -135,40 +167,69 @@ class Guard:
                                                  "server was started with (tinker.api_key)."))
             return
         media = headers.get("content-type", "").split(";")[0].strip().lower()
+        caller = Caller(client_of(headers.get("x-api-key", "")), self.budget.ticket())
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
         try:
-            body = await self._body(receive, headers)
+            await self._guarded(scope, receive, send, headers, media, caller, deadline)
+        finally:
+            if not caller.ticket.kept:
+                caller.ticket.release()
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str], media: str,
+                       caller: Caller, deadline: float) -> None:
+        try:
+            body = await self._body(receive, headers, media, caller, deadline)
         except TooLarge as e:
             await _answer(send, *json_error(413, f"{e}; this server takes at most {self.max_bytes} bytes per "
-                                                 "request (tinker.max_request_mb): send fewer or shorter datums."))
+                                                 "request (tinker.max_request_mb): send fewer or shorter datums."),
+                          close=True)
             found = sequence_number(e.prefix, media) if media == PROTOBUF else None
             if found is not None:
-                self.skip(*found)
+                self.skip(*found, caller.client)
+            return
+        except BodyTimeout as e:
+            await _answer(send, *json_error(408, str(e)), close=True)
+            return
+        except Busy as e:
+            caller.ticket.release()
+            await _answer(send, *json_error(429, str(e)), retry_after=True)
             return
         if headers.get("content-encoding", "").lower() == "zstd":
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k.lower() != b"content-encoding"]}
+        scope = {**scope, "state": {**scope.get("state", {}), "caller": caller}}
         status = await self._run(scope, body, receive, send)
-        if status >= 400 and body:
+        if status >= 400 and status not in RETRIED and body:
             found = sequence_number(body, media)
             if found is not None:
-                self.skip(*found)
+                self.skip(*found, caller.client)
 
-    async def _body(self, receive: Receive, headers: dict[str, str]) -> bytes:
+    async def _body(self, receive: Receive, headers: dict[str, str], media: str, caller: Caller,
+                    deadline: float) -> bytes:
+        """The body, decompressed; its bytes taken from the budget once its first PREFIX_BYTES say which model's
+        request it is (TooLarge, BodyTimeout, Busy)."""
         zstd = headers.get("content-encoding", "").lower() == "zstd"
         declared = headers.get("content-length", "")
         declared_n = int(declared) if declared.isdigit() else 0
         parts: list[bytes] = []
-        size, more = 0, True
+        size, more, force = 0, True, None
         while more:
-            message = await receive()
+            message = await _receive(receive, deadline, self.body_timeout_s, size, declared_n)
             if message["type"] != "http.request":
                 break
             parts.append(message.get("body", b""))
             size += len(parts[-1])
+            more = message.get("more_body", False)
             if size > self.max_bytes or declared_n > self.max_bytes:
                 prefix = b"".join(parts)[:PREFIX_BYTES]
                 raise TooLarge(f"the request body has {max(size, declared_n)} bytes",
                                zstd_prefix(prefix) if zstd else prefix)
-            more = message.get("more_body", False)
+            if force is None and (size >= PREFIX_BYTES or not more):
+                prefix = b"".join(parts)[:PREFIX_BYTES]
+                found = sequence_number(zstd_prefix(prefix) if zstd else prefix, media)
+                force = found is not None and self.unblocks(*found, caller.client)
+                await _take(caller.ticket, max(size, declared_n), force, receive if more else None, deadline)
+            elif force is not None and size > caller.ticket.bytes:  # a body longer than it said
+                await _take(caller.ticket, size - caller.ticket.bytes, force, receive if more else None, deadline)
         body = b"".join(parts)
         if zstd:
             try:
@@ -178,6 +239,8 @@ class Guard:
             except Exception as e:  # zstandard.ZstdError: not a zstd frame
                 log.info("a zstd body did not decompress: %s", e)
                 body = b"\x00not zstd"  # the route refuses it as a body that does not parse
+            if len(body) > caller.ticket.bytes:
+                caller.ticket.add(n_bytes=len(body) - caller.ticket.bytes, force=bool(force))
         return body
 
     async def _run(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> int:
@@ -211,7 +274,38 @@ class Guard:
         return status
 
 
-async def _answer(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+async def _receive(receive: Receive, deadline: float, timeout_s: float, size: int, declared: int) -> dict:
+    """The next message of the body, or BodyTimeout once `deadline` (the event loop's clock) has passed."""
+    try:
+        return await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+    except asyncio.TimeoutError:
+        of = f" of {declared}" if declared else ""
+        raise BodyTimeout(f"the request body did not arrive within {timeout_s:g} s (tinker.body_timeout_s): "
+                          f"{size}{of} bytes came; it was dropped, send the request again.") from None
+
+
+async def _take(ticket: Ticket, n_bytes: int, force: bool, rest: Receive | None, deadline: float) -> None:
+    """`ticket.add(n_bytes)`; where it raises Busy, the rest of the body (if `rest`) is read and dropped first, so
+    the client gets to read the 429 (until `deadline`)."""
+    try:
+        ticket.add(n_bytes=n_bytes, force=force)
+    except Busy:
+        more = rest is not None
+        while more and rest is not None:
+            try:
+                message = await _receive(rest, deadline, 0.0, 0, 0)
+            except BodyTimeout:
+                break
+            more = message["type"] == "http.request" and message.get("more_body", False)
+        raise
+
+
+async def _answer(send: Send, status: int, body: bytes, retry_after: bool = False, close: bool = False) -> None:
+    """A JSON answer; `close`: and close the connection after it (a body is left unread: the server frees it)."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if retry_after:
+        headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -231,6 +231,9 @@ def engine_params(request: types.SampleRequest, default_max_tokens: int) -> tupl
         raise UserError(f"num_samples={request.num_samples}: ask for at least one sample.")
     stops = [] if p.stop is None else [p.stop] if isinstance(p.stop, str) else list(p.stop)
     stop_ids = tuple(int(s) for s in stops if isinstance(s, int))
+    if any(s < 0 for s in stop_ids):
+        raise UserError(f"stop={stops}: stop token ids must be >= 0 (token ids of the model's vocabulary); "
+                        f"{min(stop_ids)} is not one.")
     stop_strings = [s for s in stops if isinstance(s, str)]
     max_tokens = default_max_tokens if p.max_tokens is None else p.max_tokens
     if max_tokens < 1:
@@ -241,8 +244,9 @@ def engine_params(request: types.SampleRequest, default_max_tokens: int) -> tupl
                           top_p=p.top_p, stop_token_ids=stop_ids), stop_strings
 
 
-def check_size(prompt_tokens: int, params: SamplingParams, context: int | None, max_sample_tokens: int) -> None:
-    """UserError for a sample request longer than the model's context or larger than the server takes."""
+def check_size(prompt_tokens: int, params: SamplingParams, context: int | None, max_sample_tokens: int) -> int:
+    """The tokens a sample request needs, n x (prompt + max_tokens); UserError for one longer than the model's
+    context or larger than the server takes."""
     if context is not None and prompt_tokens + params.max_new_tokens > context:
         raise UserError(f"the prompt ({prompt_tokens} tokens) plus max_tokens ({params.max_new_tokens}) exceeds the "
                         f"model's context of {context} tokens; shorten the prompt or ask for fewer tokens.")
@@ -251,6 +255,7 @@ def check_size(prompt_tokens: int, params: SamplingParams, context: int | None, 
         raise UserError(f"num_samples x (prompt + max_tokens) = {params.n} x {prompt_tokens + params.max_new_tokens}"
                         f" = {total} tokens exceeds this server's {max_sample_tokens} per request "
                         "(tinker.max_sample_tokens); send several smaller requests.")
+    return total
 
 
 def cut_at_stop(tokens: list[int], stop_strings: list[str], decode) -> int | None:

@@ -7,6 +7,11 @@ for `tinker.model_idle_s` and results older than `tinker.future_ttl_s`). State k
 (so a restarted server serves it): saved states (`tinker://<model_id>/weights/<name>`) and named sampler weights
 (`tinker://<model_id>/sampler_weights/<name>`), each an atomic grpoflow checkpoint folder (a kill at any moment
 leaves the old or the new one; `recover_folders` at start finishes or undoes an interrupted replacement).
+
+Every session belongs to the client that created it (a digest of its API key: guard.Caller), and so do its
+training models and sampling sessions: another client naming them (a model id is in every tinker:// path) is
+refused with 403 (`NotYours`) and uses up none of their seq_ids. Saved states and sampler weights on disk stay
+readable by path. Requests take their share of the shared budget (budget.py) before they are queued.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from grpoflow.atomic_folder import publish_folder, recover_folders
 from grpoflow.tinker_server import sampling, training
 from grpoflow.errors import UserError
 from grpoflow.engines.whole_batch import generate_batch
+from grpoflow.tinker_server.budget import Budget
 from grpoflow.tinker_server.futures import Futures, Job, Outcome, Runner, SeqGate
+from grpoflow.tinker_server.guard import Caller
 from grpoflow.tinker_server.models import (MODEL_FILE, BaseModels, ModelSpec, TrainingModel, check_state,
                                            model_folder_name, safe_name)
 from grpoflow.tinker_server.sampling import owner_of
@@ -57,19 +64,30 @@ def json_outcome(model) -> Outcome:
     return Outcome(body=model.model_dump_json(exclude_none=True).encode())
 
 
+class NotYours(UserError):
+    """A request names a session, model, sampling session or future of another client (answered 403)."""
+
+
+def budget_of(cfg: TinkerConfig) -> Budget:
+    return Budget(int(cfg.max_queued_mb * 2**20), cfg.max_queued_tokens)
+
+
 class TinkerService:
-    def __init__(self, cfg: TinkerConfig, model_path: str, seed: int, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, cfg: TinkerConfig, model_path: str, seed: int, loop: asyncio.AbstractEventLoop,
+                 budget: Budget | None = None) -> None:
         self.cfg = cfg
         self.root = Path(cfg.root)
+        self.budget = budget_of(cfg) if budget is None else budget
         self.bases = BaseModels(self.root, model_path, cfg.model_name, seed=seed)
         self.futures = Futures(loop, ttl_s=cfg.future_ttl_s)
-        self.runner = Runner(self.futures)
+        self.runner = Runner(self.futures, max_batch_tokens=cfg.max_sample_tokens)
         self.samplers = sampling.Samplers(cfg.sampler_snapshots, seed=seed, base_weights=lambda base: {
             n: p.detach() for n, p in self.bases.shared(base).named_parameters()})
         self.models: dict[str, TrainingModel] = {}
         self.gates: dict[str, SeqGate] = {}
         self.sessions: dict[str, float] = {}  # session id -> when it was last heard of (time.monotonic)
         self.ended: dict[str, str] = {}       # session id -> why it ended
+        self.owners: dict[str, str] = {}      # session id -> the client that created it (guard.Caller.client)
         self._lock = threading.RLock()
         self._counter = itertools.count()
         self._clients: dict[str, itertools.count] = {}
@@ -78,11 +96,26 @@ class TinkerService:
             log.info("finished or undid %d interrupted state saves under %s", recovered, self.root / "runs")
 
     # --- sessions -------------------------------------------------------------------------------------------
-    def create_session(self) -> types.CreateSessionResponse:
+    def create_session(self, client: str) -> types.CreateSessionResponse:
         session_id = uuid.uuid4().hex[:16]
+        self.own(session_id, client)
         self.touch(session_id)
         return types.CreateSessionResponse(session_id=session_id, info_message=(
             f"grpoflow serve tinker: session {session_id}; states are kept in {self.root.resolve()}"))
+
+    def own(self, session_id: str, client: str, adopt: bool = True) -> None:
+        """NotYours unless `client` created session `session_id`. A session this server never saw (it was
+        restarted) becomes the first asking client's when `adopt`."""
+        with self._lock:
+            owner = self.owners.setdefault(session_id, client) if adopt else self.owners.get(session_id, client)
+        if owner != client:
+            raise NotYours(f"session {session_id} and its models belong to another client (one with another API "
+                           "key): a client drives only the sessions and models it created. Start a ServiceClient of "
+                           "your own; saved states and sampler weights load by their tinker:// path.")
+
+    def owns(self, session_id: str, client: str) -> bool:
+        with self._lock:
+            return self.owners.get(session_id) == client
 
     def touch(self, session_id: str) -> None:
         """Session `session_id` is alive now (a heartbeat or a request of its)."""
@@ -90,9 +123,10 @@ class TinkerService:
             self.sessions[session_id] = time.monotonic()
             self.ended.pop(session_id, None)
 
-    def heartbeat(self, session_id: str) -> bool:
+    def heartbeat(self, session_id: str, client: str) -> bool:
         """False if the session has ended (the SDK then stops beating); a session this server never saw (it was
         restarted) is taken as alive."""
+        self.own(session_id, client)
         with self._lock:
             if session_id in self.ended:
                 return False
@@ -105,13 +139,13 @@ class TinkerService:
             self.sessions.pop(session_id, None)
             self.ended[session_id] = why
             gone = [m for m in self.models if owner_of(m) == session_id]
+            gates = [self.gates.pop(m) for m in [*self.gates] if owner_of(m) == session_id]
             for model_id in gone:
                 del self.models[model_id]
-                self.gates.pop(model_id, None)
             for key in [k for k in self._clients if owner_of(k) == session_id]:
                 del self._clients[key]
         self.samplers.drop_owner(session_id)
-        dropped = self.runner.drop(session_id)
+        dropped = self.runner.drop(session_id) + sum(gate.drop() for gate in gates)
         self.futures.drop_owner(session_id)
         log.info("session %s %s: %d models freed, %d queued requests dropped", session_id, why, len(gone), dropped)
         release_memory()
@@ -119,8 +153,10 @@ class TinkerService:
     def free_model(self, model_id: str, why: str) -> None:
         with self._lock:
             self.models.pop(model_id, None)
-            self.gates.pop(model_id, None)
+            gate = self.gates.pop(model_id, None)
             self.ended[model_id] = why
+        if gate is not None:
+            gate.drop()
         log.info("model %s freed: %s", model_id, why)
         release_memory()
 
@@ -144,12 +180,19 @@ class TinkerService:
             await asyncio.sleep(period)
             self.reap()
 
-    def skip(self, model_id: str, seq_id: int) -> None:
-        """A refused request of `model_id` passes its seq_id through the model's gate (see futures.SeqGate)."""
+    def skip(self, model_id: str, seq_id: int, client: str) -> None:
+        """A refused request of `model_id` passes its seq_id through the model's gate (see futures.SeqGate); one
+        from another client than the model's owner changes nothing."""
         with self._lock:
             gate = self.gates.get(model_id)
-        if gate is not None:
+        if gate is not None and self.owns(owner_of(model_id), client):
             gate.skip(seq_id)
+
+    def unblocks(self, model_id: str, seq_id: int, client: str) -> bool:
+        """The owner's request that `model_id`'s queued requests wait for (budget.py admits it past the budget)."""
+        with self._lock:
+            gate = self.gates.get(model_id)
+        return gate is not None and self.owns(owner_of(model_id), client) and gate.blocking(seq_id)
 
     def capabilities(self) -> types.GetServerCapabilitiesResponse:
         from tinker.types.get_server_capabilities_response import SupportedModel
@@ -165,20 +208,22 @@ class TinkerService:
         return types.GetServerCapabilitiesResponse(supported_models=models)
 
     # --- futures ---------------------------------------------------------------------------------------------
-    def _queue(self, run, payload=None, *, model_id: str | None = None, seq_id: int | None = None,
-               client: str | None = None, batch_key=None, max_batch: int = 1,
+    def _queue(self, run, payload=None, *, caller: Caller, model_id: str | None = None, seq_id: int | None = None,
+               client: str | None = None, batch_key=None, max_batch: int = 1, tokens: int = 0,
                sequence_ids: list[str] | None = None) -> types.UntypedAPIFuture:
         """Queue `run` for the runner as work of session `client` (default: the model's), through the model's
-        sequence gate when there is a model."""
+        sequence gate when there is a model; the job keeps the caller's budget ticket until it has run."""
         client = owner_of(client if client is not None else model_id or "")
         request_id = self.futures.new(client)
-        job = Job(request_id, run, payload, batch_key, max_batch, client)
+        job = Job(request_id, run, payload, batch_key, max_batch, client, tokens, caller.ticket)
+        caller.ticket.kept = True
         try:
             if model_id is None:
                 self.runner.submit(job)
             else:
                 self._gate(model_id).offer(seq_id, job)
         except UserError:
+            caller.ticket.kept = False
             self.futures.discard(request_id)
             raise
         return types.UntypedAPIFuture(request_id=request_id, model_id=model_id, sample_sequence_ids=sequence_ids)
@@ -189,7 +234,8 @@ class TinkerService:
                 self.gates[model_id] = SeqGate(self.runner.submit)
             return self.gates[model_id]
 
-    def model(self, model_id: str) -> TrainingModel:
+    def model(self, model_id: str, client: str) -> TrainingModel:
+        self.own(owner_of(model_id), client, adopt=False)
         with self._lock:
             tm = self.models.get(model_id)
             why = self.ended.get(model_id) or self.ended.get(owner_of(model_id))
@@ -204,7 +250,8 @@ class TinkerService:
         return tm
 
     # --- training models -------------------------------------------------------------------------------------
-    def create_model(self, req: types.CreateModelRequest) -> types.UntypedAPIFuture:
+    def create_model(self, req: types.CreateModelRequest, caller: Caller) -> types.UntypedAPIFuture:
+        self.own(req.session_id, caller.client)
         if getattr(req.optimizer_config, "type", "adamw") != "adamw":
             raise UserError(f"optimizer {req.optimizer_config.type!r} is not supported; this server runs AdamW.")
         lora = req.lora_config
@@ -218,7 +265,7 @@ class TinkerService:
         def run(_):
             self._new_model(model_id, spec)
             return [json_outcome(types.CreateModelResponse(model_id=model_id))]
-        return self._queue(run, client=req.session_id)
+        return self._queue(run, caller=caller, client=req.session_id)
 
     def _model_id(self, session_id: str, model_seq_id: int) -> str:
         model_id = f"{session_id}:train:{model_seq_id}"
@@ -240,8 +287,8 @@ class TinkerService:
             self.models[model_id] = tm
         return tm
 
-    def get_info(self, model_id: str) -> types.GetInfoResponse:
-        tm = self.model(model_id)
+    def get_info(self, model_id: str, client: str) -> types.GetInfoResponse:
+        tm = self.model(model_id, client)
         model = tm.engine.model
         base = model.get_base_model() if hasattr(model, "get_base_model") else model  # type: ignore[operator]
         arch = type(base).__name__
@@ -249,8 +296,8 @@ class TinkerService:
         return types.GetInfoResponse(model_data=data, model_id=model_id, is_lora=tm.spec.lora_rank is not None,
                                      lora_rank=tm.spec.lora_rank, model_name=tm.base.name)
 
-    def forward_backward(self, call: ForwardBackwardCall) -> types.UntypedAPIFuture:
-        tm = self.model(call.model_id)
+    def forward_backward(self, call: ForwardBackwardCall, caller: Caller) -> types.UntypedAPIFuture:
+        tm = self.model(call.model_id, caller.client)
 
         def run(_):
             if call.error is not None:
@@ -260,15 +307,15 @@ class TinkerService:
                                                          microbatch_tokens=self.cfg.microbatch_tokens,
                                                          max_length=self.bases.context_length(tm.base))
             return [Outcome(body=encode_forward_backward(outputs, metrics), media_type=PROTOBUF)]
-        return self._queue(run, model_id=tm.model_id, seq_id=call.seq_id)
+        return self._queue(run, caller=caller, model_id=tm.model_id, seq_id=call.seq_id)
 
-    def optim_step(self, req: types.OptimStepRequest) -> types.UntypedAPIFuture:
-        tm = self.model(req.model_id)
+    def optim_step(self, req: types.OptimStepRequest, caller: Caller) -> types.UntypedAPIFuture:
+        tm = self.model(req.model_id, caller.client)
         training.check_adam(req.optim_params)  # a refusal here still passes its seq_id (guard.py)
 
         def run(_):
             return [json_outcome(types.OptimStepResponse(metrics=training.optim_step(tm, req.optim_params)))]
-        return self._queue(run, model_id=tm.model_id, seq_id=req.seq_id)
+        return self._queue(run, caller=caller, model_id=tm.model_id, seq_id=req.seq_id)
 
     # --- saved states ----------------------------------------------------------------------------------------
     def _folder(self, model_id: str, kind: str, name: str) -> tuple[Path, str]:
@@ -289,8 +336,8 @@ class TinkerService:
 
     # A request that carries a seq_id is refused inside its job, never before it is queued: the model's later
     # requests wait for every earlier seq_id, so a refusal must take its place in the order.
-    def save_weights(self, req: types.SaveWeightsRequest) -> types.UntypedAPIFuture:
-        tm = self.model(req.model_id)
+    def save_weights(self, req: types.SaveWeightsRequest, caller: Caller) -> types.UntypedAPIFuture:
+        tm = self.model(req.model_id, caller.client)
         name = req.path or f"state-{next(self._counter):06d}"
         safe_name(name)
 
@@ -301,18 +348,19 @@ class TinkerService:
                                 "overwrite=True.")
             tm.save(folder)
             return [json_outcome(types.SaveWeightsResponse(path=path))]
-        return self._queue(run, model_id=tm.model_id, seq_id=req.seq_id)
+        return self._queue(run, caller=caller, model_id=tm.model_id, seq_id=req.seq_id)
 
-    def load_weights(self, req: types.LoadWeightsRequest) -> types.UntypedAPIFuture:
+    def load_weights(self, req: types.LoadWeightsRequest, caller: Caller) -> types.UntypedAPIFuture:
         if req.model_id is not None:
-            tm = self.model(req.model_id)
+            tm = self.model(req.model_id, caller.client)
 
             def run_existing(_):
                 tm.load(self.folder_of(req.path, "weights"), optimizer=req.optimizer)
                 return [json_outcome(types.LoadWeightsResponse(path=req.path, model_id=tm.model_id))]
-            return self._queue(run_existing, model_id=tm.model_id, seq_id=req.seq_id)
+            return self._queue(run_existing, caller=caller, model_id=tm.model_id, seq_id=req.seq_id)
         if req.session_id is None or req.model_seq_id is None:
             raise UserError("load_weights needs either model_id or session_id and model_seq_id.")
+        self.own(req.session_id, caller.client)
         model_id = self._model_id(req.session_id, req.model_seq_id)
 
         folder = self.folder_of(req.path, "weights")
@@ -324,11 +372,11 @@ class TinkerService:
             tm = self._new_model(model_id, spec)
             tm.load(folder, optimizer=req.optimizer)
             return [json_outcome(types.LoadWeightsResponse(path=req.path, model_id=model_id))]
-        return self._queue(run_new, client=req.session_id)
+        return self._queue(run_new, caller=caller, client=req.session_id)
 
     # --- sampling ----------------------------------------------------------------------------------------------
-    def save_for_sampler(self, req: types.SaveWeightsForSamplerRequest) -> types.UntypedAPIFuture:
-        tm = self.model(req.model_id)
+    def save_for_sampler(self, req: types.SaveWeightsForSamplerRequest, caller: Caller) -> types.UntypedAPIFuture:
+        tm = self.model(req.model_id, caller.client)
         if req.path is not None:
             safe_name(req.path)
 
@@ -348,7 +396,7 @@ class TinkerService:
                 name: t.detach().clone() for name, t in tm.engine.named_weights()})
             self.samplers.add_session(sampling.Session(session_id, tm.base, key, None))
             return [json_outcome(types.SaveWeightsForSamplerResponseInternal(sampling_session_id=session_id))]
-        return self._queue(run, model_id=tm.model_id, seq_id=req.seq_id)
+        return self._queue(run, caller=caller, model_id=tm.model_id, seq_id=req.seq_id)
 
     def sampling_session(self, session_id: str, model_path: str | None, base_model: str | None) -> sampling.Session:
         """A session on saved sampler weights (model_path) or on a base model."""
@@ -365,24 +413,29 @@ class TinkerService:
         base = self.bases.resolve(base_model)
         return sampling.Session(session_id, base, f"base:{base.folder}", None)
 
-    def create_sampling_session(self, req: types.CreateSamplingSessionRequest) -> types.CreateSamplingSessionResponse:
+    def create_sampling_session(self, req: types.CreateSamplingSessionRequest,
+                                client: str) -> types.CreateSamplingSessionResponse:
+        self.own(req.session_id, client)
         session_id = f"{req.session_id}:sample:{req.sampling_session_seq_id}"
         self.samplers.add_session(self.sampling_session(session_id, req.model_path, req.base_model))
         return types.CreateSamplingSessionResponse(sampling_session_id=session_id)
 
-    def join(self, session_id: str) -> types.JoinSamplingSessionResponse:
+    def join(self, session_id: str, client: str) -> types.JoinSamplingSessionResponse:
+        self.own(owner_of(session_id), client, adopt=False)
         self.samplers.session(session_id)
         with self._lock:
             counter = self._clients.setdefault(session_id, itertools.count(1))
             return types.JoinSamplingSessionResponse(client_counter=next(counter))
 
-    def sampler_info(self, session_id: str) -> types.GetSamplerResponse:
+    def sampler_info(self, session_id: str, client: str) -> types.GetSamplerResponse:
+        self.own(owner_of(session_id), client, adopt=False)
         session = self.samplers.session(session_id)
         return types.GetSamplerResponse(sampler_id=session_id, base_model=session.base.name,
                                         model_path=session.model_path)
 
-    def asample(self, req: types.SampleRequest) -> types.UntypedAPIFuture:
+    def asample(self, req: types.SampleRequest, caller: Caller) -> types.UntypedAPIFuture:
         if req.sampling_session_id is not None:
+            self.own(owner_of(req.sampling_session_id), caller.client, adopt=False)
             session = self.samplers.session(req.sampling_session_id)
             self.touch(owner_of(session.session_id))
         else:
@@ -391,15 +444,15 @@ class TinkerService:
         if not prompt:
             raise UserError("the prompt is empty; give at least one token.")
         params = sampling.engine_params(req, self.cfg.max_tokens)  # checked before queueing
-        sampling.check_size(len(prompt), params[0], self.bases.context_length(session.base),
-                            self.cfg.max_sample_tokens)
+        tokens = sampling.check_size(len(prompt), params[0], self.bases.context_length(session.base),
+                                     self.cfg.max_sample_tokens)
+        caller.ticket.add(n_tokens=tokens)  # budget.Busy (429) while the queue holds too many
         key = (session.snapshot, repr(params), bool(req.prompt_logprobs), req.prompt_logprobs_last_n,
                req.topk_prompt_logprobs)
         prefix = uuid.uuid4().hex[:12]
         ids = [f"{prefix}-{j}" for j in range(req.num_samples)]
-        return self._queue(self._sample_batch, (session, req), client=session.session_id, batch_key=key,
-                           max_batch=self.cfg.max_sample_batch,
-                           sequence_ids=ids)
+        return self._queue(self._sample_batch, (session, req), caller=caller, client=session.session_id,
+                           batch_key=key, max_batch=self.cfg.max_sample_batch, tokens=tokens, sequence_ids=ids)
 
     @torch.no_grad()
     def _sample_batch(self, payloads: list) -> list[Outcome]:

@@ -340,3 +340,18 @@ def test_async_mode_resolves_rollout_is_in_the_config_itself():
     assert load_config().actor.rollout_is == "off"
     with pytest.raises(ConfigError, match="actor.rollout_is='tokn'"):
         load_config(None, ["actor.rollout_is=tokn"])
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("tinker.session_timeout_s=25", "tinker.session_timeout_s=25 would end live sessions"),
+    ("tinker.max_queued_tokens=100", "tinker.max_queued_tokens=100 is below tinker.max_sample_tokens"),
+    ("tinker.max_queued_mb=8", "tinker.max_queued_mb=8 is below tinker.max_request_mb=64"),
+    ("tinker.body_timeout_s=0", "body_timeout_s"),
+])
+def test_tinker_limits_that_would_hurt_live_clients_are_refused(override, fragment):
+    """A session timeout under three SDK heartbeats (10 s each) frees live clients' models; shared budgets below
+    one request's worth would refuse every request: each is one ConfigError at load."""
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=[override])
+    assert fragment in str(err.value)
+    load_config(overrides=["tinker.session_timeout_s=30"])  # three heartbeats exactly: accepted

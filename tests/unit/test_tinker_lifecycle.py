@@ -12,7 +12,14 @@ pytest.importorskip("tinker")
 from tinker import types  # noqa: E402
 
 from grpoflow.config import TinkerConfig  # noqa: E402
+from grpoflow.tinker_server.guard import Caller  # noqa: E402
 from grpoflow.tinker_server.service import TinkerService  # noqa: E402
+
+KEY = "client-key"  # one client (one API key) owns every session here
+
+
+def caller(svc: TinkerService) -> Caller:
+    return Caller(KEY, svc.budget.ticket())
 
 
 def q_proj(tm) -> torch.Tensor:
@@ -26,7 +33,7 @@ def q_proj(tm) -> torch.Tensor:
 async def create(svc: TinkerService, session: str, seq: int, base: str, lora: bool = True) -> str:
     request = types.CreateModelRequest(session_id=session, model_seq_id=seq, base_model=base,
                                        lora_config=types.LoraConfig(rank=2, seed=seq) if lora else None)
-    future = svc.create_model(request)
+    future = svc.create_model(request, caller(svc))
     outcome = await svc.futures.wait(future.request_id, 60)
     assert outcome is not None and outcome.error is None, outcome
     return f"{session}:train:{seq}"
@@ -61,8 +68,8 @@ def test_lora_clients_share_one_base_and_a_finished_session_frees_its_models(tin
         assert all(ref() is None for ref in models)    # adapters, optimizer state: gone
         assert set(svc.models) == {c, full}
         with pytest.raises(Exception, match="was freed: finished"):
-            svc.model(a)
-        assert not svc.heartbeat("s1")                 # the SDK stops beating on 410
+            svc.model(a, KEY)
+        assert not svc.heartbeat("s1", KEY)                 # the SDK stops beating on 410
     asyncio.run(main())
 
 
@@ -78,10 +85,10 @@ def test_a_session_without_heartbeat_has_its_queued_work_dropped(tiny_model_path
         def blocker(_):  # holds the runner until released, so the dead client's work stays queued
             asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(30)
             return []
-        svc._queue(blocker, client="other")
+        svc._queue(blocker, caller=caller(svc), client="other")
         await asyncio.sleep(0.1)
         adam = types.OptimStepRequest(adam_params=types.AdamParams(learning_rate=1e-3), model_id=dead, seq_id=1)
-        queued = [svc.optim_step(adam)]
+        queued = [svc.optim_step(adam, caller(svc))]
         assert svc.runner.queued("dead") == 1 and svc.futures.known(queued[0].request_id)
         clock = __import__("time").monotonic() + 31
         svc.sessions["alive"] = clock                  # heard of just now, at the clock below

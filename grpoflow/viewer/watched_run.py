@@ -201,12 +201,30 @@ class WatchedRun:
                 "files": files(self.path)}
 
 
+def score_of(sample: dict) -> float | None:
+    """A sample's score as a finite number, None where it has none (a record written by hand or by other tools)."""
+    score = sample.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        return None
+    return float(score)
+
+
 def with_group_stats(group: dict) -> dict:
-    """The group with the mean and (population) standard deviation of its samples' scores."""
-    scores = [float(s["score"]) for s in group.get("samples", [])]
+    """The group with the mean and (population) standard deviation of its samples' scores. A group without a
+    `samples` list is shown empty and a sample without a numeric score with none, each with a `note` saying so,
+    instead of failing the page."""
+    samples = group.get("samples")
+    notes = []
+    if not isinstance(samples, list):
+        samples = []
+        notes.append("this group's record has no `samples` list: nothing to show")
+    samples = [{**s, "score": score_of(s)} for s in samples if isinstance(s, dict)]
+    scores = [s["score"] for s in samples if s["score"] is not None]
+    if len(scores) < len(samples):
+        notes.append(f"{len(samples) - len(scores)} of {len(samples)} samples have no score: left out of the mean")
     mean = sum(scores) / len(scores) if scores else 0.0
     std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores)) if scores else 0.0
-    return {**group, "mean": mean, "std": std}
+    return {**group, "samples": samples, "mean": mean, "std": std, **({"note": "; ".join(notes)} if notes else {})}
 
 
 def validation_groups(samples: list[dict]) -> list[dict]:
@@ -219,7 +237,7 @@ def validation_groups(samples: list[dict]) -> list[dict]:
         if key in seen:
             continue
         seen.add(key)
-        sample = {"completion": s.get("completion", ""), "score": s.get("score", 0.0),
+        sample = {"completion": s.get("completion", ""), "score": s.get("score"),
                   **({"conversation": s["conversation"]} if "conversation" in s else {})}
         if groups and groups[-1]["prompt"] == s.get("prompt") and groups[-1]["data_source"] == s.get("data_source"):
             groups[-1]["samples"].append(sample)

@@ -45,3 +45,25 @@ def test_train_samples_are_read_by_step_through_an_index(tmp_path):
     run = WatchedRun(tmp_path)
     assert [g["group"] for g in run.groups("train", 3)] == [0, 1, 2, 3]
     assert run.rollout_steps()["train"] == [1, 2, 3, 4]
+
+
+def test_a_sample_without_score_and_a_group_without_samples_are_shown_not_a_500(tmp_path):
+    """Issue 53 item 7: a train_samples.jsonl record whose sample has no `score` made /groups a plain-text 500,
+    and one with no `samples` list broke the Rollouts tab. Both come back as JSON: the sample with score None,
+    the group empty, each with a note saying what is missing; the other samples' mean is unchanged."""
+    from fastapi.testclient import TestClient
+
+    from grpoflow.viewer.server import build_app
+
+    write(tmp_path / "train_samples.jsonl", [
+        json.dumps({"step": 1, "group": 0, "prompt": "1+1=", "samples": [{"completion": "2", "score": 1.0},
+                                                                          {"completion": "3"},
+                                                                          {"completion": "4", "score": "high"},
+                                                                          {"completion": "5", "score": 0.0}]}),
+        json.dumps({"step": 1, "group": 1, "prompt": "2+2="})])
+    answer = TestClient(build_app([tmp_path]), base_url="http://127.0.0.1").get("/api/runs/0/groups?step=1")
+    assert answer.status_code == 200, answer.text
+    scored, empty = answer.json()["groups"]
+    assert [s["score"] for s in scored["samples"]] == [1.0, None, None, 0.0]
+    assert scored["mean"] == 0.5 and scored["std"] == 0.5 and "2 of 4 samples have no score" in scored["note"]
+    assert empty["samples"] == [] and "no `samples` list" in empty["note"] and empty["mean"] == 0.0

@@ -86,10 +86,11 @@ function visibleGroups() {
   const source = $("ro-source").value, signal = $("ro-signal").value;
   let groups = ro.groups.filter((g) => (!source || g.data_source === source)
     && (!signal || (signal === "signal") === g.std > 0));
+  const unfiltered = !query && lo === -Infinity && hi === Infinity;
   groups = groups.map((g) => ({...g, shown: g.samples.map((s, i) => ({...s, index: i})).filter((s) =>
-    s.score >= lo && s.score <= hi
+    (s.score === null ? lo === -Infinity && hi === Infinity : s.score >= lo && s.score <= hi)
     && (!query || sampleText(s).includes(query) || (g.prompt || "").toLowerCase().includes(query)))}))
-    .filter((g) => g.shown.length);
+    .filter((g) => g.shown.length || (unfiltered && !g.samples.length));  // an empty group shows its note
   const sort = $("ro-sort").value;
   if (sort === "mean-desc") groups.sort((a, b) => b.mean - a.mean);
   else if (sort === "mean-asc") groups.sort((a, b) => a.mean - b.mean);
@@ -112,7 +113,7 @@ function highlighted(text, query) {
 }
 
 function rewardClass(score, group) {
-  if (group.std === 0) return "flat";
+  if (group.std === 0 || score === null) return "flat";
   return score > group.mean ? "above" : score < group.mean ? "below" : "flat";
 }
 
@@ -133,6 +134,7 @@ function groupCard(g, query) {
       el("b", {text: `group ${g.group}`}), ` · ${g.data_source} · `,
       el("span", {class: "stat", text: `reward mean ${fmt(g.mean)} ± ${fmt(g.std)} (n=${g.samples.length})`}),
       facts ? el("span", {class: "row-facts", text: ` · ${facts}`}) : null),
+    g.note ? el("p", {class: "note", text: g.note}) : null,
     el("pre", {class: "prompt"}, ...highlighted(g.prompt, query)),
     el("table", {class: "samples"},
       el("thead", {}, el("tr", {}, ...["#", "reward", "advantage", "length", "version", "", "completion"]

@@ -25,6 +25,7 @@ environment give the same samples for the same seed, whatever the batching. An e
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import secrets
@@ -81,6 +82,8 @@ class Endpoint:
         self.failure: BaseException | None = None  # the engine's error during the session
         self._thread: threading.Thread | None = None
         self._server: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the server's, with `_stopping` (set by close)
+        self._stopping: asyncio.Event | None = None
         self.url = ""
 
     # ------------------------------------------------------------ lifecycle (controller thread)
@@ -108,10 +111,33 @@ class Endpoint:
         return self
 
     def close(self) -> None:
+        """Stop serving now: calls still waiting for a body or for the engine (their agent gone, or their session
+        over) are answered 503 at once, so uvicorn's shutdown has nothing to wait for."""
         if self._server is not None and self._thread is not None:
+            if self._loop is not None and self._stopping is not None:
+                self._loop.call_soon_threadsafe(self._stopping.set)
             self._server.should_exit = True
             self._thread.join(timeout=10)
             self._server = None
+
+    async def until_closed(self, work: Any, cancel: bool = True) -> Any:
+        """`await work`, unless the endpoint closes first: then APIError 503 (and `work` is cancelled if
+        `cancel`; an engine call is left to finish on its own loop)."""
+        task = asyncio.ensure_future(work)
+        stopping = asyncio.ensure_future(self._stopping.wait()) if self._stopping is not None else None
+        try:
+            await asyncio.wait([t for t in (task, stopping) if t is not None], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if stopping is not None:
+                stopping.cancel()
+        if task.done():
+            return task.result()
+        if cancel:
+            task.cancel()
+        else:
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # its outcome is not wanted now
+        raise APIError(503, "the endpoint is closing: this call's session is over.", type="server_error",
+                       code="shutting_down")
 
     def __enter__(self) -> "Endpoint":
         return self.start()
@@ -200,7 +226,11 @@ class Endpoint:
         job = Request(tuple(prompt_ids), limit, stream_seed(session.seed, index, n, number, turn),
                       (self.renderer.turn.end_token_id,), session.params.temperature, session.params.top_p)
         try:
-            completion = await asyncio.wrap_future(session.submit(episode, job))
+            completion = await self.until_closed(asyncio.wrap_future(session.submit(episode, job)), cancel=False)
+        except APIError:
+            with self._lock:
+                record.release(placement)
+            raise
         except Exception as e:  # the engine's failure: the caller raises it after the session
             cause = e.__cause__ if isinstance(e, EngineFailure) and isinstance(e.__cause__, Exception) else e
             log.warning("the rollout engine failed on an agent call: %s: %s", type(cause).__name__, cause)
@@ -269,7 +299,12 @@ def build_app(endpoint: Endpoint) -> Any:
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.exceptions import HTTPException
 
-    app = FastAPI(title="grpoflow agent endpoint")
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Any):
+        endpoint._loop, endpoint._stopping = asyncio.get_running_loop(), asyncio.Event()
+        yield
+
+    app = FastAPI(title="grpoflow agent endpoint", lifespan=lifespan)
 
     def error(e: APIError) -> JSONResponse:
         return JSONResponse(e.body(), status_code=e.status)
@@ -301,7 +336,7 @@ def build_app(endpoint: Endpoint) -> Any:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        body = await read_json_body(request, endpoint.max_body_bytes, endpoint.body_timeout_s)
+        body = await endpoint.until_closed(read_json_body(request, endpoint.max_body_bytes, endpoint.body_timeout_s))
         user = body.get("user") if isinstance(body, dict) else None
         reply = await endpoint.chat(body, request.headers.get("x-episode-id") or user)
         return StreamingResponse(iter(reply), media_type="text/event-stream") if isinstance(reply, list) else reply

@@ -40,8 +40,13 @@ async def read_json_body(request: Any, max_bytes: int, timeout_s: float = BODY_T
             if len(body) > max_bytes:
                 raise too_large(len(body), max_bytes)
 
+    from starlette.requests import ClientDisconnect
+
     try:
         await asyncio.wait_for(read(), timeout_s)
+    except ClientDisconnect:  # the agent went away mid-body: nothing to answer, nothing to log
+        raise APIError(499, f"the client closed the connection before its request body arrived ({len(body)} bytes "
+                            "read).", code="client_closed") from None
     except asyncio.TimeoutError:
         raise APIError(408, f"the request body did not arrive within {timeout_s:g} s ({len(body)} bytes read); send "
                             "it whole.", code="request_timeout") from None

@@ -180,3 +180,48 @@ def test_a_stalled_client_gets_a_408_and_its_half_body_is_dropped():
                 reply += chunk
         assert time.monotonic() - start < 10
         assert reply.startswith("HTTP/1.1 408") and '"code":"request_timeout"' in reply.replace(" ", ""), reply
+
+
+def test_clients_that_disconnect_are_quiet_and_close_is_prompt(capfd):
+    """Issue 53 item 7: an agent that disconnects mid-body, or while its call waits for the engine, printed a
+    traceback per call, and close() then waited 10 s for the call the engine never answered. Now nothing is
+    printed and close() returns at once, a third client still sending its body included."""
+    import concurrent.futures
+    import socket
+
+    from grpoflow.engines.protocol import SamplingParams
+    from grpoflow.trajectories.endpoint import Endpoint
+
+    endpoint = Endpoint(build_char_tokenizer(), max_calls=4).start()
+    never = []                                          # the engine never answers
+
+    def submit(episode, request):
+        never.append(concurrent.futures.Future())
+        return never[-1]
+    episode, = endpoint.open_session(seed=1, params=SamplingParams(n=1, max_new_tokens=20), episodes=[(0, 1, 0)],
+                                     submit=submit)
+    port = int(endpoint.url.rsplit(":", 1)[1].split("/")[0])
+    body = json.dumps(chat("hi")).encode()
+
+    def send(data: bytes, declared: int) -> socket.socket:
+        conn = socket.create_connection(("127.0.0.1", port))
+        conn.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"X-Episode-Id: {episode}\r\nContent-Length: {declared}\r\n\r\n".encode() + data)
+        return conn
+    send(body[:10], 1000).close()                       # gone mid-body
+    waiting = send(body, len(body))                     # its call reaches the engine, then it goes
+    for _ in range(200):
+        if never:
+            break
+        time.sleep(0.01)
+    assert never
+    waiting.close()
+    stalled = send(body[:10], 1000)                     # still sending when the endpoint closes
+    time.sleep(0.3)
+    endpoint.close_session()
+    started = time.monotonic()
+    endpoint.close()
+    assert time.monotonic() - started < 2
+    stalled.close()
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err and "ClientDisconnect" not in out + err, (out + err)[-2000:]

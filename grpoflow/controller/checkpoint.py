@@ -52,6 +52,26 @@ _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 log = logging.getLogger("grpoflow.checkpoint")
 
 
+class CheckpointStateError(UserError):
+    """A checkpoint's controller state that this run cannot take (edited, or written for other data)."""
+
+
+def restore_queue(queue: Any, state: dict, path: Path) -> None:
+    """`queue.load_state_dict` with the rollout state that controller.pt (`path`) holds: the sampler's position and
+    the steps or partial-rollout groups in flight. A state that does not fit is one CheckpointStateError, not a
+    traceback from deep inside the queue (a UserError it raises, e.g. data of another size, passes as it is)."""
+    try:
+        queue.load_state_dict(state["sampler"], state["step"], state.get("in_flight"))
+    except UserError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        raise CheckpointStateError(
+            f"{path} holds a rollout state (the sampler's position, the steps or partial-rollout groups in flight) "
+            f"that this run cannot take ({type(e).__name__}: {e}): it was edited, or written by another version; "
+            "resume from another checkpoint (trainer.resume=<its folder>) or start over (trainer.resume=never)."
+        ) from None
+
+
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written; the previous one and `latest` are unchanged."""
 

@@ -26,7 +26,8 @@ from tqdm import tqdm
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with_available, groups_with_signal,
                                  required_inputs)
 from grpoflow.config import Config, require_checked, to_yaml
-from grpoflow.controller.checkpoint import CheckpointManager, load_state, rng_state, save_state, set_rng_state
+from grpoflow.controller.checkpoint import (CheckpointManager, load_state, restore_queue, rng_state, save_state,
+                                           set_rng_state)
 from grpoflow.controller.curriculum import build_sampler, group_feedback
 from grpoflow.controller.distill import SELF, Distiller, resolve_teacher
 from grpoflow.controller.partial import PartialQueue
@@ -387,10 +388,10 @@ class Controller:
     def load_checkpoint(self, folder: Path) -> int:
         """Restore a checkpoint written by `save_checkpoint`; returns its step."""
         state = load_state(folder / "controller.pt")
+        restore_queue(self.queue, state, folder / "controller.pt")  # first: a state that does not fit stops at once
         self.actor.call(ActorWorker.load_checkpoint, str(folder / "actor"))
         if self.critic is not None:
             self.critic.call(CriticWorker.load_checkpoint, str(folder / "critic"))
-        self.queue.load_state_dict(state["sampler"], state["step"], state.get("in_flight"))
         self.kl_ctrl.load_state_dict(state["kl_ctrl"])
         set_rng_state(state["rng"])
         self.version = state["version"]

@@ -12,6 +12,8 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
+from grpoflow.errors import UserError
+
 
 class PromptSampler(Protocol):
     """What the rollout queue draws prompts from: this epoch sampler, or the curriculum (data/curriculum.py)."""
@@ -85,9 +87,9 @@ class EpochSampler:
         """Resume at ``state`` as returned by ``state_dict`` (same num_items and seed)."""
         epoch, position = int(state["epoch"]), int(state["position"])
         if not 0 <= position < self.num_items:
-            raise ValueError(
-                f"sampler position {position} is outside [0, {self.num_items}); the checkpoint "
-                f"was saved for a dataset of another size."
-            )
+            raise UserError(f"the checkpoint's prompt sampler stands at prompt {position} of an epoch, but the "
+                            f"training data now has {self.num_items} prompts: data.train_files changed size since the "
+                            "checkpoint was written; resume with the data it was written with, or start over "
+                            "(trainer.resume=never).")
         self._epoch, self._position = epoch, position
         self._order = self._order_for(epoch)

@@ -66,3 +66,30 @@ def test_unchanged_data_and_old_checkpoints_without_digests_resume_as_before(cap
     queue.load_state_dict(state["sampler"], 1, state["in_flight"])
     assert [g.item for g in queue.pool] == [1, 3, 0]
     assert "WARNING" not in capsys.readouterr().out
+
+
+def test_a_shrunk_data_file_or_a_tampered_pool_is_one_sentence_not_a_traceback(tmp_path):
+    """Issue 53 item 7: a sampler position past a shorter data file raised a bare ValueError, and a pool edited in
+    controller.pt (a group without samples, a sample with a field Progress lacks, an index that is not a number)
+    raised KeyError / TypeError from inside the queue. Each is one UserError naming the cause and the fix."""
+    import pytest
+
+    from grpoflow.controller.checkpoint import CheckpointStateError, restore_queue
+    from grpoflow.errors import UserError
+
+    items, state = saved_pool()
+    path = tmp_path / "controller.pt"
+    shrunk = queue_of(items_of(["1+1=", "2+2="]))
+    with pytest.raises(UserError, match=r"data.train_files changed size.*trainer.resume=never") as err:
+        restore_queue(shrunk, {"sampler": {"epoch": 0, "position": 3}, "step": 1, "in_flight": None}, path)
+    assert "\n" not in str(err.value)
+    tampered = [lambda pool: pool[0].pop("samples"), lambda pool: pool[1]["samples"][0].update(extra=1),
+                lambda pool: pool[2].update(item="zero"), lambda pool: pool.append(7)]
+    for tamper in tampered:
+        _, state = saved_pool()
+        tamper(state["in_flight"]["partial_pool"])
+        with pytest.raises(CheckpointStateError, match=r"controller.pt holds a rollout state .* was edited") as err:
+            restore_queue(queue_of(items), {**state, "step": 1}, path)
+        assert "\n" not in str(err.value)
+    _, state = saved_pool()
+    restore_queue(queue_of(items), {**state, "step": 1}, path)   # an untouched one loads

@@ -41,5 +41,5 @@ def test_state_round_trip_continues_identically():
 def test_errors():
     with pytest.raises(ValueError, match="num_items=0"):
         EpochSampler(0, seed=0)
-    with pytest.raises(ValueError, match="another size"):
+    with pytest.raises(ValueError, match="changed size"):
         EpochSampler(3, seed=0).load_state_dict({"epoch": 0, "position": 5})

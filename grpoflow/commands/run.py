@@ -18,6 +18,7 @@ from tqdm import tqdm
 from grpoflow.commands.sft import run_sft
 from grpoflow.commands.traps import RunFacts, config_traps
 from grpoflow.config import Config, ConfigError, batch_schedule, resolve_total_steps
+from grpoflow.controller.checkpoint import fail_writes_past_the_file_size_limit
 from grpoflow.controller.checks import auto_choice, check_config
 from grpoflow.controller.fit import RunLoop
 from grpoflow.controller.run_folder import RunFolder, open_run_folder, write_config
@@ -195,6 +196,7 @@ def train(cfg: Config) -> dict:
     setting, cfg = cfg.model.compute_dtype, with_compute_dtype(cfg)  # None/auto: this machine's, before config.yaml
     cfg, engine_line = with_engine(cfg)  # rollout.engine=auto: this machine's, named on the start-up lines
     check_config(cfg)  # the one start-up check of the run (user files imported here); the Controller requires it
+    fail_writes_past_the_file_size_limit()  # under `ulimit -f`: an error that names the limit, not a silent kill
     schedule = batch_schedule(cfg)
     check_trackers(cfg.trainer.loggers)
     scorer = build_scorer(cfg)

@@ -13,9 +13,10 @@ A crash at any moment leaves either the previous checkpoint or the new one compl
 `latest` is replaced (write-then-rename) after that. Loading uses safe formats only: safetensors for weights and
 `torch.load(weights_only=True)` for optimizer and controller state.
 
-Storage faults. A write that fails (a full disk, no permission) removes its temporary folder and
-raises CheckpointWriteError naming the folder, the cause and the free space; the previous
-checkpoint and `latest` are untouched. Each checkpoint lists its files with their sizes and
+Storage faults. A write that fails (a full disk, no permission, a file over the process's file-size limit)
+removes its temporary folder and raises CheckpointWriteError naming the folder, the cause and the free space
+(for EFBIG, the file-size limit, `ulimit -f`, instead of the disk); the previous checkpoint and `latest` are
+untouched. Each checkpoint lists its files with their sizes and
 SHA-256 checksums in `manifest.json`. Choosing a checkpoint to resume (`latest(verify=True)`, also
 for `grpoflow export`) skips, with a warning, a folder with a missing, truncated or changed file
 (a checksum that differs: flipped bits, random bytes, a damaged safetensors header) or an
@@ -30,6 +31,7 @@ shared with `grpoflow serve tinker`'s saved states.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import random
@@ -74,6 +76,41 @@ def restore_queue(queue: Any, state: dict, path: Path) -> None:
 
 class CheckpointWriteError(RuntimeError):
     """A checkpoint could not be written; the previous one and `latest` are unchanged."""
+
+
+def too_large(error: BaseException | None) -> bool:
+    """The error (or one it came from) is EFBIG: a file over the file-size limit, which libraries that wrap the
+    OS error (safetensors: "File too large (os error 27)") report in their own words."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, OSError) and error.errno == errno.EFBIG:
+            return True
+        if "File too large" in str(error) or "FileTooLarge" in str(error):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
+
+
+def file_size_limit() -> int | None:
+    """This process's RLIMIT_FSIZE in bytes (`ulimit -f`), None when unlimited or unknown."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def fail_writes_past_the_file_size_limit() -> None:
+    """Under a file-size limit (`ulimit -f`) the kernel kills a process that writes past it (SIGXFSZ) before it can
+    say anything; with the signal ignored the write fails with EFBIG instead, which the checkpoint error names.
+    Called once by `grpoflow train` (main thread); nothing changes without a limit."""
+    import signal
+    import threading
+
+    if file_size_limit() is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
 def step_dir_name(step: int) -> str:
@@ -127,10 +164,19 @@ class CheckpointManager:
         previous = self.latest()
         kept = (f"the previous checkpoint {previous} and `latest` are unchanged, and the same command resumes from "
                 f"it" if previous else "no earlier checkpoint exists, so a rerun starts from step 0")
+        space = f"The disk holding {existing} has {_gib(usage.free)} free of {_gib(usage.total)}"
+        if too_large(error):
+            limit = file_size_limit()
+            where = (f"but this process may write no file over {limit} bytes (its file-size limit: ulimit -f, "
+                     "RLIMIT_FSIZE)" if limit is not None else "but its file system takes no file this large")
+            fix = ("raise the limit (ulimit -f unlimited) in the shell that starts grpoflow" if limit is not None else
+                   "set trainer.output_dir to a file system without that limit")
+            return (f"could not write the checkpoint {final}: {type(error).__name__}: {error}. {space}, {where}. "
+                    f"To go on, {fix}; {kept}.")
         fix = (f"make {self.root} writable for this user" if isinstance(error, PermissionError) else
                "free space (or lower trainer.keep_last), or set trainer.output_dir to a disk with room")
-        return (f"could not write the checkpoint {final}: {type(error).__name__}: {error}. The disk holding "
-                f"{existing} has {_gib(usage.free)} free of {_gib(usage.total)}. To go on, {fix}; {kept}.")
+        return (f"could not write the checkpoint {final}: {type(error).__name__}: {error}. {space}. To go on, {fix}; "
+                f"{kept}.")
 
     def folders(self) -> list[Path]:
         """The step_NNNNNN folders, newest step first (by number, not by name)."""

@@ -30,13 +30,30 @@ def find_checkpoint(run_dir: str | Path, step: int | None = None) -> Path:
     return path
 
 
+ATTEMPTS = 5  # a latest checkpoint pruned while it is copied (trainer.keep_last beside a running run): try again
+
+
 def export(run_dir: str | Path, out: str | Path, step: int | None = None) -> Path:
     """Write the policy of a run's checkpoint (the latest, or `step`) to `out`: config, tokenizer and
-    safetensors weights that `AutoModelForCausalLM.from_pretrained(out)` loads; LoRA adapters merged."""
-    actor = find_checkpoint(run_dir, step) / "actor"
+    safetensors weights that `AutoModelForCausalLM.from_pretrained(out)` loads; LoRA adapters merged. Beside a
+    running run the latest checkpoint may be pruned while it is read (a newer one was published first; files are
+    never changed in place, so what was read is whole): the copy is then dropped and the new latest exported."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise UserFileExistsError(f"--out {out} is not empty; give a new folder so nothing there is overwritten.")
+    for attempt in range(ATTEMPTS):
+        actor = find_checkpoint(run_dir, step) / "actor"
+        try:
+            return _write(actor, out)
+        except (OSError, ValueError):  # a file gone mid-read: FileNotFoundError, or a loader's own error
+            if step is not None or actor.parent.exists() or attempt == ATTEMPTS - 1:
+                raise
+            shutil.rmtree(out, ignore_errors=True)
+    raise AssertionError("unreachable")
+
+
+def _write(actor: Path, out: Path) -> Path:
+    """The export of one checkpoint's actor/ folder into `out`."""
     adapter_config = actor / "adapter_config.json"
     if adapter_config.exists():
         base = json.loads(adapter_config.read_text())["base_model_name_or_path"]

@@ -54,6 +54,10 @@ _STEP_DIR = re.compile(r"^step_(\d{6,})$")
 log = logging.getLogger("grpoflow.checkpoint")
 
 
+RESCANS = 5         # latest(): how often the folders are listed again when one vanishes while it is checked
+VANISHED = object()
+
+
 class CheckpointStateError(UserError):
     """A checkpoint's controller state that this run cannot take (edited, or written for other data)."""
 
@@ -189,7 +193,17 @@ class CheckpointManager:
         """The newest complete checkpoint, or None: the one `latest` names, else the newest folder.
 
         A folder that fails `problem()` (with `verify`: also its checksums) is skipped with a warning and
-        the one before it is tried. A pointer that names no checkpoint folder is ignored, with a warning."""
+        the one before it is tried. A pointer that names no checkpoint folder is ignored, with a warning. A folder
+        that disappears while it is checked was pruned by the run writing a newer one (`trainer.keep_last`; a
+        `grpoflow export` beside a run): the folders are listed again, not skipped."""
+        for _ in range(RESCANS):
+            found = self._latest(verify)
+            if found is not VANISHED:
+                return found  # type: ignore[return-value]  # a Path or None
+        return None
+
+    def _latest(self, verify: bool) -> Path | None | object:
+        """latest()'s one pass over the folders; VANISHED when one was removed while it was checked."""
         folders = self.folders()
         pointer = self.root / LATEST
         named = _read_pointer(pointer)
@@ -203,6 +217,8 @@ class CheckpointManager:
             why = problem(folder, verify=verify)
             if why is None:
                 return folder
+            if not folder.exists():
+                return VANISHED
             log.warning("skipping the checkpoint %s: %s; falling back to the one before.", folder, why)
         return None
 

@@ -76,3 +76,41 @@ except CheckpointWriteError as e:
     assert message.startswith("could not write the checkpoint"), (out.stdout, out.stderr[-2000:])
     assert "may write no file over 4096 bytes" in message and "ulimit -f unlimited" in message, message
     assert "free space" not in message
+
+
+def test_export_beside_a_run_with_keep_last_1_takes_the_checkpoint_that_replaced_the_pruned_one(tmp_path, monkeypatch,
+                                                                                                 caplog):
+    """Issue 53 item 7: `grpoflow export` while a run with trainer.keep_last=1 saves found no checkpoint when the
+    latest was pruned while it was verified (or copied). Both races, made to happen at once here: the run
+    publishes a newer checkpoint and prunes the one export is reading. Export lists again and takes the new one."""
+    import shutil
+
+    import grpoflow.controller.checkpoint as checkpoint
+    from grpoflow.commands.export import export, find_checkpoint
+
+    run = CheckpointManager(tmp_path, keep_last=1)
+
+    def weights(step):
+        def write(folder):
+            fake(step)(folder)
+            (folder / "actor" / "model.safetensors").write_bytes(bytes([step]) * 100)
+        return write
+    run.save(1, weights(1))
+    real_check, real_copy = checkpoint.against_manifest, shutil.copytree
+
+    def check_while_the_run_saves(folder, verify=False):
+        if folder.name == "step_000001":
+            run.save(2, weights(2))                   # publishes step 2, prunes step 1 under the check
+        return real_check(folder, verify=verify)
+    monkeypatch.setattr(checkpoint, "against_manifest", check_while_the_run_saves)
+    with caplog.at_level(logging.WARNING, logger="grpoflow.checkpoint"):
+        assert find_checkpoint(tmp_path) == run.root / "step_000002"
+    assert not [r for r in caplog.records if "skipping" in r.getMessage()]
+
+    def copy_while_the_run_saves(src, dst, **kwargs):
+        if "step_000002" in str(src):
+            run.save(3, weights(3))                   # step 2 goes before it is copied
+        return real_copy(src, dst, **kwargs)
+    monkeypatch.setattr(shutil, "copytree", copy_while_the_run_saves)
+    out = export(tmp_path, tmp_path / "exported")
+    assert (out / "model.safetensors").read_bytes() == bytes([3]) * 100

@@ -3,7 +3,8 @@
 - A step on which the reward failed on every sample (raised, returned None or a non-number, timed out, or the
   environment's reward failed) stops the run before that step trains, with the first failure, the function as the
   config names it, and, when the failure looks like another framework's calling convention, the fix
-  (grpoflow.rewards.shapes.convention_hint).
+  (grpoflow.rewards.shapes.convention_hint); when every failure was a timeout, the time limit instead (a slow
+  function is not a wrong-shaped one).
 - More than `reward.max_error_share` of the samples of the last `WINDOW` steps failing stops it the same way.
 - Every group of each of the first `SIGNAL_STEPS` steps scoring all alike (no group has a reward spread, so every
   advantage is 0 and nothing is learned) gives one WARNING naming what to check.
@@ -45,11 +46,14 @@ class RewardHealth:
         hint: first failure text -> a sentence about the calling convention ('' when none applies).
         max_error_share: reward.max_error_share.
         warn: where the no-signal warning goes (the console).
+        timeout_s: reward.timeout_s, named when every failure was a timeout.
     """
 
     def __init__(self, name: str, hint: Callable[[str | None], str], max_error_share: float,
-                 warn: Callable[[str], None], total_steps: int = SIGNAL_STEPS, parts: Sequence[str] = ()) -> None:
+                 warn: Callable[[str], None], total_steps: int = SIGNAL_STEPS, parts: Sequence[str] = (),
+                 timeout_s: float | None = None) -> None:
         self.name, self.hint, self.max_error_share, self.warn = name, hint, max_error_share, warn
+        self.timeout_s = timeout_s
         self.signal_steps = max(1, min(SIGNAL_STEPS, total_steps))  # a shorter run is judged on all its steps
         self.window: deque[tuple[int, int]] = deque(maxlen=WINDOW)  # (failed, samples) per step
         self.flat_steps = 0  # steps so far on which every group scored all alike
@@ -93,8 +97,14 @@ class RewardHealth:
 
     def _message(self, step: int, what: str, scored: Scores) -> str:
         first = (scored.first_error or "no failure text").strip()
+        if scored.timeouts and scored.timeouts == scored.failed:  # slow, not wrong-shaped: no convention hint
+            limit = f"reward.timeout_s={self.timeout_s:g} s" if self.timeout_s is not None else "its time limit"
+            hint = (f" Every failure was a timeout: each call ran past {limit} and was stopped; make the function "
+                    "faster, or raise reward.timeout_s.")
+        else:
+            hint = self.hint(scored.first_error)
         return (f"Stopped before training step {step}: the reward {self.name} {what}; nothing would be learned."
-                f"{self.hint(scored.first_error)} Checkpoints written so far are kept; fix the function and run the "
+                f"{hint} Checkpoints written so far are kept; fix the function and run the "
                 f"same command to resume. The first failure:\n{first}")
 
 
@@ -132,4 +142,4 @@ def reward_health(cfg: RewardConfig, scorer: RewardScorer | None, warn: Callable
         return convention_hint(scorer.fn, first_error) if scorer is not None else ""
 
     parts = [n for n, _ in scorer.fn.functions] if scorer is not None and isinstance(scorer.fn, CombinedReward) else []
-    return RewardHealth(name, hint, cfg.max_error_share, warn, total_steps, parts)
+    return RewardHealth(name, hint, cfg.max_error_share, warn, total_steps, parts, timeout_s=cfg.timeout_s)

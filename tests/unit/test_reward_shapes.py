@@ -192,3 +192,19 @@ def test_the_last_line_says_accuracy_only_for_rewards_that_score_0_or_1():
     assert not zero_one_reward(load_config(None, ["model.path=/m"]), countdown)  # 0.1 for the format
     assert not zero_one_reward(load_config(None, ["model.path=/m", "reward.function=length"]), gsm8k)
     assert not zero_one_reward(load_config(None, ["model.path=/m", "reward.functions=[gsm8k,format]"]), gsm8k)
+
+
+def test_a_reward_that_only_timed_out_gets_the_timeout_not_the_shape_hint():
+    """Issue 53 item 7: a TRL- or verl-shaped function whose every call timed out was told to check its arguments
+    and return type. The hint names reward.timeout_s instead; a mix of timeouts and errors keeps the shape hint."""
+    from grpoflow.rewards.scoring import Scores
+
+    h = RewardHealth("reward.function=r.py:f", lambda e: " HINT.", 0.5, [].append, timeout_s=2.0)
+    timed_out = Scores([0.0] * 4, timeouts=4, first_error="it timed out")
+    with pytest.raises(RewardFailure) as err:
+        h.check(1, timed_out, torch.zeros(4), torch.tensor([0, 0, 1, 1]))
+    assert "HINT" not in str(err.value) and "each call ran past reward.timeout_s=2 s" in str(err.value)
+    mixed = Scores([0.0] * 4, timeouts=3, errors=1, first_error="TypeError: f() got an unexpected keyword")
+    with pytest.raises(RewardFailure, match="HINT"):
+        RewardHealth("reward.function=r.py:f", lambda e: " HINT.", 0.5, [].append, timeout_s=2.0).check(
+            1, mixed, torch.zeros(4), torch.tensor([0, 0, 1, 1]))

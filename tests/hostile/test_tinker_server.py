@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 
+import numpy as np
 import pytest
 
 pytest.importorskip("tinker")
@@ -136,6 +137,49 @@ def test_bodies_that_stall_are_dropped_and_the_byte_budget_answers_429(tiny_mode
         assert settles(lambda: srv.service.budget.bytes == 0)
 
 
+def new_model(srv: Server, base: str) -> tuple[str, str, dict]:
+    """ALICE's session, a LoRA model in it, and the create_model future."""
+    session = httpx.post(f"{srv.url}/create_session", headers=ALICE,
+                         json={"tags": [], "sdk_version": "0", "user_metadata": None}).json()["session_id"]
+    create = types.CreateModelRequest(session_id=session, model_seq_id=0, base_model=base,
+                                      lora_config=types.LoraConfig(rank=2))
+    future = httpx.post(f"{srv.url}/create_model", headers=ALICE, timeout=60,
+                        json=create.model_dump(mode="json", exclude_none=True)).json()
+    model_id = httpx.post(f"{srv.url}/retrieve_future", headers=ALICE, timeout=60,
+                          json={"request_id": future["request_id"]}).json()["model_id"]
+    return session, model_id, future
+
+
+def test_the_chunk_a_models_queued_chunks_wait_for_is_admitted_past_a_full_budget(tiny_model_path, tmp_path):
+    """The SDK sends a big batch's chunks at once, first chunk last; the later ones wait in the model's seq_id gate
+    holding their bytes. With the budget full, another client's request gets 429, but the first chunk is admitted:
+    refused, it would be sent again forever while the others wait for it."""
+    from tinker.proto import tinker_public_pb2 as pb
+
+    with Server(tiny_model_path, str(tmp_path), max_request_mb=1, max_queued_mb=1) as srv:
+        _, model_id, _ = new_model(srv, tiny_model_path)
+        tokens = pb.Chunk(encoded_text=pb.EncodedTextChunk(tokens=np.ones(150_000, np.int32).tobytes()))
+
+        def chunk(seq_id: int) -> httpx.Response:                 # 600 KB each
+            body = pb.ForwardBackwardRequest(model_id=model_id, seq_id=seq_id, loss_fn="cross_entropy",
+                                             data=[pb.Datum(model_input=[tokens])]).SerializeToString()
+            return httpx.post(f"{srv.url}/forward_backward", content=body, timeout=60,
+                              headers={**ALICE, "Content-Type": "application/x-protobuf"})
+        second = chunk(2)
+        assert second.status_code == 200 and srv.service.budget.bytes > 600_000   # parked, holding its bytes
+        pad = b'{"tags": [], "sdk_version": "0", "user_metadata": {"pad": "' + b"x" * 600_000 + b'"}}'
+        other = httpx.post(f"{srv.url}/create_session", content=pad, headers={**MALLORY, "Content-Type":
+                                                                                   "application/json"})
+        assert other.status_code == 429
+        first = chunk(1)
+        assert first.status_code == 200, first.text
+        for future in (first.json(), second.json()):              # both ran (and were refused: no targets)
+            done = httpx.post(f"{srv.url}/retrieve_future", headers=ALICE, timeout=60,
+                              json={"request_id": future["request_id"]})
+            assert done.status_code == 200 and "needs loss_fn_inputs" in done.json()["error"], done.text
+        assert settles(lambda: srv.service.budget.bytes == 0)
+
+
 def test_another_client_cannot_drive_a_model_or_use_up_its_seq_ids(tiny_model_path, tmp_path):
     """A model id is in every tinker:// path; a client with another API key that names it is refused (403) and
     uses up none of its seq_ids: the owner's request with that seq_id still runs. Its session cannot be ended or
@@ -145,13 +189,9 @@ def test_another_client_cannot_drive_a_model_or_use_up_its_seq_ids(tiny_model_pa
             return httpx.post(f"{srv.url}/{path}", headers=key, timeout=60,
                               json=body.model_dump(mode="json", exclude_none=True))
 
-        session = httpx.post(f"{srv.url}/create_session", headers=ALICE,
-                             json={"tags": [], "sdk_version": "0", "user_metadata": None}).json()["session_id"]
+        session, model_id, future = new_model(srv, tiny_model_path)
         create = types.CreateModelRequest(session_id=session, model_seq_id=0, base_model=tiny_model_path,
                                           lora_config=types.LoraConfig(rank=2))
-        future = post("create_model", create).json()
-        model_id = httpx.post(f"{srv.url}/retrieve_future", headers=ALICE, timeout=60,
-                              json={"request_id": future["request_id"]}).json()["model_id"]
         step = types.OptimStepRequest(adam_params=types.AdamParams(learning_rate=1e-3), model_id=model_id, seq_id=1)
         stolen = post("optim_step", step, MALLORY)
         assert stolen.status_code == 403 and "belong to another client" in stolen.json()["error"], stolen.text

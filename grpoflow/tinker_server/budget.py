@@ -31,6 +31,7 @@ class Budget:
     def __init__(self, max_bytes: int, max_tokens: int) -> None:
         self.max_bytes, self.max_tokens = max_bytes, max_tokens
         self.bytes = self.tokens = 0
+        self.refused = 0   # requests answered 429 so far
         self._tickets = 0  # tickets holding anything
         self._lock = threading.Lock()
 
@@ -42,6 +43,7 @@ class Budget:
             alone = self._tickets == (1 if ticket.held else 0)
             over = self.bytes + n_bytes > self.max_bytes or self.tokens + n_tokens > self.max_tokens
             if over and not (alone or force):
+                self.refused += 1
                 what = (f"{self.bytes + n_bytes} bytes (tinker.max_queued_mb: {self.max_bytes})"
                         if self.bytes + n_bytes > self.max_bytes else
                         f"{self.tokens + n_tokens} tokens (tinker.max_queued_tokens: {self.max_tokens})")

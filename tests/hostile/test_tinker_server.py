@@ -220,3 +220,22 @@ def test_a_negative_stop_token_is_refused_naming_it(tiny_model_path, tmp_path):
                             json=request.model_dump(mode="json", exclude_none=True))
         assert answer.status_code == 400 and "stop=[-1]" in answer.json()["error"], answer.text
         assert settles(lambda: srv.service.budget.tokens == 0 and srv.service.budget.bytes == 0)
+
+
+def test_the_sdk_waits_out_a_429_and_every_sample_comes_back(tiny_model_path, tmp_path):
+    """The unmodified SDK against a queue that holds one sample request's tokens at a time: four concurrent
+    requests (630 tokens each, 1,000 allowed) are refused 429 while another is queued, the SDK sends them again
+    after Retry-After, and all four come back whole."""
+    tinker = pytest.importorskip("tinker")
+
+    with Server(tiny_model_path, str(tmp_path), max_sample_tokens=1000, max_queued_tokens=1000) as srv:
+        service = tinker.ServiceClient(base_url=f"http://127.0.0.1:{srv.port}", api_key="tml-alice")
+        try:
+            sampler = service.create_sampling_client(base_model=tiny_model_path)
+            params = types.SamplingParams(max_tokens=200, temperature=1.0, seed=1)
+            futures = [sampler.sample(types.ModelInput.from_ints([5 + i] * 10), 3, params) for i in range(4)]
+            results = [f.result(120) for f in futures]
+        finally:
+            service.close("success")
+        assert [len(r.sequences) for r in results] == [3] * 4
+        assert srv.service.budget.refused >= 1 and settles(lambda: srv.service.budget.tokens == 0)

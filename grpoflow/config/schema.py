@@ -532,10 +532,10 @@ class TinkerConfig:
                                  "cache it needs); a larger one is refused. Ask for fewer samples or tokens per "
                                  "request and send several. A batch of queued requests sampled together holds at "
                                  "most this many tokens too; the rest wait for the next batch.")
-    max_queued_tokens: int = opt(262144, "Tokens of sample and forward requests queued or running at once, over "
-                                 "every client (a sample request counts num_samples x (prompt + max_tokens), a "
-                                 "forward its datums' tokens); past it a request is answered 429 with Retry-After "
-                                 "and the SDK sends it again. At least tinker.max_sample_tokens.")
+    max_queued_tokens: int = opt(262144, "Tokens of sample requests queued or running at once, over every client "
+                                 "(each counts num_samples x (prompt + max_tokens), the KV cache it will need); past "
+                                 "it a request is answered 429 with Retry-After and the SDK sends it again. At least "
+                                 "tinker.max_sample_tokens. (Training requests count by their bytes: max_queued_mb.)")
     max_queued_mb: float = opt(256.0, "Request bodies being received or waiting in the queue at once, in MiB, over "
                                "every client; past it a request is answered 429 with Retry-After. At least "
                                "tinker.max_request_mb.")

@@ -23,7 +23,6 @@ from urllib.parse import parse_qsl, urlencode
 
 import yaml
 
-from grpoflow.config.loading import load_yaml
 from grpoflow.errors import UserError
 from grpoflow.rewards.reasoning_gym_reward import task_dataset
 
@@ -47,7 +46,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     try:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
         for key, value in pairs:
-            options[key] = load_yaml(value) if value else None
+            options[key] = yaml.safe_load(value) if value else None
     except (ValueError, yaml.YAMLError) as e:
         raise UserError(f"data file {spec!r}: its options {query!r} are not key=value pairs joined by & ({e}); "
                         "write e.g. reasoning_gym:chain_sum?size=500&seed=1&min_terms=2.") from None

@@ -23,7 +23,6 @@ from urllib.parse import parse_qsl
 
 import yaml
 
-from grpoflow.config.loading import load_yaml
 from grpoflow.errors import MissingExtraError, UserError
 
 PREFIX = "verifiers:"
@@ -53,7 +52,7 @@ def parse_spec(spec: str) -> tuple[dict[str, Any], int | None]:
     limit = None
     try:
         for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)):
-            parsed = load_yaml(value) if value else None
+            parsed = yaml.safe_load(value) if value else None
             if key == "limit":
                 limit = int(str(parsed))
                 continue

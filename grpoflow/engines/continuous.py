@@ -36,6 +36,7 @@ from torch import Tensor
 from grpoflow.errors import UserError
 from grpoflow.models.exact import BatchInvariantOps
 from grpoflow.models.loading import cache_keyword
+from grpoflow.models.nucleus import NO_CUT
 from grpoflow.engines.decode_state import SlotState
 from grpoflow.engines.protocol import Completion, Request
 from grpoflow.engines.random_streams import uniforms
@@ -60,6 +61,12 @@ class Row:
     log_probs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     floors: list[float] = field(default_factory=list)  # each token's nucleus floor (models/nucleus.py)
+
+
+def cut(floors: list[float]) -> list[float]:
+    """A completion's nucleus floors where top-p cut something at one of its tokens, else [] (top_p = 1: nothing
+    to carry, the trainer scores under the full distribution)."""
+    return floors if any(f > NO_CUT for f in floors) else []
 
 
 class ParkedKV:
@@ -269,7 +276,7 @@ class ContinuousSampler:
                 evicted = 0 if q.key is None else self.parked.put(q.key, row.fed + row.ids[:-1],
                                                                   self.cache.save(slot, len(row.fed)))
                 finished.append((row.rid, Completion(row.ids, row.log_probs, row.versions, finish, row.prefilled,
-                                                     row.reused, evicted, row.floors)))
+                                                     row.reused, evicted, cut(row.floors))))
                 self.rows[slot] = None
             else:
                 going.append(slot)
@@ -288,7 +295,7 @@ class ContinuousSampler:
         for slot, row in enumerate(self.rows):
             if row is not None:
                 paused.append((row.rid, Completion(row.ids, row.log_probs, row.versions, "paused", row.prefilled,
-                                                   row.reused, floors=row.floors)))
+                                                   row.reused, floors=cut(row.floors))))
                 self.rows[slot] = None
         return paused
 

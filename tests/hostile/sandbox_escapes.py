@@ -20,8 +20,12 @@ from pathlib import Path
 
 from grpoflow import sandbox
 from grpoflow.data.tool_format import ToolCall
+from grpoflow.trajectories.builtin_tools import python as python_tool
 from grpoflow.trajectories.tool_runner import ToolRunner
-from grpoflow.trajectories.tools import load_tools
+from grpoflow.trajectories.tools import Tool
+
+# The python tool, built without load_tools (whose schema builder imports transformers and torch: 8 s of this test)
+PYTHON = Tool("python", python_tool, {"type": "function", "function": {"name": "python"}}, sandboxed=True)
 
 # SIGKILL every process of this trainer's workers it can see but itself and its worker: their command line ends
 # with the trainer's pid (its worker's, without a view) or 1 (its worker's parent in the view).
@@ -61,9 +65,8 @@ def attempt_escapes(folder: Path) -> dict:
     tmp_file = Path("/tmp") / f"grpoflow-hostile-{token}"
     got_signal: list[int] = []
     previous = signal.signal(signal.SIGUSR1, lambda number, frame: got_signal.append(number))
-    (python,) = load_tools(["python"])
     try:
-        with ToolRunner([python], timeout_s=20.0, workers=2) as runner:
+        with ToolRunner([PYTHON], timeout_s=20.0, workers=2) as runner:
             calls = {
                 "append_secret": _attempt(f"open({str(secret)!r}, 'a').write('pwned')"),
                 "read_secret": _attempt(f"print(open({str(secret)!r}).read())"),
@@ -74,8 +77,9 @@ def attempt_escapes(folder: Path) -> dict:
             outputs = {name: r.content for name, r in
                        zip(calls, runner.run([ToolCall("python", {"code": c}) for c in calls.values()]))}
             peer, killer = runner.run([
-                ToolCall("python", {"code": "import time\ntime.sleep(3)\nprint('alive')"}),
-                ToolCall("python", {"code": "import time\ntime.sleep(1)\n" + PEER_KILLER.format(trainer=os.getpid())}),
+                ToolCall("python", {"code": "import time\ntime.sleep(2)\nprint('alive')"}),
+                ToolCall("python", {"code": "import time\ntime.sleep(0.5)\n"
+                                            + PEER_KILLER.format(trainer=os.getpid())}),
             ])
             outputs["peer"], outputs["peer_killer"] = peer.content, killer.content
             uid = runner.run([ToolCall("python", {"code": "import os\nprint(os.getuid(), os.geteuid())"})])[0]

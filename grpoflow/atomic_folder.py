@@ -40,7 +40,7 @@ def temporary_name(final: Path) -> Path:
     return final.with_name(f"{TMP_PREFIX}{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
-def publish_folder(final: Path, write: Callable[[Path], None]) -> Path:
+def publish_folder(final: Path, write: Callable[[Path], object]) -> Path:
     """Call write(folder) on a temporary folder beside `final`, list its files in manifest.json, fsync them, then
     put it in place of `final`: replace-then-remove, never remove-then-replace. An older `final` is renamed aside
     (`.tmp-<name>-...old`), the new folder renamed in, and only then the old one removed, so a kill at any
@@ -71,7 +71,7 @@ def publish_folder(final: Path, write: Callable[[Path], None]) -> Path:
     return final
 
 
-def kept_or_published(final: Path, write: Callable[[Path], None], what: str,
+def kept_or_published(final: Path, write: Callable[[Path], object], what: str,
                       legacy: Callable[[Path], bool] | None = None) -> Path:
     """`final` as it is when its files match its manifest (SHA-256 included); else written by `publish_folder`.
     A folder that no longer matches (a file changed in place, truncated or missing) is rebuilt with a warning

@@ -2,7 +2,8 @@
 
 Each request's own size is bounded elsewhere (`tinker.max_request_mb`, `tinker.max_sample_tokens`); many requests
 within those bounds still add up. Here every request gets a `Ticket` when it arrives (guard.py): the bytes of its
-body count from the moment they are received until its work has run (a queued job keeps its request's ticket,
+body (one over 64 KiB: small ones, such as the long polls of `retrieve_future`, are not counted) count from the
+moment they are received until its work has run (a queued job keeps its request's ticket,
 futures.Runner releases it), and a sample request adds its tokens, `num_samples x (prompt + max_tokens)` (the KV
 cache it will need), when it is queued. A request that would take the budget past `tinker.max_queued_mb` or
 `tinker.max_queued_tokens` raises `Busy`: the server answers 429 with Retry-After, and the SDK waits and sends it
@@ -79,7 +80,8 @@ class Ticket:
         return bool(self.bytes or self.tokens)
 
     def add(self, *, n_bytes: int = 0, n_tokens: int = 0, force: bool = False) -> None:
-        self.budget._take(self, n_bytes, n_tokens, force)
+        if n_bytes or n_tokens:
+            self.budget._take(self, n_bytes, n_tokens, force)
 
     def release(self) -> None:
         self.budget._give_back(self)

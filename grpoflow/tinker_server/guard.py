@@ -37,6 +37,13 @@ PROTOBUF = "application/x-protobuf"
 
 
 PREFIX_BYTES = 4096  # what is kept of a refused oversize body: enough for its model_id and seq_id
+SMALL_BODY = 64 * 1024  # bodies up to this size are not counted against the budget (budget.py)
+
+
+def counted(n_bytes: int) -> int:
+    """What a body of `n_bytes` counts against the budget: nothing when small (long polls, optim_step, a short
+    prompt: each connection holds that much in the HTTP server's buffers anyway), else all of it."""
+    return n_bytes if n_bytes > SMALL_BODY else 0
 
 
 class BodyTimeout(Exception):
@@ -227,9 +234,10 @@ class Guard:
                 prefix = b"".join(parts)[:PREFIX_BYTES]
                 found = sequence_number(zstd_prefix(prefix) if zstd else prefix, media)
                 force = found is not None and self.unblocks(*found, caller.client)
-                await _take(caller.ticket, max(size, declared_n), force, receive if more else None, deadline)
-            elif force is not None and size > caller.ticket.bytes:  # a body longer than it said
-                await _take(caller.ticket, size - caller.ticket.bytes, force, receive if more else None, deadline)
+                await _take(caller.ticket, counted(max(size, declared_n)), force, receive if more else None, deadline)
+            elif force is not None and counted(size) > caller.ticket.bytes:  # a body longer than it said
+                await _take(caller.ticket, counted(size) - caller.ticket.bytes, force, receive if more else None,
+                            deadline)
         body = b"".join(parts)
         if zstd:
             try:
@@ -239,8 +247,8 @@ class Guard:
             except Exception as e:  # zstandard.ZstdError: not a zstd frame
                 log.info("a zstd body did not decompress: %s", e)
                 body = b"\x00not zstd"  # the route refuses it as a body that does not parse
-            if len(body) > caller.ticket.bytes:
-                caller.ticket.add(n_bytes=len(body) - caller.ticket.bytes, force=bool(force))
+            if counted(len(body)) > caller.ticket.bytes:
+                caller.ticket.add(n_bytes=counted(len(body)) - caller.ticket.bytes, force=bool(force))
         return body
 
     async def _run(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> int:

@@ -108,10 +108,11 @@ class Server:
 
 
 def test_bodies_that_stall_are_dropped_and_the_byte_budget_answers_429(tiny_model_path, tmp_path):
-    """max_request_mb 2, max_queued_mb 3, body_timeout_s 1: a client that sends 1.5 of 2 MiB and stalls holds its
+    """max_request_mb 2, max_queued_mb 2, body_timeout_s 1: a client that sends 1.5 of 2 MiB and stalls holds its
     share for one second, then gets 408 and holds nothing; meanwhile a second 1.5 MiB body does not fit (429 with
-    Retry-After, its bytes read and dropped); once the first is gone, it does."""
-    with Server(tiny_model_path, str(tmp_path), max_request_mb=2, max_queued_mb=3, body_timeout_s=1.0) as srv:
+    Retry-After, its bytes read and dropped) while a small one (under 64 KiB: a long poll, an optim_step) is never
+    counted nor refused; once the first is gone, the big one fits."""
+    with Server(tiny_model_path, str(tmp_path), max_request_mb=2, max_queued_mb=2, body_timeout_s=1.0) as srv:
         started = time.monotonic()
         stalled = srv.stalled_post("create_session", 2 * MiB, 3 * MiB // 2)
         while srv.service.budget.bytes == 0:
@@ -122,6 +123,9 @@ def test_bodies_that_stall_are_dropped_and_the_byte_budget_answers_429(tiny_mode
                                                                                 "application/json"})
         assert busy.status_code == 429 and busy.headers["retry-after"] == "2", busy.text
         assert "tinker.max_queued_mb" in busy.json()["error"]
+        small = httpx.post(f"{srv.url}/create_session", headers=ALICE,   # under 64 KiB: never counted nor refused
+                           json={"tags": [], "sdk_version": "0", "user_metadata": None})
+        assert small.status_code == 200 and srv.service.budget.bytes == 2 * MiB
         stalled.settimeout(5)
         answer = b""
         while chunk := stalled.recv(4096):         # to the end: the server closes the stalled connection

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from grpoflow.engines.random_streams import sample_from
+from grpoflow.models.log_softmax import accurate_log_softmax
 from grpoflow.models.nucleus import NO_CUT, nucleus_floor, truncated_log_probs
 
 
@@ -34,9 +35,9 @@ def sample_tokens(logits: Tensor, *, temperature: float, top_p: float,
     no_cut = torch.full(logits.shape[:1], NO_CUT, device=logits.device)
     if temperature <= 0:
         token = logits.argmax(-1)
-        return token, torch.log_softmax(logits, -1).gather(-1, token[:, None]).squeeze(-1), no_cut
+        return token, accurate_log_softmax(logits).gather(-1, token[:, None]).squeeze(-1), no_cut
     z = logits / temperature if temperature != 1.0 else logits
-    log_probs = torch.log_softmax(z, -1)
+    log_probs = accurate_log_softmax(z)  # not torch.log_softmax: float32 sums run low (models/log_softmax.py)
     probs = log_probs.exp()
     if top_p < 1.0:
         probs = top_p_filter(probs, top_p)

@@ -36,6 +36,7 @@ from grpoflow.models.attention import attends_packed
 from grpoflow.models.head_logprobs import head_log_probs
 from grpoflow.models.exact import BatchInvariantOps
 from grpoflow.models.loading import cache_keyword
+from grpoflow.models.log_softmax import accurate_log_softmax
 from grpoflow.models.nucleus import truncated_log_probs
 from grpoflow.models.packed import can_pack, distinct_prompts, pack, packed_hidden
 
@@ -75,7 +76,7 @@ def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024, t
     through entropy only with `entropy_grad` (an entropy bonus); otherwise it is a detached metric.
     `floors` [B, T] (top-p samples' nucleus floors, models/nucleus.py): log p(label) is then under the kept tokens,
     renormalised (the entropy stays the full distribution's). `exact`: log p(label) as the sampler computes it,
-    log_softmax(z)[label] (the same rounding, engines/sampling.py).
+    accurate_log_softmax(z)[label] (the same rounding, engines/sampling.py).
     """
     b, t, v = logits.shape
     flat = logits.reshape(b * t, v)
@@ -91,7 +92,7 @@ def token_log_probs(logits: Tensor, labels: Tensor, *, chunk_size: int = 1024, t
         if flat_floors is not None:
             logps.append(truncated_log_probs(z, chunk_labels, flat_floors[start:start + chunk_size]))
         elif exact:
-            logps.append(torch.log_softmax(z, -1).gather(-1, chunk_labels[:, None]).squeeze(-1))
+            logps.append(accurate_log_softmax(z).gather(-1, chunk_labels[:, None]).squeeze(-1))
         else:
             logps.append(z.gather(-1, chunk_labels[:, None]).squeeze(-1) - lse)
         if with_entropy:

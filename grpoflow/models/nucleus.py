@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from grpoflow.models.log_softmax import accurate_log_softmax
+
 NO_CUT = float("-inf")
 
 
@@ -41,10 +43,11 @@ def truncated_log_probs(z: Tensor, labels: Tensor, floors: Tensor) -> Tensor:
     """[N] log pi_p(label): the label's log-prob renormalised over the tokens kept above each row's floor.
 
     z: [N, V] float32 temperature-scaled logits; labels: [N] int64; floors: [N] float32 (-inf: nothing cut, the
-    plain log-softmax). kept = {v : log_softmax(z)_v >= floor} plus the label itself (sampled, so kept), and
+    plain log-softmax). kept = {v : accurate_log_softmax(z)_v >= floor} (the sampler's own log-probs) plus the
+    label itself (sampled, so kept), and
     log pi_p(label) = z_label - logsumexp_{v kept} z_v. Differentiable in z: the gradient is onehot(label) - pi_p
     (the kept set is a constant of the sample).
     """
     with torch.no_grad():
-        kept = (z.log_softmax(-1) >= floors[:, None]).scatter_(-1, labels[:, None], True)
+        kept = (accurate_log_softmax(z) >= floors[:, None]).scatter_(-1, labels[:, None], True)
     return z.gather(-1, labels[:, None]).squeeze(-1) - torch.logsumexp(z.masked_fill(~kept, float("-inf")), -1)

@@ -21,7 +21,8 @@ def response_log_softmax(model: torch.nn.Module, prompt_ids: Tensor, prompt_mask
     with compute_autocast(compute_dtype, prompt_ids.device, model):
         logits = response_outputs(model, prompt_ids, prompt_mask, response_ids, response_mask)
     z = logits.float()
-    return torch.log_softmax(z / temperature if temperature != 1.0 else z, dim=-1)
+    z = z / temperature if temperature != 1.0 else z
+    return z - torch.logsumexp(z, -1, keepdim=True)  # not torch.log_softmax (models/log_softmax.py)
 
 
 @torch.no_grad()

@@ -32,6 +32,7 @@ import torch
 from tinker import types
 
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
+from grpoflow.models.log_softmax import accurate_log_softmax
 from grpoflow.engines.factory import end_ids
 from grpoflow.engines.hf import HFRolloutEngine
 from grpoflow.engines.protocol import SamplingParams
@@ -293,7 +294,7 @@ def prompt_scores(model: torch.nn.Module, prompt: list[int], last_n: int | None,
     """One forward over the prompt (temperature 1), read as log-probs and/or top-k (see PromptScores)."""
     device = next(model.parameters()).device
     logits = model(input_ids=torch.tensor([prompt], device=device)).logits[0].float()
-    log_probs = torch.log_softmax(logits[:-1], -1)          # row i predicts prompt[i + 1]
+    log_probs = accurate_log_softmax(logits[:-1])           # row i predicts prompt[i + 1]
     skipped = 1 if last_n is None else max(1, len(prompt) - last_n)  # positions left unscored
     values = None
     if want_logprobs:

@@ -103,7 +103,8 @@ def target_logprobs(model: torch.nn.Module, group: list[Example]) -> list[Tensor
     logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
     out = []
     for row, ex in enumerate(group):
-        log_probs = torch.log_softmax(logits[row, :len(ex.input_ids)].float(), dim=-1)
+        z = logits[row, :len(ex.input_ids)].float()
+        log_probs = z - torch.logsumexp(z, -1, keepdim=True)  # not torch.log_softmax (models/log_softmax.py)
         targets = ex.targets.to(device)
         picked = log_probs.gather(-1, targets if targets.dim() == 2 else targets[:, None])
         out.append(picked if targets.dim() == 2 else picked[:, 0])

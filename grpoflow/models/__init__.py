@@ -16,6 +16,8 @@
                            reads the kept probabilities (<= 512 MB) or recomputes each chunk (Llama/Mistral/Qwen2/3;
                            other models take the logits path)
     topk.py                full-vocabulary log-probs of chosen ids: the teacher's top-k and the student's at them
+    log_softmax.py         the sampler's log-softmax, summed in float64: torch's float32 one runs high over a wide
+                           vocabulary (issue 51); batch invariant, so the exact mode's trainer takes it too
     attention.py           grouped-query attention as two batched matmuls, for the training forward on a CPU
                            (packed: within the layout's blocks) and float32 decoding there
 """

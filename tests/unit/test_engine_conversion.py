@@ -170,3 +170,18 @@ def test_a_sleeping_vllm_engine_on_a_gpu_empties_torchs_cache_before_it_wakes(mo
     engine.llm, engine._device, engine._asleep = FakeLLM(), torch.device("cuda", 0), True
     engine.wake()
     assert calls == ["empty_cache", ("wake_up", None)] and not engine._asleep
+
+
+def test_a_rank_in_a_world_starts_vllm_with_the_external_launcher(tmp_path):
+    """A rank that joined a torch.distributed world (backend=ray) makes vLLM join it (external_launcher, as verl and
+    TRL do); without a world vLLM keeps its own uniprocess executor."""
+    import torch.distributed as dist
+
+    from grpoflow.engines.vllm import executor_options
+
+    assert executor_options() == {}
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert executor_options() == {"distributed_executor_backend": "external_launcher"}
+    finally:
+        dist.destroy_process_group()

@@ -1,4 +1,5 @@
-"""bench/ablation.py and bench/ray_vs_local.py run once, small, so they cannot rot (slow stage).
+"""bench/ablation.py, bench/ray_vs_local.py and bench/sandbox_call.py run once, small, so they cannot rot (slow
+stage).
 
 They call the package the way users do (plain parameters and metrics, no patched globals); a change that breaks
 them breaks here, not on the day someone re-measures the README's figures.
@@ -55,3 +56,8 @@ def test_ray_vs_local_reports_each_layout(tiny_model_path, tmp_path):
     for r in result["rows"]:
         assert r["s_per_step"] > 0 and 0 <= r["dispatch_share"] < 1
         assert (tmp_path / "runs" / r["layout"] / "metrics.jsonl").exists()
+
+
+def test_sandbox_call_reports_the_cost_per_call():
+    out = bench("sandbox_call.py", "--calls", "3", "--rounds", "1")
+    assert out.startswith("start ") and "ms per call by round" in out and out.rstrip().endswith(" ms")

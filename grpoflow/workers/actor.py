@@ -222,7 +222,7 @@ def actor_loss(policy_loss, *, log_probs: Tensor, entropy: Tensor, old_log_probs
 
     metrics: dict[str, Tensor] = {}
     if rollout_log_probs is not None:  # every engine reports them: the mismatch is measured on every run
-        share = mask.sum() / num_tokens
+        share = mask.sum() / max(num_tokens, 1.0)  # no token to measure (all masked): 0, not 0/0
         for k, v in mismatch_metrics(old, rollout_log_probs, mask, clip_ratio_low=clip_ratio_low,
                                      clip_ratio_high=clip_ratio_high).items():
             metrics[k] = v if k == MISMATCH_MAX else v * share

@@ -58,3 +58,15 @@ def test_actor_loss_logs_the_mismatch_whatever_the_loss(rollout_is):
         entropy_coeff=0.0, kl_coef=0.0, kl_estimator="k1")
     torch.testing.assert_close(metrics["mismatch/abs_log_ratio_mean"], torch.tensor(0.346574))
     torch.testing.assert_close(metrics["mismatch/abs_log_ratio_max"], torch.tensor(1.386294))
+
+
+def test_actor_loss_with_no_valid_token_logs_zeros_not_nan():
+    # actor.mask_truncated with every sample cut: no token counts in the mini-batch (num_tokens 0)
+    lp = torch.tensor([[-1.0, -2.0]])
+    _, metrics = actor_loss(
+        POLICY_LOSSES.get("ppo"), log_probs=lp.clone().requires_grad_(True), entropy=torch.zeros(1, 2),
+        old_log_probs=None, advantages=torch.ones(1, 2), ref_log_probs=None, rollout_log_probs=lp - 0.5,
+        response_mask=torch.zeros(1, 2), num_tokens=0.0, num_seqs=1.0, horizon=2, loss_agg_mode="token-mean",
+        clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0, rollout_is="off", rollout_is_cap=2.0,
+        entropy_coeff=0.0, kl_coef=0.0, kl_estimator="k1")
+    assert all(float(v) == 0.0 for k, v in metrics.items() if k.startswith("mismatch/")), metrics

@@ -119,7 +119,7 @@ class RewardScorer:
         self._pool = self._start_pool(fn, workers)
 
     def _start_pool(self, fn: RewardFn, workers: int) -> UserCodeProcesses | None:
-        fallback = ("; scoring in this process, one sample at a time, with no timeout. Use a built-in or a "
+        fallback = ("; scoring in this process, with no timeout. Use a built-in or a "
                     "module-level function in a file (reward.function=path/to/file.py:name) to get "
                     "worker processes.")
         try:

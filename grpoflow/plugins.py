@@ -15,6 +15,7 @@ import hashlib
 import importlib.util
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -99,6 +100,11 @@ def _import_file(path: Path):
     return module
 
 
+# How many times this process resolved each (kind, name): a run's start-up check resolves every name its config
+# holds once and keeps the result (grpoflow/plan/; tests/integration/test_run_plan.py counts).
+RESOLVED: Counter[tuple[str, str]] = Counter()
+
+
 class Registry:
     """A named collection of functions of one family (the `kind`, used in error messages)."""
 
@@ -143,6 +149,7 @@ class Registry:
         A loaded function is registered under the spec string itself (so later `get(spec)`
         finds it), with the metadata of any name the file registered it under in this registry.
         """
+        RESOLVED[(self.kind, str(name_or_spec))] += 1
         if not is_file_spec(name_or_spec):
             return self.get(name_or_spec)
         fn = load_from_file(name_or_spec)

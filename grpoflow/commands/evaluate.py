@@ -1,7 +1,7 @@
 """`grpoflow eval`: the validation metrics of a model folder or a run's latest checkpoint, per data source.
 
-Eval builds what the run's validation uses with the run's own functions: the held-out prompts
-(`commands.run.held_out_items`: chat template, system prompt, tool schemas, max lengths), the rewards
+Eval builds the run's plan (grpoflow/plan/: the start-up check, the held-out prompts with the chat template, system
+prompt, tool schemas and max lengths) and the run's rollout role (`controller.trainer.rollout_group`), the rewards
 (`controller.rewarding.reward_roles` / `build_rewards`: rule rewards, the judge, the reward model), the sampling
 and its seed (`controller.held_out.val_params` / `val_seed`, at the checkpoint's step). So
 `grpoflow eval RUN/config.yaml model.path=RUN` gives the run's last validation figures, exactly.
@@ -10,23 +10,19 @@ and its seed (`controller.held_out.val_params` / `val_seed`, at the checkpoint's
 from __future__ import annotations
 
 import contextlib
-from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
 
-from grpoflow.commands.run import (build_scorer, held_out_items, read_rows, val_files, with_compute_dtype,
-                                   with_engine)
 from grpoflow.config import Config, ConfigError
 from grpoflow.controller.checkpoint import CheckpointManager, step_of
-from grpoflow.controller.checks import check_engine_fits
 from grpoflow.controller.rewarding import build_rewards, reward_roles
 from grpoflow.controller.rollouts import Rollouts
-from grpoflow.controller.trainer import pad_token_id, rollout_dtype
+from grpoflow.controller.trainer import rollout_group
 from grpoflow.controller.held_out import evaluate_held_out, val_params, val_seed
-from grpoflow.distributed.worker_group import WorkerGroup
-from grpoflow.models.loading import load_tokenizer
 from grpoflow.models.spec import model_folder
+from grpoflow.plan.checks import check_config
+from grpoflow.plan.run_plan import build_scorer, plan_run, val_files, with_compute_dtype, with_engine
 from grpoflow.workers.rollout import RolloutWorker
 
 
@@ -56,20 +52,20 @@ def evaluate(cfg: Config) -> dict[str, float]:
                           "for the built-in task's held-out split).")
     cfg = with_compute_dtype(cfg)  # model.compute_dtype None/auto: this machine's, as the run's roles see it
     cfg, engine_line = with_engine(cfg)  # rollout.engine=auto: this machine's
-    check_engine_fits(cfg)
+    parts = check_config(cfg)  # the run's start-up check (the engine fits this machine): the parts its validation used
     tqdm.write(engine_line)
     model_path = policy_folder(cfg.model.path, cfg.model.gguf_cache_dir)
     step = trained_steps(cfg.model.path)
     r = cfg.rollout
-    scorer = build_scorer(cfg)
+    scorer = build_scorer(cfg, parts)
     if scorer is None and not r.conversational and not cfg.reward.model.path:
         raise ConfigError("grpoflow eval scores with reward.function (or reward.functions) or reward.model.path; set "
                           "one, or an environment (rollout.multi_turn.env) or agent (rollout.agent.program) whose "
                           "reward it is.")
-    items = held_out_items(cfg, read_rows(files), load_tokenizer(model_path))
     run_dir = Path(cfg.model.path) if step else Path(cfg.trainer.output_dir)  # where a .gguf judge is dequantized
-    rollout = WorkerGroup("rollout", partial(RolloutWorker, model_path=model_path, cfg=cfg, seed=cfg.trainer.seed,
-                                             dtype=rollout_dtype(cfg)), pad_token_id=pad_token_id(model_path))
+    plan = plan_run(cfg, run_dir, parts, scorer, model_path=model_path, held_out_only=True)
+    items = plan.val_items
+    rollout = rollout_group(plan)
     reward_model, judge = reward_roles(cfg, run_dir)
     rewards = build_rewards(cfg, scorer, reward_model, judge)
     rollouts = Rollouts(rollout, multi_turn=r.multi_turn.enabled, agent=r.agent.enabled)

@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -88,12 +89,13 @@ def collate(examples: list[Example], pad_token_id: int) -> dict[str, torch.Tenso
 def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: int, lr: float, batch_size: int,
             prompt_key: str = "prompt", response_key: str = "answer", seed: int = 0, system_prompt: str | None = None,
             tools: list[dict] | None = None, compute_dtype: str | None = "float32", until_accuracy: float | None = None,
-            probe_rows: int = 200, check_every: int = 25) -> str:
+            probe_rows: int = 200, check_every: int = 25, tokenizer: Any = None) -> str:
     """Train `steps` supervised steps from `model_path`, save to `out_dir` (HF folder); return it.
     `system_prompt` and `tools` render conversation targets as the rollout renders its prompts (sft_examples);
     `compute_dtype` (model.compute_dtype) is the autocast of the forward, as in RL. `until_accuracy`: hold back
     `probe_rows` rows (never trained on) and stop at the first check, every `check_every` steps, where the greedy
     completions of at least that share are exactly their targets (sft_probe.py); `steps` is then the most.
+    `tokenizer`: `model_path`'s, already loaded (the run's plan); None: loaded here. It is saved with the model.
 
     If `out_dir` already holds a warm start with the same settings (a resumed run), it is reused."""
     rows_hash = hashlib.sha1(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
@@ -107,7 +109,7 @@ def run_sft(model_path: str, rows: list[dict], out_dir: str | Path, *, steps: in
     if finished_sft(out_dir, settings):
         tqdm.write(f"sft: reusing the warm start in {out_dir}")
         return str(out_dir)
-    tokenizer = load_tokenizer(model_path)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_path)
     precision = role_precision("sft", compute_dtype=compute_dtype)  # float32 weights, autocast
     model = load_causal_lm(model_path, dtype=precision.weights)
     examples = sft_examples(rows, tokenizer, prompt_key, response_key, system_prompt=system_prompt, tools=tools)

@@ -7,7 +7,7 @@
   nothing.
 - `checks.py`: `check_config_values` (every value and combination that needs no model or registry; never changes the
   config), the batch schedule, and the mark a config carries once the start-up check passed
-  (`grpoflow.controller.checks.check_config` sets it, once per `grpoflow train`; the controller requires it).
+  (`grpoflow.plan.checks.check_config` sets it, once per `grpoflow train`; the controller requires it).
 - `loading.py`: the layers (defaults, recipes/builtin.yaml, a YAML recipe or preset, `a.b=c` overrides; verl's
   keys and TRL's fields translated), coercion and unknown-key hints, the resolve step (`resolve_defaults`,
   `resolve_total_steps`), `load_config`, `saved_config`, `to_yaml`, `help_text`.

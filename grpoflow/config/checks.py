@@ -4,12 +4,12 @@
 keys whose default depends on other keys (`actor.rollout_is`) are resolved before it, once, by loading.py
 (`resolve_defaults`, which `load_config` and `saved_config` call); an unresolved one is an error here.
 
-The start-up check of a run is wider: `grpoflow.controller.checks.check_config` runs `check_config_values`, then
+The start-up check of a run is wider: `grpoflow.plan.checks.check_config` runs `check_config_values`, then
 resolves every registry-backed name (estimators, losses, rewards, engines, environments, tools, agents; user files
-are imported there) and marks the config checked (`mark_checked`). It runs once per `grpoflow train`, at the edge
-(commands/run.py); the controller only asks `require_checked` instead of checking again. (`check_config_values`
-alone also runs in `load_config`, so that a typo fails before torch is imported: pure and cheap. The reward spec is
-resolved once more to build the scorer; a user's file executes once, plugins keeping it in sys.modules.)
+are imported there), keeps what they resolve to (`RunParts`: nothing looks a name up again) and marks the config
+checked (`mark_checked`). It runs once per command that starts a run, at the edge (grpoflow/plan/); the controller
+only asks `require_checked` instead of checking again. (`check_config_values` alone also runs in `load_config`, so
+that a typo fails before torch is imported: pure and cheap.)
 
 `batch_schedule` resolves the batch algebra of one step (docs/architecture.md, "One step's dataflow") and refuses
 what does not divide.
@@ -44,7 +44,7 @@ def require_checked(cfg: Config, who: str) -> None:
     if not is_checked(cfg):
         changed = " or was changed after it" if hasattr(cfg, _CHECKED_AS) else ""
         raise ValueError(f"{who} was given a config that has not passed the start-up check{changed}: call "
-                         "grpoflow.controller.checks.check_config(cfg) on the final config first, as `grpoflow "
+                         "grpoflow.plan.checks.check_config(cfg) on the final config first, as `grpoflow "
                          "train` does.")
 
 
@@ -60,7 +60,7 @@ def check_config_values(cfg: Config) -> None:
     """The checks that need no model and no registry: choices, ranges, combinations and the batch schedule.
     Never changes `cfg`; its dependent defaults must be resolved (loading.resolve_defaults). Registry-backed names
     (estimators, losses, KL estimators, rewards, engines) are resolved by
-    `grpoflow.controller.checks.check_config`, also before any model loads."""
+    `grpoflow.plan.checks.check_config`, also before any model loads."""
     checks = [
         (cfg.backend in ("local", "ray"), f"backend={cfg.backend!r}; use local or ray."),
         (cfg.placement in ("colocated", "split"), f"placement={cfg.placement!r}; use colocated or split."),

@@ -32,13 +32,13 @@ class TeacherError(ConfigError):
     """The teacher cannot score the student's tokens; the message says why and what to change."""
 
 
-def resolve_teacher(path: str, run_dir: Path, student_path: str) -> str:
-    """A local folder for `distill.teacher.path` (or `self`), after checking it shares the student's tokenizer."""
+def resolve_teacher(path: str, run_dir: Path, student: Any) -> str:
+    """A local folder for `distill.teacher.path` (or `self`), after checking it shares the `student` tokenizer."""
     if path == SELF:
         return SELF
     folder = model_folder(path, setting="distill.teacher.path", into=run_dir.resolve() / "teacher_model",
                           also=", or self")
-    check_same_tokenizer(load_tokenizer(student_path), load_tokenizer(folder), name=path)
+    check_same_tokenizer(student, load_tokenizer(folder), name=path)
     return folder
 
 

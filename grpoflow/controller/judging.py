@@ -16,51 +16,22 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from grpoflow.config import ConfigError, RewardConfig
+from grpoflow.config import RewardConfig
 from grpoflow.distributed.worker_group import WorkerGroup, broadcast
 from grpoflow.errors import UserError
 from grpoflow.models.spec import model_folder
-from grpoflow.rewards.judge import (JUDGE_COLUMN, JudgeConfigError, JudgeStats, OpenAIJudge, ScoreParser,
+from grpoflow.plan.checks import names_judge
+from grpoflow.rewards.judge import (JUDGE_COLUMN, JudgeStats, OpenAIJudge, ScoreParser,
                                     judge_scores, render_judge_prompt)
 from grpoflow.workers.judge import JudgeWorker
 
-JUDGE = "judge"  # the reward name that reads the judge's score
 log = logging.getLogger("grpoflow.judge")
 
 
 class JudgeFailure(UserError):
     """Every judgement of a step failed with one error: the run stops with it (module docstring)."""
-
-
-def names_judge(spec: str | Sequence[str] | None) -> bool:
-    """Whether a reward spec (a name, or a list of names) includes the `judge` reward."""
-    if not spec:
-        return False
-    return JUDGE in ([spec] if isinstance(spec, str) else list(spec))
-
-
-def judged(r: RewardConfig) -> bool:
-    """Whether a judge is configured (reward.judge.url or reward.judge.path)."""
-    return bool(r.judge.url or r.judge.path)
-
-
-def check_judge(r: RewardConfig) -> None:
-    """The judge is configured exactly when some reward names it; its parser loads."""
-    named = names_judge(r.functions or r.function) or any(names_judge(s) for s in (r.routes or {}).values())
-    configured = judged(r)
-    if named and not configured:
-        raise ConfigError("a reward names `judge` but no judge is configured: set reward.judge.url (an "
-                          "OpenAI-compatible server) or reward.judge.path (a local model folder).")
-    if configured and not named:
-        raise ConfigError("reward.judge is configured but no reward uses it: add `judge` to reward.functions (with "
-                          "reward.weights), set reward.function=judge, or route a data_source to it in reward.routes.")
-    if configured:
-        try:
-            ScoreParser(r.judge.parser, r.judge.max_score)
-        except (JudgeConfigError, ValueError, FileNotFoundError) as e:
-            raise ConfigError(str(e)) from None
 
 
 def resolve_judge_path(path: str, run_dir: Path) -> str:

@@ -22,7 +22,8 @@ from torch import Tensor
 
 from grpoflow.algorithms import overlong_penalty
 from grpoflow.config import Config, RewardConfig
-from grpoflow.controller.judging import Judging, judged, resolve_judge_path
+from grpoflow.controller.judging import Judging, resolve_judge_path
+from grpoflow.plan.checks import judged
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.distributed.worker_group import WorkerGroup

@@ -3,42 +3,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
 from grpoflow.algorithms import kl_in_reward
 from grpoflow.data.batch import Batch
-
-
-@dataclass(frozen=True)
-class AdvantageInputs:
-    """Everything a step can hand an advantage estimator, by the names estimators use as parameters
-    (`call_with_available` passes those a signature names). `values` and `baselines` cost extra work (a
-    critic, a greedy rollout), done only when the configured estimator's signature asks for them."""
-    scores: Tensor                  # [B] the outcome reward (token-level rewards summed)
-    token_level_rewards: Tensor     # [B, R]
-    response_mask: Tensor           # [B, R] float, the loss mask
-    group_ids: Tensor               # [B]
-    values: Optional[Tensor]        # [B, R] critic values
-    baselines: Optional[Tensor]     # [B] greedy-response rewards (ReMax)
-    norm_adv_by_std: bool
-    epsilon: float
-    gamma: float
-    lam: float
-    completions: list               # [B] texts
-    rows: list                      # [B] dataset rows
-
-    def kwargs(self) -> dict[str, Any]:
-        """The fields by name (shallow: the tensors themselves, not copies)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-
-# The names a step provides: what an estimator's signature may ask for (checked at start, controller/checks.py).
-ADVANTAGE_INPUTS = tuple(f.name for f in dataclasses.fields(AdvantageInputs))
 
 
 def score_at_last_token(scores: Tensor, response_mask: Tensor) -> Tensor:

@@ -16,15 +16,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 from pathlib import Path
 
 import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, call_with_available, groups_with_signal,
-                                 required_inputs)
+from grpoflow.algorithms import call_with_available, groups_with_signal, required_inputs
 from grpoflow.config import Config, require_checked, to_yaml
 from grpoflow.controller.checkpoint import (CheckpointManager, load_state, restore_queue, rng_state, save_state,
                                            set_rng_state)
@@ -35,17 +34,17 @@ from grpoflow.controller.placement import build_placement
 from grpoflow.controller.restart import restartable
 from grpoflow.controller.rewarding import build_rewards, reward_roles
 from grpoflow.controller.rollouts import RolloutQueue, Rollouts, step_seed
-from grpoflow.controller.step_math import AdvantageInputs, group_rows, partition_groups, token_rewards
+from grpoflow.algorithms.advantage_inputs import AdvantageInputs
+from grpoflow.controller.step_math import group_rows, partition_groups, token_rewards
 from grpoflow.controller.train_samples import TrainSamples
 from grpoflow.controller.held_out import evaluate_held_out, val_params, val_seed
 from grpoflow.controller.weight_sync import WeightSync
+from grpoflow.plan.run_plan import RunPlan
 from grpoflow.data.batch import Batch
 from grpoflow.distributed.worker_group import WorkerError, WorkerGroup
-from grpoflow.models.loading import load_tokenizer
 from grpoflow.controller.reward_health import reward_health
 from grpoflow.rewards.scoring import RewardScorer, Scores
 from grpoflow.engines.protocol import SamplingParams
-from grpoflow.training.bf16_units import this_machines_compute_dtype
 from grpoflow.training.budget import microbatch_budget
 from grpoflow.training.forward import UpdateSchedule
 from grpoflow.training.precision import role_precision
@@ -59,25 +58,21 @@ from grpoflow.workers.rollout import RolloutWorker
 class Controller:
     """The roles of one run, its step and its checkpoint state; `RunLoop(controller).fit()` runs it."""
 
-    def __init__(self, cfg: Config, *, model_path: str, train_items: list, val_items: list,
-                 scorer: RewardScorer | None, run_dir: str | Path) -> None:
-        require_checked(cfg, "Controller")  # checked once, at the edge (commands.run.train: check_config)
-        if cfg.model.compute_dtype is None:  # the default: bf16 on a GPU with native bf16, else float32
-            cfg = dataclasses.replace(cfg, model=dataclasses.replace(
-                cfg.model, compute_dtype=this_machines_compute_dtype(None)))
-        if cfg.model.compute_dtype == "auto":
-            raise ValueError("model.compute_dtype=auto reached the controller: resolve it with "
-                             "commands.run.with_compute_dtype first, as `grpoflow train` does.")
-        self.cfg, self.run_dir = cfg, Path(run_dir)
-        self.val_items = val_items
-        self.advantage_fn = ADVANTAGE_ESTIMATORS.resolve(cfg.algorithm.adv_estimator)
+    def __init__(self, plan: RunPlan) -> None:
+        """The roles of `plan` (grpoflow/plan/: checked, every name resolved, tokenizer loaded); nothing is resolved
+        again here."""
+        cfg, model_path = plan.cfg, plan.model_path
+        require_checked(cfg, "Controller")  # checked once, at the edge (plan.checks.check_config)
+        self.plan, self.cfg, self.run_dir = plan, cfg, plan.run_dir
+        self.val_items = plan.val_items
+        self.advantage_fn = plan.parts.advantage_fn
         needs = required_inputs(self.advantage_fn)
         a, alg, r = cfg.actor, cfg.algorithm, cfg.rollout
         # Where the roles run (this process, or Ray actors colocated or split); the rest of the
         # controller cannot tell the difference.
         teacher = cfg.distill.teacher.path  # checked (same tokenizer) before any worker starts
-        self.teacher_path = resolve_teacher(teacher, self.run_dir, model_path) if teacher else None
-        self.pad_token_id = pad_token_id(model_path)  # pads the batches gathered from ranks or concatenated here
+        self.teacher_path = resolve_teacher(teacher, self.run_dir, plan.tokenizer) if teacher else None
+        self.pad_token_id = plan.pad_token_id  # pads the batches gathered from ranks or concatenated here
         self.placement = build_placement(cfg)
         try:
             self._build_groups(cfg, model_path, needs)
@@ -99,20 +94,20 @@ class Controller:
         # One path for every kind of run: the rollout workers play the trajectories (single-turn samples,
         # rollout.multi_turn conversations, rollout.agent episodes) over their engines' batchers.
         self.rollouts = Rollouts(self.rollout, multi_turn=r.multi_turn.enabled, agent=r.agent.enabled)
-        self.model_path, self.train_items, self.needs = model_path, train_items, needs
-        self._start_state(scorer)
-        self.reward_health = reward_health(cfg.reward, scorer, warn=lambda text: tqdm.write(f"WARNING: {text}"),
+        self.model_path, self.train_items, self.needs = model_path, plan.train_items, needs
+        self._start_state(plan.scorer)
+        self.reward_health = reward_health(cfg.reward, plan.scorer, warn=lambda text: tqdm.write(f"WARNING: {text}"),
                                            total_steps=cfg.trainer.total_steps)
         self.last_saved: Path | None = None  # the newest checkpoint this run wrote or loaded: where a restart resumes
         self.checkpoints = CheckpointManager(self.run_dir, keep_last=cfg.trainer.keep_last)
         self.train_samples = TrainSamples(self.run_dir, every=cfg.trainer.log_train_every,
-                                          groups=cfg.trainer.log_train_groups, load_decode=partial(decoder, model_path))
+                                          groups=cfg.trainer.log_train_groups, load_decode=lambda: plan.decode)
 
     def _start_state(self, scorer: RewardScorer | None) -> None:
         """What the run holds beside the workers, as at step 0: KL controller, prompt queue, rewards, weight sync
         (rebuilt with the workers by a restart, then restored from the checkpoint)."""
         cfg, r, kl = self.cfg, self.cfg.rollout, self.cfg.algorithm.kl_ctrl
-        self.kl_ctrl = call_with_available(KL_CONTROLLERS.get(kl.type), kl_coef=kl.kl_coef, target_kl=kl.target_kl,
+        self.kl_ctrl = call_with_available(self.plan.parts.kl_controller, kl_coef=kl.kl_coef, target_kl=kl.target_kl,
                                            horizon=kl.horizon)
         self.rollouts.group = self.rollout
         sampler, per_step = build_sampler(cfg, len(self.train_items)), cfg.data.prompts_per_step
@@ -122,7 +117,7 @@ class Controller:
                                       params=self.sampling, oversample=r.partial.oversample,
                                       max_staleness=r.partial.max_staleness, seed_of=self.step_seed,
                                       version=lambda: self.version, pad_token_id=self.pad_token_id,
-                                      decode=decoder(self.model_path) if r.multi_turn.enabled else None)
+                                      decode=self.plan.decode if r.multi_turn.enabled else None)
         else:
             self.queue = RolloutQueue(self.rollouts, self.train_items, sampler, prompts_per_step=per_step,
                                       params=self.sampling, ahead=r.max_staleness if self.is_async else 0,
@@ -163,7 +158,8 @@ class Controller:
             horizon=cfg.rollout.max_new_tokens,
             total_optimizer_steps=cfg.trainer.total_steps * a.minibatches * a.epochs,
             model_cfg=cfg.model, topk_kl_coef=cfg.distill.topk_coef if cfg.distill.topk else 0.0,
-            lora_sync=cfg.rollout.lora_sync, exact=cfg.rollout.exact), pool=train_pool)
+            lora_sync=cfg.rollout.lora_sync, exact=cfg.rollout.exact, parts=self.plan.parts,
+            tokenizer=self.plan.tokenizer), pool=train_pool)
         # The reference policy exists only for a KL term; with LoRA the actor serves it (adapters off).
         self.needs_ref = a.kl_coef > 0 or alg.use_kl_in_reward
         self.ref: WorkerGroup[FrozenWorker] | None = None
@@ -178,18 +174,15 @@ class Controller:
             CriticWorker, model_path=model_path, cfg=cfg.critic, schedule=schedule, seed=seed,
             compute_dtype=cfg.model.compute_dtype), pool=train_pool) if "values" in needs else None
         self.reward_model, self.judge = reward_roles(cfg, self.run_dir, train_pool)
-        sync_timeout = cfg.rollout.sync_timeout_s
-        self.rollout = WorkerGroup("rollout", partial(
-            RolloutWorker, model_path=model_path, cfg=cfg, seed=seed, dtype=rollout_dtype(cfg),
-            lora=adapter_layout(cfg)), pool=self.placement.rollout, pad_token_id=self.pad_token_id,
-            timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
+        self.rollout = rollout_group(dataclasses.replace(self.plan, cfg=cfg), self.placement.rollout,
+                                     lora=adapter_layout(cfg))
 
     def _build_teacher(self, cfg: Config, pool: Any, model_path: str, teacher_path: str) -> Distiller:
         """On-policy distillation's teacher: a frozen model's group like the reference (or the actor itself)."""
         self.teacher = None if teacher_path == SELF else WorkerGroup("teacher", partial(
             FrozenWorker, model_path=teacher_path, **frozen_options(cfg), topk=cfg.distill.topk), pool=pool,
             pad_token_id=self.pad_token_id)
-        return Distiller(cfg.distill, teacher=self.teacher, actor=self.actor, tokenizer=load_tokenizer(model_path))
+        return Distiller(cfg.distill, teacher=self.teacher, actor=self.actor, tokenizer=self.plan.tokenizer)
 
     def step(self, step: int) -> dict[str, float]:
         """One RL step; returns its metrics. Each stage adds the fields it computes to the batch."""
@@ -419,16 +412,14 @@ def frozen_options(cfg: Config) -> dict[str, Any]:
                 lora=cfg.model.lora.rank > 0)
 
 
-def pad_token_id(model_path: str) -> int:
-    """The tokenizer's pad id (0 if it has none): what pads token ids when batches of different widths meet."""
-    pad = load_tokenizer(model_path).pad_token_id
-    return int(pad) if pad is not None else 0
-
-
-def decoder(model_path: str) -> Callable[[list[int]], str]:
-    """Token ids -> text with the run's tokenizer (special tokens kept: they show where turns end)."""
-    tokenizer = load_tokenizer(model_path)
-    return partial(tokenizer.decode, skip_special_tokens=False)
+def rollout_group(plan: RunPlan, pool: Any = None, *, lora: dict | None = None) -> WorkerGroup[RolloutWorker]:
+    """The rollout role of `plan` in `pool` (None: this process): the run's and `grpoflow eval`'s alike, so that eval
+    samples as the run's validation did. `lora`: the adapter layout the engines serve (`adapter_layout`)."""
+    cfg, sync_timeout = plan.cfg, plan.cfg.rollout.sync_timeout_s
+    return WorkerGroup("rollout", partial(
+        RolloutWorker, model_path=plan.model_path, cfg=cfg, seed=cfg.trainer.seed, dtype=rollout_dtype(cfg), lora=lora,
+        parts=plan.parts, tokenizer=plan.tokenizer), pool=pool, pad_token_id=plan.pad_token_id,
+        timeouts={RolloutWorker.update_weights: sync_timeout, RolloutWorker.end_weight_update: sync_timeout})
 
 
 def adapter_layout(cfg: Config) -> dict | None:

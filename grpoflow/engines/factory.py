@@ -122,7 +122,8 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1, enforce_eager: bool = True,
                  free_cache_engine: bool = True, sync_timeout_s: float = 120.0, kv_reuse_mb: int = 1024,
                  lora: dict | None = None, lora_versions: int = 2, kv_cache_mb: int = 0,
-                 longest_request: int = 0, grouped_attention: bool = False, exact: bool = False) -> RolloutEngine:
+                 longest_request: int = 0, grouped_attention: bool = False, exact: bool = False,
+                 builder: Callable | None = None) -> RolloutEngine:
     """The rollout engine `name` (auto | hf | vllm | sglang | a registered or `file.py:fn` builder) for the model
     saved in `model_path`.
 
@@ -134,14 +135,16 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
     budget (0: from memory); `longest_request` (hf): prompt + new tokens of the longest request, checked against it;
     `grouped_attention` (hf): decode with models/attention.py's kernel (the rollout worker passes
     training/precision.py's decision: float32 on a CPU); `exact` (hf, rollout.exact): batch-invariant kernels
-    (models/exact.py), so the trainer's log-probs equal the engine's bit for bit.
+    (models/exact.py), so the trainer's log-probs equal the engine's bit for bit. `builder`: `name` resolved
+    already (a run's start-up check resolves it once, plan/checks.py); None: resolved here.
     """
-    try:
-        builder = ROLLOUT_ENGINES.resolve(name)
-    except FileNotFoundError:  # a missing file.py: the message names it
-        raise
-    except ValueError as e:
-        raise UserError(f"rollout.engine={name!r}: {e}") from None
+    if builder is None:
+        try:
+            builder = ROLLOUT_ENGINES.resolve(name)
+        except FileNotFoundError:  # a missing file.py: the message names it
+            raise
+        except ValueError as e:
+            raise UserError(f"rollout.engine={name!r}: {e}") from None
     adapters = {"lora": lora, "lora_versions": lora_versions} if lora is not None else {}
     engine = builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids(model_path, tokenizer),
                      dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,

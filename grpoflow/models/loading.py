@@ -8,14 +8,18 @@ first be saved into a folder (``save_pretrained``, ``huggingface-cli download`` 
 from __future__ import annotations
 
 import inspect
-
 import os
+from collections import Counter
 from pathlib import Path
 
 import torch
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from grpoflow.errors import UserError, UserFileNotFoundError
+
+# How many times this process loaded the tokenizer of each folder: a run's plan loads the policy's once and hands it
+# to every role here (tests/integration/test_run_plan.py counts).
+TOKENIZER_LOADS: Counter[str] = Counter()
 
 # Any one of these marks a folder as holding a tokenizer.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -49,6 +53,7 @@ def load_tokenizer(path: str | os.PathLike):
             f"folder {path!r} holds no tokenizer (none of {list(_TOKENIZER_FILES)}); save one "
             f"there with tokenizer.save_pretrained({path!r})."
         )
+    TOKENIZER_LOADS[str(Path(path).resolve())] += 1
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:

@@ -2,7 +2,7 @@
 in, and how the second is reached from the first.
 
 Inputs: the role, `model.dtype` (the trained models' parameters), `model.compute_dtype` once resolved (float32 or
-bfloat16: `commands.run.with_compute_dtype`; None counts as float32), whether the policy is sharded over ranks or
+bfloat16: `plan.run_plan.with_compute_dtype`; None counts as float32), whether the policy is sharded over ranks or
 has LoRA adapters, and whether a CUDA device runs it. Every role reads its row of this table (`role_precision`):
 
 | role                        | weights               | compute       | how                                        |
@@ -70,7 +70,7 @@ def _dtype(name: str | None, key: str) -> torch.dtype:
         return torch.float32
     if name not in ("float32", "bfloat16"):
         raise ValueError(f"{key}={name!r} reached a role: resolve it to float32 or bfloat16 first "
-                         "(commands.run.with_compute_dtype).")
+                         "(plan.run_plan.with_compute_dtype).")
     return getattr(torch, name)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor
@@ -26,6 +26,7 @@ from grpoflow.models.exact import use_exact_attention
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.models.logprobs import response_log_probs
 from grpoflow.models.lora import add_lora, is_lora
+from grpoflow.plan.checks import RunParts
 from grpoflow.models.topk import log_probs_at, response_log_softmax
 from grpoflow.training.bf16_units import slow_bf16_warning
 from grpoflow.training.budget import MIN_TOKENS
@@ -43,7 +44,11 @@ MISMATCH_MAX = "mismatch/abs_log_ratio_max"  # a max over micro-batches and rank
 class ActorWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: ActorConfig, temperature: float,
                  horizon: int, seed: int, total_optimizer_steps: int = 0, model_cfg: ModelConfig | None = None,
-                 topk_kl_coef: float = 0.0, lora_sync: str = "merged", exact: bool = False) -> None:
+                 topk_kl_coef: float = 0.0, lora_sync: str = "merged", exact: bool = False,
+                 parts: RunParts | None = None, tokenizer: Any = None) -> None:
+        """`parts`: the run's resolved registry names (plan/checks.py; None, a worker built on its own: the policy
+        loss is resolved here); `tokenizer`: `model_path`'s, loaded already (saved with each checkpoint; None:
+        loaded then)."""
         torch.manual_seed(seed)
         self.rank, self.world_size = rank, world_size
         self.cfg, self.model_path = cfg, model_path
@@ -52,7 +57,8 @@ class ActorWorker:
         self.topk_kl_coef = topk_kl_coef  # distillation's top-k forward-KL term (distill.topk_coef; 0: off)
         self.lora_sync = lora_sync  # rollout.lora_sync: merged full weights, or the LoRA adapters only
         self.exact = exact  # rollout.exact: batch-invariant kernels, log-probs bitwise the engine's (models/exact.py)
-        self.policy_loss = POLICY_LOSSES.resolve(cfg.policy_loss)
+        self.policy_loss = parts.policy_loss if parts is not None else POLICY_LOSSES.resolve(cfg.policy_loss)
+        self.tokenizer = tokenizer
         # the controller resolves a budget of 0 (from memory, training.budget); built without it: the floor
         self.max_tokens = cfg.max_tokens_per_microbatch or MIN_TOKENS
         self.schedule = UpdateSchedule(cfg.minibatches, cfg.epochs, self.max_tokens)
@@ -151,7 +157,7 @@ class ActorWorker:
         Every rank calls it: gathering sharded weights is a collective."""
         self.engine.save(folder)
         if self.rank == 0:
-            load_tokenizer(self.model_path).save_pretrained(folder)
+            (self.tokenizer if self.tokenizer is not None else load_tokenizer(self.model_path)).save_pretrained(folder)
 
     def load_checkpoint(self, folder: str) -> None:
         self.engine.load(folder)

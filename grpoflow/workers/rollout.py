@@ -5,12 +5,13 @@ split)."""
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+import copy
+from typing import Any, Iterable, Optional
 
 import torch
 from torch import Tensor
 
-from grpoflow.config import Config, RolloutConfig
+from grpoflow.config import Config, RolloutConfig, resolve_defaults
 from grpoflow.data.batch import Batch, split_bounds
 from grpoflow.trajectories.loop import RolloutItem
 from grpoflow.trajectories.rollout import Kind, run_rollout
@@ -19,24 +20,29 @@ from grpoflow.engines.protocol import RolloutEngine, SamplingParams
 from grpoflow.engines.pushed_weights import PushedWeights
 from grpoflow.workers.rollout_kinds import build_rollout
 from grpoflow.models.loading import load_tokenizer
+from grpoflow.plan.checks import RunParts, check_config
 from grpoflow.training.precision import role_precision
 
 
 class RolloutWorker:
     def __init__(self, rank: int, world_size: int, *, model_path: str, cfg: Optional[Config] = None,
-                 dtype: Optional[str] = None, seed: int = 0, lora: Optional[dict] = None) -> None:
-        """`cfg` (default: Config(), a single-turn run on the hf engine): the run's config, whose `rollout`
-        section names the engine and its options and says what kind of trajectories `rollout` plays
-        (environment, tools, agent); `dtype` the engine's precision (None: float32); `lora`
-        (rollout.lora_sync=adapter) the adapter layout."""
+                 dtype: Optional[str] = None, seed: int = 0, lora: Optional[dict] = None, parts: RunParts | None = None,
+                 tokenizer: Any = None) -> None:
+        """`cfg` (default: `parts`' config, else Config(): a single-turn run on the hf engine): the run's config, whose
+        `rollout` section holds the engine's options and says what kind of trajectories `rollout` plays (environment,
+        tools, agent); `parts`: its resolved registry names (plan/checks.py: the engine's builder, the environment,
+        tools, tool format, agent; None, a worker built on its own: `cfg` is checked here); `dtype` the engine's
+        precision (None: float32); `lora` (rollout.lora_sync=adapter) the adapter layout; `tokenizer`:
+        `model_path`'s, loaded already (the run's plan; None: loaded here)."""
         self.rank, self.world_size = rank, world_size
-        self.run_config = run_config = cfg or Config()
+        self.run_config = run_config = cfg or (parts.cfg if parts is not None else Config())
+        self.parts = parts if parts is not None else check_config(resolved(run_config))
         r: RolloutConfig = run_config.rollout
-        self.tokenizer = load_tokenizer(model_path)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_path)
         dtype = dtype or "float32"
         precision = role_precision("rollout", dtype=dtype, compute_dtype=dtype, cuda=torch.cuda.is_available())
         self.engine: RolloutEngine = build_engine(
-            r.engine, model_path, self.tokenizer, dtype=dtype, seed=seed,
+            r.engine, model_path, self.tokenizer, builder=self.parts.engine_builder, dtype=dtype, seed=seed,
             gpu_memory_utilization=r.gpu_memory_utilization, tensor_parallel_size=r.tensor_parallel_size,
             enforce_eager=r.enforce_eager, free_cache_engine=r.free_cache_engine,
             sync_timeout_s=r.sync_timeout_s, kv_reuse_mb=r.kv_reuse_mb, lora=lora, lora_versions=r.lora_versions,
@@ -72,7 +78,7 @@ class RolloutWorker:
     def kind(self) -> Kind:
         """The run's kind of rollout, built at the first rollout (tool processes, the agent endpoint)."""
         if self._kind is None:
-            self._kind = build_rollout(self.run_config, self.tokenizer)
+            self._kind = build_rollout(self.run_config, self.tokenizer, self.parts)
         return self._kind
 
     def close(self) -> None:
@@ -116,3 +122,11 @@ class RolloutWorker:
 
     def wake(self) -> None:
         self.engine.wake()
+
+
+def resolved(cfg: Config) -> Config:
+    """A copy of `cfg` with the defaults that depend on other keys resolved (config.resolve_defaults), as loading
+    resolves them: what the start-up check takes."""
+    out = copy.deepcopy(cfg)
+    resolve_defaults(out)
+    return out

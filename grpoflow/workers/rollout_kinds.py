@@ -1,29 +1,27 @@
 """The kind of rollout a run's config asks for (trajectories/rollout.py plays it): single-turn samples, conversations
 with `rollout.multi_turn.env` / `.tools`, or `rollout.agent.program` episodes through the OpenAI-compatible
-endpoint."""
+endpoint. Built from the run's resolved parts (plan/checks.py): nothing is looked up by name here."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from grpoflow.config import Config
-from grpoflow.data.tool_format import tool_format
-from grpoflow.errors import UserError
+from grpoflow.plan.checks import RunParts
 from grpoflow.trajectories.chat import ChatRenderer
-from grpoflow.trajectories.env import load_env, with_system_prompt
+from grpoflow.trajectories.env import with_system_prompt
 from grpoflow.trajectories.loop import EnvLoop, SingleTurn
 from grpoflow.trajectories.rollout import Kind
 from grpoflow.trajectories.tool_runner import ToolRunner
-from grpoflow.trajectories.tools import load_tools, tool_from_function
 from grpoflow.trajectories.turns import ToolUse
 
 
-def build_rollout(cfg: Config, tokenizer: Any) -> Kind:
-    """The kind of rollout `cfg.rollout` asks for (close it with `.close()`)."""
+def build_rollout(cfg: Config, tokenizer: Any, parts: RunParts) -> Kind:
+    """The kind of rollout `cfg.rollout` asks for, of the run's resolved `parts` (close it with `.close()`)."""
     if cfg.rollout.agent.enabled:
-        return build_agent_episodes(cfg, tokenizer)
+        return build_agent_episodes(cfg, tokenizer, parts)
     if cfg.rollout.multi_turn.enabled:
-        return build_env_loop(cfg, tokenizer)
+        return build_env_loop(cfg, tokenizer, parts)
     return SingleTurn(tokenizer)
 
 
@@ -39,58 +37,35 @@ def opening_of(cfg: Config) -> Callable[[dict], list[dict]]:
     return opening
 
 
-def build_agent_episodes(cfg: Config, tokenizer: Any) -> Any:
+def build_agent_episodes(cfg: Config, tokenizer: Any, parts: RunParts) -> Any:
     """The agent of `rollout.agent.program` and a started endpoint (imports fastapi: the `agents` extra)."""
-    from grpoflow.trajectories.agents import AgentEpisodes, load_agent
+    from grpoflow.trajectories.agents import AgentEpisodes
     from grpoflow.trajectories.endpoint import Endpoint
 
     a, m = cfg.rollout.agent, cfg.rollout.multi_turn
-    assert a.program
-    agent = load_agent(a.program, dict(a.args), a.model, [*cfg.data.train_files, *(cfg.data.val_files or [])])
+    assert parts.agent is not None and parts.tool_format is not None
     # a conversation's prompt is its opening (<= data.max_prompt_length) plus at most a sample's budget; the factor 4
     # leaves room for an agent's own system prompt and tool schemas
-    endpoint = Endpoint(tokenizer, model_name=a.model, tool_format=tool_format(m.tool_parser),
-                        max_calls=m.max_turns,
+    endpoint = Endpoint(tokenizer, model_name=a.model, tool_format=parts.tool_format, max_calls=m.max_turns,
                         max_prompt_tokens=max(4 * (cfg.data.max_prompt_length + cfg.rollout.max_new_tokens),
                                               4096)).start()
-    return AgentEpisodes(agent, endpoint, timeout_s=a.timeout_s, error_score=cfg.reward.error_score,
+    return AgentEpisodes(parts.agent, endpoint, timeout_s=a.timeout_s, error_score=cfg.reward.error_score,
                          opening=opening_of(cfg))
 
 
-def run_tools(cfg: Config) -> list[Any]:
-    """The tools of a multi-turn run: `rollout.multi_turn.tools` and those its environment declares (names
-    unique)."""
-    r = cfg.rollout.multi_turn
-    if not r.enabled:
-        return []
-    env_cls = load_env(r.env) if r.env else None
-    found = load_tools(list(r.tools)) + [tool_from_function(fn) for fn in getattr(env_cls, "tools", []) or []]
-    names = [t.name for t in found]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise UserError(f"rollout.multi_turn.tools and the environment's tools name {duplicates} twice; rename one.")
-    return found
-
-
-def tool_schemas(cfg: Config) -> list[dict] | None:
-    """The chat-template schemas of the run's tools (what every conversation's prompt renders), or None."""
-    return [t.schema for t in run_tools(cfg)] or None
-
-
-def build_env_loop(cfg: Config, tokenizer: Any) -> EnvLoop:
+def build_env_loop(cfg: Config, tokenizer: Any, parts: RunParts) -> EnvLoop:
     """The loop for `cfg.rollout.multi_turn`: its environment class, its tools (the configured ones and those the
     environment declares, run by a ToolRunner: `EnvLoop.close` stops it), and a renderer whose template was
     checked."""
     r = cfg.rollout.multi_turn
-    env_cls = load_env(r.env) if r.env else None
     tools = None
-    found = run_tools(cfg)
-    renderer = ChatRenderer(tokenizer, [t.schema for t in found] or None)  # checks the template first
-    if found:
-        runner = ToolRunner(found, timeout_s=r.tool_timeout_s, cpu_time_s=r.tool_cpu_time_s,
+    renderer = ChatRenderer(tokenizer, parts.tool_schemas)  # checks the template first
+    if parts.tools:
+        assert parts.tool_format is not None
+        runner = ToolRunner(parts.tools, timeout_s=r.tool_timeout_s, cpu_time_s=r.tool_cpu_time_s,
                             memory_mb=r.tool_memory_mb, workers=r.tool_workers)
-        tools = ToolUse(runner, format=tool_format(r.tool_parser), max_calls_per_turn=r.max_tool_calls_per_turn,
+        tools = ToolUse(runner, format=parts.tool_format, max_calls_per_turn=r.max_tool_calls_per_turn,
                         max_output_tokens=r.max_tool_output_tokens)
-    return EnvLoop(renderer, env_cls=env_cls, env_args=dict(r.env_args), env_timeout_s=r.env_timeout_s, tools=tools,
-                   max_turns=r.max_turns, opening=opening_of(cfg), system_prompt=cfg.data.system_prompt,
+    return EnvLoop(renderer, env_cls=parts.env_cls, env_args=dict(r.env_args), env_timeout_s=r.env_timeout_s,
+                   tools=tools, max_turns=r.max_turns, opening=opening_of(cfg), system_prompt=cfg.data.system_prompt,
                    max_prompt_length=cfg.data.max_prompt_length)

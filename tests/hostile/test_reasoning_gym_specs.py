@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("reasoning_gym")
 
-from grpoflow.commands.run import read_rows  # noqa: E402
+from grpoflow.plan.run_plan import read_rows  # noqa: E402
 from grpoflow.config import ConfigError  # noqa: E402
 
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from grpoflow.config import ConfigError, load_config
-from grpoflow.controller.checks import check_config
+from plans import plan_of
 from grpoflow.controller.distill import TeacherError, resolve_teacher, teacher_prompts
 from grpoflow.controller.metrics import read_metrics
-from grpoflow.commands.run import build_scorer, train
+from grpoflow.commands.run import train
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import prepare_prompts
 from grpoflow.models.loading import load_tokenizer
@@ -34,9 +34,7 @@ def weights_after_one_step(run_dir, student: str, overrides: list[str]) -> tuple
     """The student's parameters after one RL step of the real controller, and that step's metrics."""
     cfg = load_config(None, [f"trainer.output_dir={run_dir}", *STEP, *overrides])
     items, _ = prepare_prompts(addition_splits()[0][:16], load_tokenizer(student))
-    check_config(cfg)
-    controller = Controller(cfg, model_path=student, train_items=items, val_items=[], scorer=build_scorer(cfg),
-                            run_dir=run_dir)
+    controller = Controller(plan_of(cfg, model_path=student, train_items=items, run_dir=run_dir))
     try:
         metrics = controller.step(1)
         model = controller.actor.pool.hosts[0].roles["actor"].engine.model
@@ -112,9 +110,9 @@ def test_a_teacher_with_another_tokenizer_is_refused(tmp_path, models):
     tokenizer.add_tokens(["<extra>"])
     tokenizer.save_pretrained(other)
     with pytest.raises(TeacherError, match="another tokenizer than the student.*1 differ"):
-        resolve_teacher(str(other), tmp_path, models["student"])
+        resolve_teacher(str(other), tmp_path, load_tokenizer(models["student"]))
     with pytest.raises(ModelSpecError, match="distill.teacher.path=.*is not a folder.*or self"):
-        resolve_teacher(str(tmp_path / "missing"), tmp_path, models["student"])
+        resolve_teacher(str(tmp_path / "missing"), tmp_path, load_tokenizer(models["student"]))
     with pytest.raises(ConfigError, match="distill.teacher.path=.*does not exist"):  # at start, before the warm start
         train(load_config(None, [f"trainer.output_dir={tmp_path / 'run'}", *TINY,
                                  f"distill.teacher.path={tmp_path / 'missing'}"]))

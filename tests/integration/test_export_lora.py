@@ -7,7 +7,7 @@ from transformers import AutoModelForCausalLM
 from grpoflow.cli import main
 from grpoflow.config import ActorConfig, ModelConfig, load_config
 from grpoflow.commands.export import export, find_checkpoint
-from grpoflow.controller.checks import check_config
+from plans import plan_of
 from grpoflow.controller.metrics import read_metrics
 from grpoflow.commands.run import train
 from grpoflow.controller.trainer import Controller
@@ -78,9 +78,8 @@ def test_lora_reference_is_not_a_second_model(tmp_path):
     cfg = load_config(None, [f"trainer.output_dir={tmp_path}", *ARGS, "model.lora.rank=4", "actor.kl_coef=0.1"])
     path = sft_stage(cfg)
     items, _ = prepare_prompts([{"prompt": "1+1=", "answer": "2"}], load_tokenizer(path))
-    check_config(cfg)
-    controller = Controller(cfg, model_path=path, train_items=items, val_items=[],
-                            scorer=RewardScorer(exact_match), run_dir=tmp_path)
+    controller = Controller(plan_of(cfg, model_path=path, train_items=items, run_dir=tmp_path,
+                                    scorer=RewardScorer(exact_match)))
     try:
         # no reference group: the actor, adapters off, gives the reference log-probs
         assert controller.needs_ref and controller.ref is None

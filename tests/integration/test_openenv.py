@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("openenv.core")
 
 from grpoflow.config import ConfigError, load_config  # noqa: E402
-from grpoflow.controller.checks import check_multi_turn  # noqa: E402
+from grpoflow.plan.checks import check_multi_turn  # noqa: E402
 from grpoflow.controller.metrics import read_metrics  # noqa: E402
 from grpoflow.commands.run import sft_stage, train  # noqa: E402
 from grpoflow.trajectories.env import GuardedEnvironment, StepResult, load_env  # noqa: E402

@@ -13,9 +13,8 @@ import pytest
 import torch
 
 from grpoflow.algorithms import POLICY_LOSSES
-from grpoflow.commands.run import build_scorer
 from grpoflow.config import load_config
-from grpoflow.controller.checks import check_config
+from plans import plan_of
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
@@ -34,9 +33,8 @@ def build(tmp_path, tiny_model_path):
         cfg = load_config(None, [f"model.path={tiny_model_path}", f"trainer.output_dir={tmp_path}",
                                  "data.prompts_per_step=2", "rollout.n=2", "rollout.max_new_tokens=4",
                                  "reward.function=exact_match", "trainer.val_every=0", *overrides])
-        check_config(cfg)  # as `grpoflow train` does: the Controller takes a checked config
-        made.append(Controller(cfg, model_path=tiny_model_path, train_items=ITEMS, val_items=[],
-                               scorer=build_scorer(cfg), run_dir=tmp_path))
+        # as `grpoflow train` does: the Controller takes a plan, checked
+        made.append(Controller(plan_of(cfg, model_path=tiny_model_path, train_items=ITEMS, run_dir=tmp_path)))
         return made[-1]
 
     yield controller

@@ -24,6 +24,7 @@ from grpoflow.trajectories.turns import info_of
 from grpoflow.engines.hf import HFRolloutEngine
 from grpoflow.engines.protocol import SamplingParams
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
+from grpoflow.plan.checks import check_config
 from grpoflow.workers.rollout_kinds import build_env_loop
 from kills import comparable, kill_at_step, train_process, train_to_end
 
@@ -104,13 +105,18 @@ def assert_same_samples(a, b):
     assert a.conversations == b.conversations
 
 
+def env_loop(cfg, tokenizer):
+    """The environment loop of `cfg`, from its resolved parts (as a rollout worker builds it)."""
+    return build_env_loop(cfg, tokenizer, check_config(cfg))
+
+
 PARAMS = SamplingParams(n=4, max_new_tokens=64, temperature=1.0)
 SCHEDULES = [[1], [2, 4], [3, 5]]  # the rollouts pause once this many groups are complete, then play to the end
 
 
 def test_guess_number_conversations_paused_and_continued_are_the_uninterrupted_ones(guess_model):
     engine, tok = engine_of(guess_model)
-    loop = build_env_loop(load_config("guess_number", BASE), tok)
+    loop = env_loop(load_config("guess_number", BASE), tok)
     items = requests(guess_number_splits()[0][:6], tok)
     whole = run_rollout(loop, engine, items, PARAMS, SEED, pad_token_id=tok.pad_token_id)
     mid = []
@@ -124,7 +130,7 @@ def test_guess_number_conversations_paused_and_continued_are_the_uninterrupted_o
 
 def test_calculator_conversations_paused_after_their_tool_calls_are_the_uninterrupted_ones(calculator_model):
     engine, tok = engine_of(calculator_model)
-    loop = build_env_loop(load_config("calculator_tool", BASE + ["rollout.multi_turn.max_turns=2",
+    loop = env_loop(load_config("calculator_tool", BASE + ["rollout.multi_turn.max_turns=2",
                                                                  "rollout.max_new_tokens=160"]), tok)
     params = SamplingParams(n=4, max_new_tokens=160, temperature=1.0)
     items = requests(calculator_splits()[0][:6], tok)
@@ -151,7 +157,7 @@ def forced(model, prompt, response):
 
 def test_continued_log_probs_are_those_of_the_weights_that_sampled_each_token(guess_model):
     engine, tok = engine_of(guess_model)
-    loop = build_env_loop(load_config("guess_number", BASE), tok)
+    loop = env_loop(load_config("guess_number", BASE), tok)
     items = requests(guess_number_splits()[0][:6], tok)
     old = load_causal_lm(guess_model).eval()
     new = copy.deepcopy(old)
@@ -198,7 +204,7 @@ class Moody:
 
 def test_an_environment_whose_replies_are_not_replayable_stops_with_the_reason(guess_model):
     engine, tok = engine_of(guess_model)
-    loop = build_env_loop(load_config("guess_number", BASE), tok)
+    loop = env_loop(load_config("guess_number", BASE), tok)
     loop.env_cls = Moody
     rows = [{**row, "short": k < 3} for k, row in enumerate(guess_number_splits()[0][:6])]
     items = requests(rows, tok)

@@ -11,7 +11,7 @@ import pytest
 
 from grpoflow.config import load_config
 from grpoflow.commands.run import sft_stage, train
-from grpoflow.controller.checks import check_config
+from plans import plan_of
 from grpoflow.controller.fit import RunLoop
 from grpoflow.controller.trainer import Controller
 from grpoflow.data.dataset import prepare_prompts
@@ -102,9 +102,8 @@ def test_killing_a_worker_mid_run_stops_the_controller_naming_it(tmp_path, warm_
     (tmp_path / "k").mkdir()
     tokenizer = load_tokenizer(warm_model)
     items = prepare_prompts(addition_splits()[0][:200], tokenizer)[0]
-    check_config(cfg)
-    controller = Controller(cfg, model_path=warm_model, train_items=items, val_items=[], scorer=None,
-                            run_dir=tmp_path / "k")
+    controller = Controller(plan_of(cfg, model_path=warm_model, train_items=items, run_dir=tmp_path / "k",
+                                    scorer=None))
     controller.rewards.scorer = _ConstantScorer()
     victim = controller.placement.train.infos[1]["pid"]
     threading.Timer(3.0, os.kill, (victim, signal.SIGKILL)).start()

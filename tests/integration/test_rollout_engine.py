@@ -239,9 +239,7 @@ def test_a_sample_ends_at_every_eos_id_of_the_models_generation_config(tmp_path,
 
 
 def test_a_colocated_run_frees_the_hf_engines_kv_cache_while_the_actor_trains(tmp_path, tiny_model_path):
-    from grpoflow.commands.run import build_scorer
     from grpoflow.config import load_config
-    from grpoflow.controller.checks import check_config
     from grpoflow.controller.trainer import Controller
     from grpoflow.data.dataset import PromptItem
 
@@ -250,9 +248,9 @@ def test_a_colocated_run_frees_the_hf_engines_kv_cache_while_the_actor_trains(tm
                              "trainer.val_every=0"])
     items = [PromptItem(list(load_tokenizer(tiny_model_path).encode(p, add_special_tokens=False)), p, {"answer": a},
                         "addition", index=i) for i, (p, a) in enumerate([("1+2=", "3"), ("3+4=", "7")])]
-    check_config(cfg)
-    controller = Controller(cfg, model_path=tiny_model_path, train_items=items, val_items=[],
-                            scorer=build_scorer(cfg), run_dir=tmp_path)
+    from plans import plan_of
+
+    controller = Controller(plan_of(cfg, model_path=tiny_model_path, train_items=items, run_dir=tmp_path))
     try:
         engine = controller.rollout.pool.hosts[0].roles["rollout"].engine
         actor, held = controller.actor.pool.hosts[0].roles["actor"], []

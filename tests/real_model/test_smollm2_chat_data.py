@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from grpoflow.commands.run import read_rows
+from grpoflow.plan.run_plan import read_rows
 from grpoflow.data.dataset import prepare_prompts
 
 pytestmark = pytest.mark.real_model

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpoflow.config import load_config
-from grpoflow.commands.run import resolve_model
+from grpoflow.plan.run_plan import resolve_model
 from grpoflow.models.gguf import CONVERTED_FROM
 from real_model_helpers import chat_ids
 

@@ -10,7 +10,8 @@ import yaml
 
 from grpoflow.config import load_config
 from grpoflow.errors import UserError
-from grpoflow.commands.run import train, with_compute_dtype
+from grpoflow.commands.run import train
+from grpoflow.plan.run_plan import with_compute_dtype
 from grpoflow.training.bf16_units import (auto_compute_dtype, cpu_has_bf16_units, default_compute_dtype,
                                           slow_bf16_warning, this_machines_compute_dtype,
                                           this_machines_cuda_capability)

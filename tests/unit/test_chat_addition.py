@@ -2,7 +2,7 @@
 
 import pytest
 
-from grpoflow.commands.run import read_rows
+from grpoflow.plan.run_plan import read_rows
 from grpoflow.rewards import build_reward
 from grpoflow.tasks.chat_addition import chat_addition_splits
 

@@ -8,7 +8,7 @@ against a list the config hard-coded beside the registry (rollout.engine, algori
 import pytest
 
 from grpoflow.config import ConfigError, load_config
-from grpoflow.controller.checks import check_config, check_exact, check_nucleus_sampling
+from grpoflow.plan.checks import check_config, check_exact, check_nucleus_sampling
 
 
 @pytest.mark.parametrize("override, named", [

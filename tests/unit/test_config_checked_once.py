@@ -2,20 +2,26 @@
 start-up check (`check_config`, which imports the user's files) once, and the Controller only requires the mark
 that check leaves. No check rewrites what the user set; the dependent values are resolved by loading."""
 
+import dataclasses
+
 import pytest
 
 from grpoflow.config import (Config, ConfigError, check_config_values, is_checked, load_config, resolve_defaults,
                              resolve_total_steps)
-from grpoflow.controller.checks import check_config
+from grpoflow.plan.checks import check_config
 
 TINY = ["model.path=builtin:tiny-0.5m", "sft.steps=0", "data.prompts_per_step=4", "rollout.n=2",
         "rollout.max_new_tokens=4", "trainer.val_every=0"]
 
 
-def _controller(cfg: Config):
+def _controller(cfg: Config, tiny_model_path: str, tmp_path):
+    """A Controller of a plan whose config is `cfg` (a plan is built from a checked config: swapped in here)."""
+    from plans import plan_of
+
     from grpoflow.controller.trainer import Controller
 
-    return Controller(cfg, model_path="/nowhere", train_items=[], val_items=[], scorer=None, run_dir="/nowhere")
+    plan = plan_of(load_config(None, TINY), model_path=tiny_model_path, train_items=[], run_dir=tmp_path)
+    return Controller(dataclasses.replace(plan, cfg=cfg))
 
 
 # ---------------------------------------------------------------- the checks change nothing
@@ -62,17 +68,17 @@ def test_total_epochs_resolve_into_a_new_checked_config():
 # ---------------------------------------------------------------- the controller requires the mark
 
 
-def test_the_controller_refuses_an_unchecked_config():
+def test_the_controller_refuses_an_unchecked_config(tiny_model_path, tmp_path):
     with pytest.raises(ValueError, match="has not passed the start-up check: call .*check_config"):
-        _controller(load_config())
+        _controller(load_config(), tiny_model_path, tmp_path)
 
 
-def test_the_controller_refuses_a_config_changed_after_the_check():
+def test_the_controller_refuses_a_config_changed_after_the_check(tiny_model_path, tmp_path):
     cfg = load_config()
     check_config(cfg)
     cfg.actor.lr = 1.0
     with pytest.raises(ValueError, match="or was changed after it"):
-        _controller(cfg)
+        _controller(cfg, tiny_model_path, tmp_path)
 
 
 # ---------------------------------------------------------------- once per `grpoflow train`
@@ -84,7 +90,8 @@ class _Built(Exception):
 
 def test_grpoflow_train_checks_once_and_imports_the_reward_file_once(tmp_path, monkeypatch):
     from grpoflow.commands.run import train
-    from grpoflow.controller import checks, trainer
+    from grpoflow.controller import trainer
+    from grpoflow.plan import checks
 
     imports = tmp_path / "imports.txt"
     reward = tmp_path / "my_reward.py"

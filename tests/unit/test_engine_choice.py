@@ -10,9 +10,9 @@ import re
 import pytest
 
 from grpoflow import cli
-from grpoflow.commands.run import with_engine
+from grpoflow.plan.run_plan import with_engine
 from grpoflow.config import ConfigError, load_config
-from grpoflow.controller.checks import check_engine_fits
+from grpoflow.plan.checks import check_engine_fits
 from grpoflow.engines.choice import MachineFacts, auto_engine, engine_refusal, probe_machine
 
 

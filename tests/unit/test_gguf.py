@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from grpoflow.config import load_config
-from grpoflow.commands.run import resolve_model
+from grpoflow.plan.run_plan import resolve_model
 from grpoflow.models.gguf import CONVERTED_FROM, convert_gguf, is_gguf
 from grpoflow.models.tiny import CHATML_TEMPLATE
 

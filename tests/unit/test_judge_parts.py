@@ -3,7 +3,7 @@
 import pytest
 
 from grpoflow.config import ConfigError, load_config
-from grpoflow.controller.checks import check_config
+from grpoflow.plan.checks import check_config
 from grpoflow.controller.judging import Judging
 from grpoflow.rewards import build_reward
 from grpoflow.rewards.judge import (JUDGE_COLUMN, JudgeConfigError, JudgeStats, ScoreParser, judge_scores,

@@ -1,8 +1,8 @@
 """The dependency direction of docs/architecture.md ("The parts and their layering"), checked on the source with
 `ast`; the page's parts table is checked against FORBIDDEN_PARTS below, so the two cannot drift.
 
-    errors, plugins, user_code -> algorithms, rewards -> data, models -> training | engines -> trajectories -> workers
-        -> distributed -> controller -> commands -> cli
+    errors, plugins, user_code -> algorithms, rewards -> data, models -> training | engines -> trajectories -> plan
+        -> workers -> distributed -> controller -> commands -> cli
 
 `training` and `engines` sit side by side and never import each other; `config` imports only `foreign` (verl's
 and TRL's keys; stdlib only) and `errors`, and inside it `schema <- checks <- loading` (`moved`: stdlib only).
@@ -27,11 +27,11 @@ ROOT = Path(grpoflow.__file__).parent
 
 # The parts of grpoflow, and the grpoflow parts each may NOT import. `tasks` (built-in task data)
 # sits with `data`. A new top-level part must be placed here, so the direction stays checked.
-UPPER_OF_DATA = {"training", "engines", "trajectories", "workers", "distributed", "controller", "commands",
+UPPER_OF_DATA = {"training", "engines", "trajectories", "plan", "workers", "distributed", "controller", "commands",
                  "tinker_server", "cli", "plotting", "viewer"}
 EVERY_PART = {"errors", "plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards",
-              "data", "models", "tasks", "training", "engines", "trajectories", "workers", "distributed", "controller",
-              "commands", "tinker_server", "config", "foreign", "cli", "viewer",
+              "data", "models", "tasks", "training", "engines", "trajectories", "plan", "workers", "distributed",
+              "controller", "commands", "tinker_server", "config", "foreign", "cli", "viewer",
               "local_http", "atomic_folder", "metrics_file"}
 FORBIDDEN_PARTS = {
     "errors": None,  # None: nothing from any other grpoflow part (the user-error types; stdlib only)
@@ -40,7 +40,7 @@ FORBIDDEN_PARTS = {
     "user_code_child": EVERY_PART - {"sandbox", "user_code_child"},
     "user_code": EVERY_PART - {"errors", "plugins", "sandbox", "user_code_child", "user_code"},
     # reads metrics.jsonl via metrics_file
-    "plotting": {"training", "engines", "workers", "distributed", "commands", "tinker_server", "cli"},
+    "plotting": {"training", "engines", "plan", "workers", "distributed", "commands", "tinker_server", "cli"},
     # grpoflow view reads run folders (and a run's config.yaml for its schedule); it never loads torch or a model
     "viewer": EVERY_PART - {"errors", "plugins", "config", "viewer", "local_http", "metrics_file"},
     "local_http": EVERY_PART - {"local_http"},  # stdlib only: the local servers' Host and body-type checks
@@ -51,13 +51,16 @@ FORBIDDEN_PARTS = {
     "data": UPPER_OF_DATA,
     "models": UPPER_OF_DATA,
     "tasks": UPPER_OF_DATA,
-    "training": {"engines", "trajectories", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
-                 "plotting"},
-    "engines": {"training", "trajectories", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
-                "plotting"},
+    "training": {"engines", "trajectories", "plan", "workers", "distributed", "controller", "commands", "tinker_server",
+                 "cli", "plotting"},
+    "engines": {"training", "trajectories", "plan", "workers", "distributed", "controller", "commands", "tinker_server",
+                "cli", "plotting"},
     # the agent loop drives the engines through a generate function it is given: no workers, no placement
-    "trajectories": {"training", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
+    "trajectories": {"training", "plan", "workers", "distributed", "controller", "commands", "tinker_server", "cli",
                      "plotting"},
+    # one place assembles a run: the start-up check's resolved registry names (RunParts, which the workers take) and
+    # the plan (rows, model folder, tokenizer, prompts); the controller and the commands take it and resolve nothing
+    "plan": {"workers", "distributed", "controller", "commands", "tinker_server", "cli", "plotting"},
     "workers": {"distributed", "controller", "commands", "tinker_server", "cli", "plotting"},
     "distributed": {"controller", "commands", "tinker_server", "cli", "plotting"},
     # the step and the run around it; what builds a run from its config is a command, above it
@@ -66,7 +69,7 @@ FORBIDDEN_PARTS = {
     "commands": {"cli"},
     # the Tinker API server, on the engines and atomic folders; `grpoflow serve tinker` (commands/serve.py) starts
     # it. It sits beside the controller, not above it: nothing of the RL step or its checkpoints
-    "tinker_server": {"commands", "cli", "workers", "distributed", "trajectories", "controller"},
+    "tinker_server": {"commands", "cli", "workers", "distributed", "trajectories", "plan", "controller"},
     # schema, checks and loading of plain values: no torch, no registries (CONFIG_ORDER inside it)
     "config": EVERY_PART - {"errors", "config", "foreign"},
     "foreign": EVERY_PART - {"foreign"},  # verl's keys and TRL's fields -> ours; stdlib only
@@ -235,12 +238,13 @@ def test_pure_parts_never_import_distributed_ray_vllm_or_config(part):
 
 
 def test_only_controller_commands_cli_and_workers_import_the_config():
-    """Workers take their own typed section (e.g. ActorConfig); nothing below them sees the config (the viewer,
+    """Workers take their own typed section (e.g. ActorConfig); the plan (just below them) reads the whole config
+    once; nothing below it sees the config (the viewer,
     at the top, reads a run's config.yaml; the Tinker server, a command beside the controller, takes its own
     TinkerConfig section)."""
     bad = []
     for module, part, path in all_modules():
-        if part in ("controller", "commands", "cli", "config", "workers", "viewer", "tinker_server"):
+        if part in ("controller", "commands", "cli", "config", "plan", "workers", "viewer", "tinker_server"):
             continue
         bad += [f"{module} -> {name}" for name in _imports(module, path) if _matches(name, "grpoflow.config")]
     assert not bad, bad
@@ -265,7 +269,8 @@ def _loaded_after_import(module: str, extra: tuple = ()) -> list[str]:
 
 # Every module a `grpoflow train` with the default (local) backend imports: none of them may pull in Ray,
 # vLLM, SGLang or a tracker; those load only when a config chooses them.
-ENTRY_MODULES = "grpoflow.cli, grpoflow.commands.run, grpoflow.controller.trainer, grpoflow.commands.evaluate"
+ENTRY_MODULES = ("grpoflow.cli, grpoflow.commands.run, grpoflow.controller.trainer, grpoflow.commands.evaluate, "
+                 "grpoflow.plan.run_plan")
 
 
 def test_the_cli_and_controller_do_not_import_ray_vllm_or_trackers():

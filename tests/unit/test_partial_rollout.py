@@ -233,7 +233,7 @@ def test_conversations_with_environments_and_tools_may_pause(multi_turn):
 
 
 def test_top_p_below_one_is_refused_since_the_importance_weights_need_the_full_distribution():
-    from grpoflow.controller.checks import check_config
+    from grpoflow.plan.checks import check_config
     with pytest.raises(ConfigError, match=r"rollout.partial turns it on.*rollout.top_p=1 or actor.rollout_is=off"):
         check_config(load_config(None, ["rollout.partial.enable=true", "rollout.top_p=0.9"]))
 

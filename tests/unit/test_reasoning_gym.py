@@ -8,7 +8,7 @@ import pytest
 reasoning_gym = pytest.importorskip("reasoning_gym")
 
 from grpoflow.config import ConfigError, load_config  # noqa: E402
-from grpoflow.commands.run import read_rows, val_files  # noqa: E402
+from grpoflow.plan.run_plan import read_rows, val_files  # noqa: E402
 from grpoflow.trajectories.env import GuardedEnvironment, load_env, reset_kwargs  # noqa: E402
 from grpoflow.rewards import REWARD_FUNCTIONS  # noqa: E402
 from grpoflow.tasks.reasoning_gym_tasks import default_val_spec, parse_spec  # noqa: E402

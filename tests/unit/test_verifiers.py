@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from grpoflow.config import ConfigError
-from grpoflow.commands.run import read_rows
+from grpoflow.plan.run_plan import read_rows
 from grpoflow.trajectories.agents import load_agent
 from grpoflow.trajectories.verifiers_agent import env_config_dict, episode_rewards
 from grpoflow.tasks.verifiers_tasks import parse_spec

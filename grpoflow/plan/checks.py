@@ -1,33 +1,63 @@
-"""One start-up check: every config key that names something in a registry is resolved here,
-before any model loads, so a typo costs seconds and names the key.
+"""The start-up check: every config key that names something in a registry is resolved here, once, before any
+model loads, so a typo costs seconds and names the key; what it resolves is kept (`RunParts`), never looked up again.
 
-`config.check_config_values` checks plain values (choices, ranges, the batch schedule) without importing
-torch; this adds what needs the registries: advantage estimators, policy losses, loss
-aggregation modes, KL estimators and controllers, reward functions, rollout engines, and the
-combinations that make no sense. User files (reward functions, environments, tools, agents) are
-imported here.
+`config.check_config_values` checks plain values (choices, ranges, the batch schedule) without importing torch; this
+adds what needs the registries: advantage estimators, policy losses, loss aggregation modes, KL estimators and
+controllers, reward functions, rollout engines, environments, tools, tool formats, agents, and the combinations that
+make no sense. User files (reward functions, environments, tools, agents) are imported here.
 
-It runs once per `grpoflow train`, at the edge (`commands.run.train`), and marks the config it passed
-(`config.mark_checked`); the `Controller` requires that mark instead of checking again.
+It runs once per command that starts a run (plan/run_plan.py) and marks the config it passed (`config.mark_checked`).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 from grpoflow.algorithms import (ADVANTAGE_ESTIMATORS, KL_CONTROLLERS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES,
                                  required_inputs)
-from grpoflow.config import Config, ConfigError, check_config_values, mark_checked
-from grpoflow.trajectories.env import load_env
-from grpoflow.plugins import Registry
-from grpoflow.controller.judging import check_judge
-from grpoflow.controller.step_math import ADVANTAGE_INPUTS
-from grpoflow.rewards import build_reward
+from grpoflow.algorithms.advantage_inputs import ADVANTAGE_INPUTS
+from grpoflow.config import Config, ConfigError, RewardConfig, check_config_values, mark_checked
+from grpoflow.data.tool_format import ToolFormat, tool_format
 from grpoflow.engines.choice import MachineFacts, auto_engine, engine_refusal, probe_machine
 from grpoflow.engines.factory import ROLLOUT_ENGINES
+from grpoflow.errors import UserError
+from grpoflow.plugins import Registry
+from grpoflow.rewards import build_reward
+from grpoflow.rewards.judge import JudgeConfigError, ScoreParser
+from grpoflow.trajectories.env import load_env
+from grpoflow.trajectories.tools import Tool, load_tools, tool_from_function
+
+JUDGE = "judge"  # the reward name that reads the judge's score
+
+
+@dataclass(frozen=True, eq=False)
+class RunParts:
+    """What the config's registry names resolve to, resolved once (`check_config`). A copy sent to another process
+    (a Ray worker) travels as its config and is resolved again there: once per process, user files imported where
+    they run."""
+    cfg: Config
+    advantage_fn: Callable
+    policy_loss: Callable
+    kl_controller: Callable
+    engine_builder: Callable                 # rollout.engine
+    reward: Callable | None                  # reward.function(s), built (rewards/combine.py); None: none named
+    env_cls: type | None = None              # rollout.multi_turn.env
+    tools: list[Tool] = field(default_factory=list)  # rollout.multi_turn.tools and the environment's own
+    tool_format: ToolFormat | None = None    # rollout.multi_turn.tool_parser, for tool loops and agent replies
+    agent: Callable | None = None            # rollout.agent.program
+
+    def __reduce__(self) -> tuple[Callable, tuple[Config]]:
+        return check_config, (self.cfg,)
+
+    @property
+    def tool_schemas(self) -> list[dict] | None:
+        """The chat-template schemas of the run's tools (what every conversation's prompt renders), or None."""
+        return [t.schema for t in self.tools] or None
+
 
 def resolve(registry: Registry, key: str, name: str) -> Callable:
     """`registry.resolve(name)`, or a ConfigError that names the config key."""
@@ -37,24 +67,26 @@ def resolve(registry: Registry, key: str, name: str) -> Callable:
         raise ConfigError(f"{key}={name!r}: {e}") from None
 
 
-def check_config(cfg: Config) -> None:
-    """Everything that can be checked without a model; raises ConfigError naming the key and the fix. Never
-    changes `cfg`'s values; marks it checked (`config.is_checked`) when every check passed."""
+def check_config(cfg: Config) -> RunParts:
+    """Everything that can be checked without a model, every registry name resolved once; raises ConfigError naming
+    the key and the fix. Never changes `cfg`'s values; marks it checked (`config.is_checked`) when every check
+    passed."""
     check_config_values(cfg)
     a, alg = cfg.actor, cfg.algorithm
     estimator = resolve(ADVANTAGE_ESTIMATORS, "algorithm.adv_estimator", alg.adv_estimator)
-    resolve(POLICY_LOSSES, "actor.policy_loss", a.policy_loss)
+    policy_loss = resolve(POLICY_LOSSES, "actor.policy_loss", a.policy_loss)
     resolve(LOSS_AGGREGATIONS, "actor.loss_agg_mode", a.loss_agg_mode)
     resolve(KL_ESTIMATORS, "actor.kl_estimator", a.kl_estimator)
     resolve(KL_ESTIMATORS, "algorithm.kl_penalty", alg.kl_penalty)
-    resolve(KL_CONTROLLERS, "algorithm.kl_ctrl.type", alg.kl_ctrl.type)
-    resolve(ROLLOUT_ENGINES, "rollout.engine", cfg.rollout.engine)
+    kl_controller = resolve(KL_CONTROLLERS, "algorithm.kl_ctrl.type", alg.kl_ctrl.type)
+    engine_builder = resolve(ROLLOUT_ENGINES, "rollout.engine", cfg.rollout.engine)
     check_engine_fits(cfg)
     r = cfg.reward
     spec = r.functions or r.function
+    reward = None
     if spec:
         try:
-            build_reward(spec, r.weights, r.routes, r.style)
+            reward = build_reward(spec, r.weights, r.routes, r.style)
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(str(e)) from None
     check_judge(r)
@@ -70,13 +102,15 @@ def check_config(cfg: Config) -> None:
     if a.rollout_is in ("token", "sequence") and cfg.rollout.top_p < 1:
         check_nucleus_sampling(cfg)
     check_exact(cfg)
-    check_multi_turn(cfg)
-    check_agent(cfg, estimator)
+    env_cls, tools, parser = check_multi_turn(cfg)
+    agent = check_agent(cfg, estimator)
     if "baselines" in required_inputs(estimator) and alg.filter_groups.enable:
         raise ConfigError("algorithm.filter_groups needs groups of samples with different rewards; an estimator "
                           "with a greedy baseline (remax) is meant for rollout.n=1. Disable one of them.")
     mark_checked(cfg)
-
+    return RunParts(cfg, advantage_fn=estimator, policy_loss=policy_loss, kl_controller=kl_controller,
+                    engine_builder=engine_builder, reward=reward, env_cls=env_cls, tools=tools, tool_format=parser,
+                    agent=agent)
 
 
 def check_exact(cfg: Config) -> None:
@@ -130,6 +164,35 @@ def check_engine_fits(cfg: Config, facts: MachineFacts | None = None) -> None:
         raise ConfigError(refusal)
 
 
+def names_judge(spec: str | Sequence[str] | None) -> bool:
+    """Whether a reward spec (a name, or a list of names) includes the `judge` reward."""
+    if not spec:
+        return False
+    return JUDGE in ([spec] if isinstance(spec, str) else list(spec))
+
+
+def judged(r: RewardConfig) -> bool:
+    """Whether a judge is configured (reward.judge.url or reward.judge.path)."""
+    return bool(r.judge.url or r.judge.path)
+
+
+def check_judge(r: RewardConfig) -> None:
+    """The judge is configured exactly when some reward names it; its parser loads."""
+    named = names_judge(r.functions or r.function) or any(names_judge(s) for s in (r.routes or {}).values())
+    configured = judged(r)
+    if named and not configured:
+        raise ConfigError("a reward names `judge` but no judge is configured: set reward.judge.url (an "
+                          "OpenAI-compatible server) or reward.judge.path (a local model folder).")
+    if configured and not named:
+        raise ConfigError("reward.judge is configured but no reward uses it: add `judge` to reward.functions (with "
+                          "reward.weights), set reward.function=judge, or route a data_source to it in reward.routes.")
+    if configured:
+        try:
+            ScoreParser(r.judge.parser, r.judge.max_score)
+        except (JudgeConfigError, ValueError, FileNotFoundError) as e:
+            raise ConfigError(str(e)) from None
+
+
 def check_teacher_path(path: str | None) -> None:
     """distill.teacher.path names something that exists (its tokenizer is checked when the controller starts)."""
     if path is None or path == "self" or path.startswith("builtin:"):
@@ -139,10 +202,12 @@ def check_teacher_path(path: str | None) -> None:
                           "a builtin:tiny-<size> model or self.")
 
 
-def check_multi_turn(cfg: Config) -> None:
+def check_multi_turn(cfg: Config) -> tuple[type | None, list[Tool], ToolFormat | None]:
     """rollout.multi_turn.env names an environment class, rollout.multi_turn.tools name usable tools (typed, with
-    docstrings) and rollout.multi_turn.tool_parser a tool format."""
+    docstrings; with the environment's own, names unique) and rollout.multi_turn.tool_parser a tool format; returns
+    them."""
     r = cfg.rollout.multi_turn
+    env_cls = None
     if r.env:
         try:
             env_cls = load_env(r.env)
@@ -152,21 +217,26 @@ def check_multi_turn(cfg: Config) -> None:
     elif r.env_args:
         raise ConfigError(f"rollout.multi_turn.env_args={dict(r.env_args)} is set but rollout.multi_turn.env is not; "
                           "set both or neither.")
+    tools: list[Tool] = []
     if r.tools:
-        from grpoflow.trajectories.tools import load_tools
-
         try:
-            load_tools(list(r.tools))
+            tools = load_tools(list(r.tools))
         except (ValueError, TypeError, FileNotFoundError) as e:
             raise ConfigError(f"rollout.multi_turn.tools: {e}") from None
-    # tool calls are parsed in tool loops and agent replies: resolved now, not at the first
-    if r.enabled or cfg.rollout.agent.enabled:
-        from grpoflow.data.tool_format import tool_format
-
+    if r.enabled:
+        tools += [tool_from_function(fn) for fn in getattr(env_cls, "tools", []) or []]
+        names = [t.name for t in tools]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise UserError(f"rollout.multi_turn.tools and the environment's tools name {duplicates} twice; rename "
+                            "one.")
+    parser = None
+    if r.enabled or cfg.rollout.agent.enabled:  # tool calls are parsed in tool loops and agent replies
         try:
-            tool_format(r.tool_parser)
+            parser = tool_format(r.tool_parser)
         except (ValueError, FileNotFoundError) as e:
             raise ConfigError(f"rollout.multi_turn.tool_parser={r.tool_parser!r}: {e}") from None
+    return env_cls, tools, parser
 
 
 def check_env_args(spec: str, env_cls: type, env_args: dict) -> None:
@@ -180,13 +250,13 @@ def check_env_args(spec: str, env_cls: type, env_args: dict) -> None:
                           "rollout.multi_turn.env_args to its keyword arguments.") from None
 
 
-def check_agent(cfg: Config, estimator: Callable) -> None:
+def check_agent(cfg: Config, estimator: Callable) -> Any:
     """rollout.agent.program names an async (row, client) function or a built-in agent that can be built (verifiers:
     its harness is built here, before step 1), its libraries are installed, and nothing asks for groups of exactly
-    rollout.n samples (agent episodes may split into several samples)."""
+    rollout.n samples (agent episodes may split into several samples); returns the agent (None: episodes are off)."""
     a = cfg.rollout.agent
     if not a.program:  # agent episodes are off
-        return
+        return None
     missing = [m for m in ("fastapi", "uvicorn", "openai") if importlib.util.find_spec(m) is None]
     if missing:
         raise ConfigError(f"rollout.agent.program needs {missing}, which are not installed: pip install "
@@ -194,7 +264,7 @@ def check_agent(cfg: Config, estimator: Callable) -> None:
     from grpoflow.trajectories.agents import load_agent
 
     try:
-        load_agent(a.program, dict(a.args), a.model, [*cfg.data.train_files, *(cfg.data.val_files or [])])
+        agent = load_agent(a.program, dict(a.args), a.model, [*cfg.data.train_files, *(cfg.data.val_files or [])])
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(str(e)) from None
     if cfg.algorithm.filter_groups.enable:
@@ -203,3 +273,4 @@ def check_agent(cfg: Config, estimator: Callable) -> None:
     if "baselines" in required_inputs(estimator):
         raise ConfigError(f"algorithm.adv_estimator={cfg.algorithm.adv_estimator!r} needs a greedy baseline per "
                           "prompt, which agent episodes do not give; use grpo, rloo or reinforce_plus_plus.")
+    return agent

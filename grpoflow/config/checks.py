@@ -265,22 +265,15 @@ def multi_turn_checks(m: MultiTurnConfig, a: AgentConfig) -> list[tuple[bool, st
 
 def partial_checks(cfg: Config) -> list[tuple[bool, str]]:
     """rollout.partial's ranges, and what it cannot be combined with (yet)."""
-    r, p = cfg.rollout, cfg.rollout.partial
+    p = cfg.rollout.partial
     ranges = (p.oversample >= 1 and p.max_staleness >= 0,
               "rollout.partial.oversample must be >= 1 and rollout.partial.max_staleness >= 0.")
     if not p.enable:
         return [ranges]
     return [
         ranges,
-        (not r.agent.enabled,
-         "rollout.partial pauses samples and carries them (and the checkpoint saves them) into the next step, but an "
-         "agent episode (rollout.agent.program) holds the state of a user program, which cannot be saved or "
-         "replayed; partial rollout takes single-turn runs and rollout.multi_turn.env / rollout.multi_turn.tools "
-         "conversations: unset rollout.partial.enable or rollout.agent.program."),
-        (r.engine in ("hf", "auto") or (r.engine == "vllm" and not r.multi_turn.enabled),  # auto: hf here
-         f"rollout.partial stops samples at a token boundary and continues them in a later rollout; "
-         f"rollout.engine={r.engine} cannot pause here (sglang decodes a whole batch per call; vllm pauses "
-         "single-turn samples only): use rollout.engine=hf."),
+        # whether the rollout kind and the engine can pause is what they declare: the start-up check asks them
+        # (plan/checks.py, check_partial)
         (cfg.trainer.mode == "sync",
          "rollout.partial continues a step's unfinished samples in the next step's rollout, which trainer.mode=async "
          "has already started before the step ends: use trainer.mode=sync with rollout.partial.enable."),

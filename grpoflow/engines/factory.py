@@ -25,15 +25,22 @@ from grpoflow.engines.protocol import BatchEngine, EngineAbilities, RolloutEngin
 ROLLOUT_ENGINES = Registry("rollout engine")
 
 
-def register_rollout_engine(name: str, *, override: bool = False, nucleus_floors: bool = False
-                            ) -> Callable[[Callable], Callable]:
+def register_rollout_engine(name: str, *, override: bool = False, nucleus_floors: bool = False, pausing: bool = False,
+                            exact_resume: bool = False) -> Callable[[Callable], Callable]:
     """Make a builder `(model_path, *, pad_token_id, eos_token_id, dtype, seed, **options) -> RolloutEngine`
-    selectable as `rollout.engine=name`. `nucleus_floors`: its completions record each token's top-p floor
-    (`Completion.floors`, models/nucleus.py), so importance sampling works with rollout.top_p < 1."""
-    return ROLLOUT_ENGINES.register(name, override=override, nucleus_floors=nucleus_floors)
+    selectable as `rollout.engine=name`, with what its engines can do, declared here so that the start-up check reads
+    it before any engine is built (plan/checks.py):
+
+    nucleus_floors: its completions record each token's top-p floor (`Completion.floors`, models/nucleus.py), so
+        importance sampling works with rollout.top_p < 1.
+    pausing: its engines stop every running request at a token boundary (`EngineAbilities.pausing`: rollout.partial).
+    exact_resume: a paused request, continued as a new one, samples the tokens the unpaused request would have (a
+        kind that replays a paused trajectory on resume, a conversation on a fresh environment, needs it)."""
+    return ROLLOUT_ENGINES.register(name, override=override, nucleus_floors=nucleus_floors, pausing=pausing,
+                                    exact_resume=exact_resume)
 
 
-@register_rollout_engine("hf", nucleus_floors=True)
+@register_rollout_engine("hf", nucleus_floors=True, pausing=True, exact_resume=True)
 def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
               kv_reuse_mb: int = 1024, lora: dict | None = None, kv_cache_mb: int = 0, longest_request: int = 0,
               grouped_attention: bool = False, exact: bool = False, **gpu_options: Any) -> RolloutEngine:
@@ -84,7 +91,7 @@ def auto_engine_builder(model_path: str, **options: Any) -> RolloutEngine:
     return builder(model_path, **options)
 
 
-@register_rollout_engine("vllm")
+@register_rollout_engine("vllm", pausing=True)  # a continuation draws from a new generator
 def vllm_engine(model_path: str, *, kv_reuse_mb: int = 0, kv_cache_mb: int = 0, longest_request: int = 0,
                 grouped_attention: bool = False, exact: bool = False, **options: Any) -> RolloutEngine:
     from grpoflow.engines.vllm import VLLMRolloutEngine  # imports vllm: only when chosen

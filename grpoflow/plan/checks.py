@@ -29,6 +29,7 @@ from grpoflow.plugins import Registry
 from grpoflow.rewards import build_reward
 from grpoflow.rewards.judge import JudgeConfigError, ScoreParser
 from grpoflow.trajectories.env import load_env
+from grpoflow.trajectories.loop import EnvLoop, SingleTurn
 from grpoflow.trajectories.tools import Tool, load_tools, tool_from_function
 
 JUDGE = "judge"  # the reward name that reads the judge's score
@@ -80,6 +81,7 @@ def check_config(cfg: Config) -> RunParts:
     resolve(KL_ESTIMATORS, "algorithm.kl_penalty", alg.kl_penalty)
     kl_controller = resolve(KL_CONTROLLERS, "algorithm.kl_ctrl.type", alg.kl_ctrl.type)
     engine_builder = resolve(ROLLOUT_ENGINES, "rollout.engine", cfg.rollout.engine)
+    check_partial(cfg)
     check_engine_fits(cfg)
     r = cfg.reward
     spec = r.functions or r.function
@@ -119,6 +121,48 @@ def check_exact(cfg: Config) -> None:
         raise ConfigError(f"rollout.exact=true makes the hf engine's and the trainer's kernels batch-invariant; "
                           f"rollout.engine={cfg.rollout.engine} computes with its own (bound: docs/numerics.md). Use "
                           "rollout.engine=hf or rollout.exact=false.")
+
+
+def kind_class(cfg: Config) -> type:
+    """The class of rollout kind `cfg.rollout` asks for (workers/rollout_kinds.py builds it): its declared abilities
+    (`can_pause`, `replays_on_resume`) are what the start-up check asks."""
+    if cfg.rollout.agent.enabled:
+        from grpoflow.trajectories.agents import AgentEpisodes  # the agent endpoint: the `agents` extra
+
+        return AgentEpisodes
+    return EnvLoop if cfg.rollout.multi_turn.enabled else SingleTurn
+
+
+def check_partial(cfg: Config, facts: MachineFacts | None = None) -> None:
+    """rollout.partial pauses trajectories and continues them in a later rollout: the rollout kind must declare it can
+    pause, and the engine (rollout.engine; auto: as this machine resolves it) that it pauses and, for a kind that
+    replays a paused trajectory on resume, that it continues a paused request exactly (engines/factory.py). Asked of
+    their declarations, never of their names."""
+    r = cfg.rollout
+    if not r.partial.enable:
+        return
+    kind = kind_class(cfg)
+    if not kind.can_pause:
+        raise ConfigError("rollout.partial pauses samples and carries them (and the checkpoint saves them) into the "
+                          f"next step, but an {kind.__name__} trajectory holds state that cannot be saved or replayed "
+                          "(an agent episode, rollout.agent.program, holds a user program's); partial rollout takes "
+                          "single-turn runs and rollout.multi_turn.env / rollout.multi_turn.tools conversations: unset "
+                          "rollout.partial.enable or rollout.agent.program.")
+    if facts is None and r.engine == "auto" and ranks_here(cfg):
+        facts = probe_machine()
+    engine = auto_choice(cfg, facts)[0] if r.engine == "auto" and facts is not None else r.engine
+    if engine == "auto":  # the ranks' machines decide (a Ray cluster elsewhere): auto picks hf for conversations
+        return
+    declared = ROLLOUT_ENGINES.meta(engine)
+    how = "rollout.partial stops samples at a token boundary and continues them in a later rollout; "
+    if not declared.get("pausing", False):
+        raise ConfigError(f"{how}rollout.engine={engine} declares no pausing (it cannot stop its requests at a token "
+                          "boundary): use rollout.engine=hf.")
+    if kind.replays_on_resume and not declared.get("exact_resume", False):
+        raise ConfigError(f"{how}a paused {kind.__name__} conversation is replayed on a fresh environment, which "
+                          f"needs the engine to continue a paused request exactly, and rollout.engine={engine} "
+                          "declares pausing without exact_resume (its continuation samples other tokens; it pauses "
+                          "single-turn samples only): use rollout.engine=hf.")
 
 
 def check_nucleus_sampling(cfg: Config) -> None:

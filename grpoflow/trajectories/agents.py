@@ -136,6 +136,7 @@ class AgentEpisodes:
     """Agent rollouts: `play(batcher, items, params, seed)` -> every episode's samples with their facts."""
     multi_turn = True
     agent = True
+    can_pause, replays_on_resume = False, False  # an episode's state is the agent program's: no checkpoint holds it
     # A tick waits at most this long for episodes still between calls (an agent's time between calls is its own:
     # a slow or sleeping agent must not stall the others); agents that call back within it sample deterministically.
     admission_wait_s = 0.05

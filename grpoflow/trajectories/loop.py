@@ -155,6 +155,7 @@ class SingleTurn:
     asks for the rest of its budget after its ids so far."""
     multi_turn = False
     agent = False
+    can_pause, replays_on_resume = True, False  # a paused sample goes on from its tokens so far
     admission_wait_s = None  # the batcher waits for every trajectory between turns (deterministic)
 
     def __init__(self, tokenizer: Any) -> None:
@@ -203,6 +204,7 @@ class EnvLoop:
     """Conversations with an environment (`rollout.multi_turn.env`) and/or tools (`rollout.multi_turn.tools`)."""
     multi_turn = True
     agent = False
+    can_pause, replays_on_resume = True, True  # a paused conversation is replayed on a fresh environment
     admission_wait_s = None  # the batcher waits for every trajectory between turns (deterministic)
 
     def __init__(self, renderer: ChatRenderer, *, env_cls: type | None, tools: ToolUse | None,

@@ -33,6 +33,11 @@ from grpoflow.engines.protocol import RolloutEngine, SamplingParams
 class Kind(Protocol):
     multi_turn: bool
     agent: bool
+    # rollout.partial, declared by the kind (the start-up check reads it, plan/checks.py): its trajectories can pause
+    # and go on in a later rollout; on resume it replays what a paused one recorded (a conversation on a fresh
+    # environment), so the engine must continue a paused request exactly (`exact_resume`, engines/factory.py)
+    can_pause: bool
+    replays_on_resume: bool
 
     @property
     def admission_wait_s(self) -> float | None:

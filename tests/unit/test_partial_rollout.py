@@ -216,15 +216,43 @@ def test_a_due_group_is_trained_before_one_that_completed_earlier(rollout_group)
 
 
 @pytest.mark.parametrize("override, says", [
-    ("rollout.agent.program=x.py:run", "an agent episode .* cannot be saved or replayed"),
-    ("rollout.engine=sglang", "use rollout.engine=hf"),
-    ("rollout.engine=vllm rollout.multi_turn.tools=[calculator]", "vllm pauses single-turn samples only"),
+    ("rollout.agent.program=x.py:run", "an AgentEpisodes trajectory holds state that cannot be saved or replayed"),
+    ("rollout.engine=sglang", "rollout.engine=sglang declares no pausing.*use rollout.engine=hf"),
+    ("rollout.engine=vllm rollout.multi_turn.tools=[calculator]",
+     "rollout.engine=vllm declares pausing without exact_resume.*pauses single-turn samples only"),
     ("algorithm.filter_groups.enable=true", "use one of them"),
     ("rollout.partial.oversample=0.9", "rollout.partial.oversample must be >= 1"),
 ])
 def test_the_config_refuses_what_partial_rollout_cannot_do(override, says):
+    from grpoflow.plan.checks import check_config
+
     with pytest.raises(ConfigError, match=says):
-        load_config(None, ["rollout.partial.enable=true", *override.split()])
+        check_config(load_config(None, ["rollout.partial.enable=true", *override.split()]))
+
+
+@pytest.mark.parametrize("declared, multi_turn, refused", [
+    ({"pausing": True, "exact_resume": True}, True, None),
+    ({"pausing": True}, False, None),
+    ({"pausing": True}, True, "declares pausing without exact_resume"),
+    ({}, False, "declares no pausing"),
+])
+def test_partial_rollout_asks_what_the_engine_and_the_kind_declare(declared, multi_turn, refused):
+    """Not the engine's name: an engine registered with its abilities is taken or refused by them alone."""
+    from grpoflow.engines.factory import ROLLOUT_ENGINES, register_rollout_engine
+    from grpoflow.plan.checks import check_partial
+
+    register_rollout_engine("declared_test_engine", override=True, **declared)(lambda model_path, **_: None)
+    try:
+        cfg = load_config(None, ["rollout.partial.enable=true", "rollout.engine=declared_test_engine",
+                                 *(["rollout.multi_turn.env=guess_number"] if multi_turn else [])])
+        if refused is None:
+            check_partial(cfg)
+        else:
+            with pytest.raises(ConfigError, match=f"rollout.engine=declared_test_engine {refused}"):
+                check_partial(cfg)
+    finally:
+        ROLLOUT_ENGINES._fns.pop("declared_test_engine")
+        ROLLOUT_ENGINES._meta.pop("declared_test_engine")
 
 
 @pytest.mark.parametrize("multi_turn", ["rollout.multi_turn.tools=[calculator]", "rollout.multi_turn.env=guess_number"])

@@ -8,8 +8,6 @@ argument) and ``data_source``.
 
 from __future__ import annotations
 
-import json
-import os
 import random
 
 DATA_SOURCE = "addition"
@@ -46,12 +44,6 @@ def make_addition_rows(
     return rows
 
 
-def _write_jsonl(path: str, rows: list[dict]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-
-
 def addition_splits(n_train: int = 5000, n_val: int = 500, seed: int = 0, digits: int = 2
                     ) -> tuple[list[dict], list[dict]]:
     """Disjoint ``(train_rows, val_rows)``; the same arguments always give the same rows."""
@@ -59,20 +51,3 @@ def addition_splits(n_train: int = 5000, n_val: int = 500, seed: int = 0, digits
     # A different seed stream for validation; `exclude` makes the two sets disjoint.
     val = make_addition_rows(n_val, seed=seed + 1_000_003, digits=digits, exclude={r["prompt"] for r in train})
     return train, val
-
-
-def write_addition_dataset(
-    out_dir: str | os.PathLike, n_train: int = 5000, n_val: int = 500, seed: int = 0, digits: int = 2
-) -> tuple[str, str]:
-    """Write ``train.jsonl`` and ``val.jsonl`` (no prompt in both) into ``out_dir``.
-
-    Returns ``(train_path, val_path)``.
-    """
-    out_dir = os.fspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    train, val = addition_splits(n_train, n_val, seed, digits)
-    train_path = os.path.join(out_dir, "train.jsonl")
-    val_path = os.path.join(out_dir, "val.jsonl")
-    _write_jsonl(train_path, train)
-    _write_jsonl(val_path, val)
-    return train_path, val_path

@@ -38,7 +38,6 @@ import json
 import logging
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -59,12 +58,6 @@ class ToolResult:
 
     content: str
     status: str
-
-
-def status_counts(results: list[ToolResult]) -> dict[str, int]:
-    """How many results have each status, every status present (0 if none): for the tools/* metrics."""
-    counts = Counter(r.status for r in results)
-    return {status: counts.get(status, 0) for status in STATUSES}
 
 
 class ToolRunner:

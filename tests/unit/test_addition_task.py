@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from grpoflow.tasks.addition import make_addition_rows, write_addition_dataset
+from grpoflow.tasks.addition import addition_splits, make_addition_rows
 
 
 def _check(row, digits):
@@ -35,6 +35,16 @@ def test_exclude_and_digits():
     assert len({r["prompt"] for r in make_addition_rows(100, seed=1, digits=1)}) == 100
     with pytest.raises(ValueError, match="at most 98"):
         make_addition_rows(99, seed=0, digits=1, exclude={"3+4=", "0+0="})
+
+
+def write_addition_dataset(out_dir, n_train: int, n_val: int, seed: int) -> tuple[str, str]:
+    """`addition_splits` written as train.jsonl and val.jsonl into `out_dir` (the rows a user's own files hold)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, rows in zip(("train", "val"), addition_splits(n_train, n_val, seed)):
+        (out_dir / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        paths.append(str(out_dir / f"{name}.jsonl"))
+    return paths[0], paths[1]
 
 
 def test_write_dataset_disjoint(tmp_path):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from grpoflow.data.tool_format import ToolCall
-from grpoflow.trajectories.tool_runner import ToolResult, ToolRunner, status_counts
+from grpoflow.trajectories.tool_runner import STATUSES, ToolResult, ToolRunner
 from grpoflow.trajectories.tools import load_tools, tool_from_function
 
 TIMEOUT = 1.0
@@ -199,6 +199,11 @@ def test_a_worker_that_dies_is_an_error_and_is_replaced(runner):
     assert results[1] == ToolResult("a", "ok")
     (again,), _ = run(runner, behave("b"))
     assert again == ToolResult("b", "ok")
+
+
+def status_counts(results: list[ToolResult]) -> dict[str, int]:
+    """How many results have each status, every status present (0 if none)."""
+    return {status: sum(r.status == status for r in results) for status in STATUSES}
 
 
 def test_status_counts_of_a_mixed_batch_are_exact(runner):

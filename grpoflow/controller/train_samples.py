@@ -7,7 +7,7 @@ group:
 
     {"step", "group", "data_source", "prompt", "row": {short scalar columns}, "samples": [
         {"completion", "score", "reward_parts": {...}, "advantage", "length", "trained_tokens",
-         "policy_version", "truncated", "ended" (why it ended: trajectories/trajectory.py END_REASONS),
+         "policy_version", "truncated", "ended" (why it ended: trajectories/trajectory.py EndState),
          "conversation": [chat messages]          (multi-turn / agent samples only)
          "segments": [{"text", "tokens", "source": "model" | "env", "trained"}]}
                                                   (when some response tokens were not trained)
@@ -177,8 +177,8 @@ def sample_record(batch: Batch, i: int, advantages: Tensor, trained: Tensor,
         "trained_tokens": n_trained,
         "policy_version": int(batch.policy_version[i]) if batch.policy_version is not None else None,
         "truncated": bool(batch.truncated[i]) if batch.truncated is not None else False}
-    if batch.infos and batch.infos[i].ended:
-        out["ended"] = batch.infos[i].ended
+    if batch.infos and batch.infos[i].end.value:
+        out["ended"] = batch.infos[i].end.value
     if batch.conversations:
         out["conversation"] = batch.conversations[i]
     if bool((attended & ~trained).any()):

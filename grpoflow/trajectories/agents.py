@@ -48,7 +48,7 @@ from grpoflow.errors import UserError
 from grpoflow.trajectories.endpoint import Endpoint
 from grpoflow.trajectories.episode import EpisodeRecord
 from grpoflow.trajectories.loop import Played, RolloutItem
-from grpoflow.trajectories.trajectory import Trajectory
+from grpoflow.trajectories.trajectory import EndState, Trajectory
 from grpoflow.trajectories.turns import info_of
 from grpoflow.plugins import load_from_file
 from grpoflow.engines.batcher import Client, RequestBatcher
@@ -99,9 +99,10 @@ def load_agent(spec: str, agent_args: dict | None = None, model_name: str = "pol
 
 @dataclass
 class Outcome:
-    rewards: dict[str, float] | None  # None: the agent failed (status error or timeout)
-    status: str = "ok"                # ok | error | timeout
-    error: str = ""                   # status error: what the agent raised
+    rewards: dict[str, float] | None  # None: the agent failed (end error or timeout)
+    end: EndState = EndState.RUNNING  # its samples' end: RUNNING (the program returned: each sample's own), ERROR
+                                      # or TIMEOUT
+    error: str = ""                   # end error: what the agent raised
 
 
 class AgentFailure(UserError):
@@ -112,7 +113,7 @@ class AgentFailure(UserError):
 def check_some_episode_ran(outcomes: list[Outcome]) -> None:
     """AgentFailure when every one of a step's episodes raised one error (episodes that time out are scored
     reward.error_score and counted: a slow step is no broken program)."""
-    if not outcomes or any(o.status != "error" for o in outcomes):
+    if not outcomes or any(o.end is not EndState.ERROR for o in outcomes):
         return
     errors = {o.error for o in outcomes}
     if len(errors) == 1:
@@ -194,14 +195,14 @@ class AgentEpisodes:
             raise EngineError(f"the rollout engine failed while serving agent calls: {type(failure).__name__}: "
                               f"{failure}") from failure
         finished = dict(outcomes)  # a blocked loop may still write to `outcomes`
-        check_some_episode_ran([finished.get(e, Outcome(None, "timeout")) for e in ids])
+        check_some_episode_ran([finished.get(e, Outcome(None, EndState.TIMEOUT)) for e in ids])
         played: Played = []
         for k, ((item, _), e) in enumerate(zip(pairs, ids)):
-            outcome, record = finished.get(e, Outcome(None, "timeout")), records[e]
+            outcome, record = finished.get(e, Outcome(None, EndState.TIMEOUT)), records[e]
             samples = self.samples_of(item, record, outcome)
             for s, t in enumerate(samples):
                 last = record.last if record.last is not None else len(samples) - 1
-                played.append((item.position, t, info_of(t, status=outcome.status, final=s == last, episode=k)))
+                played.append((item.position, t, info_of(t, final=s == last, episode=k)))
         return played
 
     def close(self) -> None:
@@ -214,9 +215,8 @@ class AgentEpisodes:
         opening = self.opening(item.row or {})
         samples = record.samples or [Trajectory(self.renderer.prompt_ids(opening), opening)]
         for t in samples:
-            t.rewards, t.done = dict(rewards), True
-            t.ended = outcome.status if outcome.status in ("error", "timeout") else \
-                "token_budget" if t.truncated else "stop"
+            t.rewards = dict(rewards)
+            t.end = outcome.end if outcome.end.is_error else t.end if t.end.is_terminal else EndState.STOP
         return samples
 
     async def play_all(self, ids: list[str], rows: list[dict], outcomes: dict[str, Outcome]) -> None:
@@ -240,7 +240,7 @@ class AgentEpisodes:
             done, _ = await asyncio.wait({task}, timeout=self.timeout_s)
             if not done:
                 task.cancel()
-                outcomes[episode] = Outcome(None, "timeout")
+                outcomes[episode] = Outcome(None, EndState.TIMEOUT)
                 return
             try:
                 outcomes[episode] = Outcome(reward_parts(task.result()))
@@ -249,7 +249,7 @@ class AgentEpisodes:
                     log.warning("agent episode %s failed (scored reward.error_score): %s: %s", episode,
                                 type(e).__name__, e, exc_info=e)
                 errors.append(f"{type(e).__name__}: {e}")
-                outcomes[episode] = Outcome(None, "error", f"{type(e).__name__}: {str(e)[:500]}")
+                outcomes[episode] = Outcome(None, EndState.ERROR, f"{type(e).__name__}: {str(e)[:500]}")
         finally:
             self.endpoint.close_episode(episode)
 

@@ -41,7 +41,7 @@ from grpoflow.trajectories.endpoint_limits import (BODY_TIMEOUT_S, MAX_BODY_BYTE
 from grpoflow.trajectories.episode import EpisodeRecord, Placement
 from grpoflow.trajectories.openai_api import (APIError, ChatRequest, Reply, completion_body, model_object, models_body,
                                            parse_request, stream_events)
-from grpoflow.trajectories.turns import count_engine_work, stream_seed
+from grpoflow.trajectories.turns import TurnStop, count_engine_work, read_turn, stream_seed
 from grpoflow.engines.batcher import EngineFailure
 from grpoflow.engines.protocol import Completion, Request, SamplingParams
 
@@ -257,8 +257,8 @@ class Endpoint:
         stopped_on = cut_at_stop(ids, request.stop, self.renderer) if request.stop else None
         if stopped_on is not None:
             ids, log_probs, cut = ids[:stopped_on[0]], log_probs[:stopped_on[0]], False
-        ended = bool(ids) and ids[-1] in (self.renderer.turn.end_token_id, self.tokenizer.eos_token_id)
-        truncated = cut or (stopped_on is None and not ended)
+        stop = read_turn(ids, cut=cut, end_of_turn=self.renderer.turn.end_token_id, eos=self.tokenizer.eos_token_id)
+        truncated = stop is TurnStop.CUT or (stopped_on is None and stop is TurnStop.OPEN)
         text = stopped_on[1] if stopped_on is not None else self.renderer.decode(ids)
         calls = self.tool_format.parse(text) if request.parse_tools else None
         version = min(out.versions, default=0)

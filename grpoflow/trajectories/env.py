@@ -45,6 +45,7 @@ from typing import Any, Callable, Protocol
 
 from grpoflow.errors import UserError
 from grpoflow.plugins import Registry
+from grpoflow.trajectories.trajectory import EndState
 
 ENVIRONMENTS = Registry("environment")
 log = logging.getLogger("grpoflow.env")
@@ -125,13 +126,13 @@ class GuardedEnvironment:
     (rollout.multi_turn.env_timeout_s) and off the event loop: a plain method runs in a daemon thread of its own
     (so a slow one stalls neither the event loop nor the other trajectories, and a hung one is left behind
     without holding up the end of the run), an `async def` one is awaited under the bound (it must await, not
-    block). `failure` says why it stopped; `ended` is then "error" or "timeout" (the trajectory's end reason)."""
+    block). `failure` says why it stopped; `end` is then EndState.ERROR or TIMEOUT (the trajectory's end)."""
 
     def __init__(self, cls: type, kwargs: dict | None = None, *, timeout_s: float = 60.0) -> None:
         self.cls, self.kwargs, self.timeout_s = cls, dict(kwargs or {}), timeout_s
         self.name = cls.__name__
         self.failure: str | None = None
-        self.ended: str | None = None
+        self.end: EndState | None = None
         self._steps_total = 0.0
         self.inner: Any = None
         self.tools = getattr(cls, "tools", [])
@@ -192,16 +193,16 @@ class GuardedEnvironment:
     def refuse(self, method: str, why: str) -> None:
         """What `method` returned cannot be used (`why`, e.g. "returned ..."): the environment fails as if it had
         raised."""
-        self._failed("error", f"{self.name}.{method} {why}")
+        self._failed(EndState.ERROR, f"{self.name}.{method} {why}")
 
     def _fail(self, method: str, error: BaseException) -> None:
         if isinstance(error, asyncio.CancelledError):
             raise error
-        self._failed("timeout" if isinstance(error, asyncio.TimeoutError) else "error",
+        self._failed(EndState.TIMEOUT if isinstance(error, asyncio.TimeoutError) else EndState.ERROR,
                      f"{self.name}.{method} {describe(error, self.timeout_s)}")
 
-    def _failed(self, ended: str, failure: str) -> None:
-        self.ended, self.failure = ended, failure
+    def _failed(self, end: EndState, failure: str) -> None:
+        self.end, self.failure = end, failure
         log.warning("environment %s; its trajectory ends here and scores reward.error_score (counted in "
                     "reward/env/errors).", self.failure)
 

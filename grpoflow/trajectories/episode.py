@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grpoflow.trajectories.trajectory import Segment, Trajectory
+from grpoflow.trajectories.trajectory import EndState, Segment, Trajectory
 
 
 @dataclass
@@ -55,7 +55,7 @@ class EpisodeRecord:
         `record` or `release`."""
         for k in reversed(range(len(self.samples))):
             t = self.samples[k]
-            if k in self.busy or t.done:
+            if k in self.busy or t.end.is_terminal:
                 continue
             full = t.prompt_ids + t.response_ids
             if len(prompt_ids) >= len(full) and prompt_ids[:len(full)] == full:
@@ -78,8 +78,7 @@ class EpisodeRecord:
         """Add a finished call: `messages` is the request's conversation with the reply appended; `out_of_budget`:
         the reply was cut at the sample's remaining budget. Returns the sample it went to."""
         if placement.ended is not None:
-            ended = self.samples[placement.ended]
-            ended.done, ended.truncated = True, True
+            self.samples[placement.ended].end = EndState.TOKEN_BUDGET
         if placement.sample is None:
             t = Trajectory(list(prompt_ids), [])
             self.samples.append(t)
@@ -96,5 +95,5 @@ class EpisodeRecord:
         t.tool_calls += tool_calls
         t.tool_errors += tool_errors
         if out_of_budget:
-            t.done, t.truncated = True, True
+            t.end = EndState.TOKEN_BUDGET
         return t

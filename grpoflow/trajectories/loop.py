@@ -38,9 +38,9 @@ from typing import Any, Awaitable, Callable
 from grpoflow.errors import UserError
 from grpoflow.trajectories.chat import ChatRenderer
 from grpoflow.trajectories.env import GuardedEnvironment, with_system_prompt
-from grpoflow.trajectories.trajectory import Progress, Segment, Trajectory
-from grpoflow.trajectories.turns import (SampleInfo, ToolUse, add_model_turn, count_engine_work, env_seeds, floors_of,
-                                     first_turn_seeds, info_of, joined, stream_seed)
+from grpoflow.trajectories.trajectory import EndState, Progress, Segment, Trajectory
+from grpoflow.trajectories.turns import (SampleInfo, ToolUse, TurnStop, add_model_turn, count_engine_work, env_seeds,
+                                     first_turn_seeds, floors_of, info_of, joined, read_turn, stream_seed)
 from grpoflow.engines.batcher import Client, RequestBatcher
 from grpoflow.engines.protocol import Completion, Request, SamplingParams
 
@@ -145,7 +145,8 @@ async def play_each(batcher: RequestBatcher, items: list[RolloutItem], n: int,
         t = await trajectory(CountedClient(client, lambda: finished(k, j)), item, j)
         progress = Progress.of(t, carried.seed, multi_turn)
         return item.position, progress.trajectory(item.ids), info_of(
-            t, episode=k * n + j, progress=progress, paused=t.ended == "paused", finished_at=finished_at[k * n + j])
+            t, episode=k * n + j, progress=progress, paused=t.end is EndState.PAUSED,
+            finished_at=finished_at[k * n + j])
 
     return list(await asyncio.gather(*(sample(k, j) for k in range(len(items)) for j in range(n))))
 
@@ -183,8 +184,7 @@ class SingleTurn:
                 paused(t, c, len(prompt))
                 return t
             add_model_turn(t, c, self.tokenizer.decode(c.ids, skip_special_tokens=True), len(prompt))
-            t.truncated = c.truncated
-            t.ended = "token_budget" if c.truncated else "eos"
+            t.end = EndState.TOKEN_BUDGET if c.truncated else EndState.EOS
             return t
 
         return await play_each(batcher, items, params.n, sample, quota=quota)
@@ -197,7 +197,7 @@ def paused(t: Trajectory, c: Completion, prompt_tokens: int) -> None:
     """`t` paused in its open turn `c` (rollout.partial; asked with `prompt_tokens` of context)."""
     count_engine_work(t, c, prompt_tokens)
     t.open = Segment(list(c.ids), list(c.log_probs), min(c.versions, default=0), list(c.versions), floors_of(c))
-    t.ended = "paused"
+    t.end = EndState.PAUSED
 
 
 class EnvLoop:
@@ -248,9 +248,9 @@ class EnvLoop:
         finally:
             client.done()
             if env is not None:
-                if t.ended != "paused":  # over (or failed): the environment's reward
+                if t.end is not EndState.PAUSED:  # over (or failed): the environment's reward
                     t.rewards = await env.reward()
-                    t.ended = env.ended or t.ended
+                    t.end = env.end or t.end
                 await env.close()
 
     async def new_env(self) -> GuardedEnvironment | None:
@@ -286,10 +286,10 @@ class EnvLoop:
                        params: SamplingParams, seed: int | None, head: Completion | None = None) -> None:
         """Turns from `t.turns` on until the conversation is over, or until the batcher pauses a turn
         (rollout.partial): then that turn's tokens so far are `t.open`. `head`: the first turn's tokens sampled
-        in an earlier rollout; the turn goes on from them at their offset in its random stream. Sets `t.ended`
-        (trajectory.END_REASONS)."""
+        in an earlier rollout; the turn goes on from them at their offset in its random stream. Sets `t.end`
+        (trajectory.EndState)."""
         budget, end = params.max_new_tokens, self.renderer.turn.end_token_id
-        t.ended = "max_turns"  # unless the loop below ends it otherwise
+        t.end = EndState.MAX_TURNS  # unless the loop below ends it otherwise
         for turn in range(t.turns, self.max_turns):
             before, head = head or Completion([], [], [], ""), None
             prompt = tuple(t.prompt_ids + t.response_ids + before.ids)
@@ -303,17 +303,16 @@ class EnvLoop:
                 return
             text = self.renderer.decode(c.ids)
             add_model_turn(t, c, text, len(prompt))
-            t.truncated = c.truncated  # cut at the budget left
-            ended = "token_budget" if c.truncated else "eos" if not c.ids or c.ids[-1] != end else \
-                "max_turns" if turn + 1 >= self.max_turns else None
+            stop = read_turn(c.ids, cut=c.truncated, end_of_turn=end)  # cut at the budget left, or ended how
+            ended = EndState.TOKEN_BUDGET if stop is TurnStop.CUT else EndState.EOS if stop is not \
+                TurnStop.END_OF_TURN else EndState.MAX_TURNS if turn + 1 >= self.max_turns else None
             replies, over = await self.answer(t, env, text, ended is not None)
             if over or ended is not None:
-                t.ended = ended or ("env_done" if env is not None else "stop")
+                t.end = ended or (EndState.ENV_DONE if env is not None else EndState.STOP)
                 return
             ids = self.renderer.continuation_ids(t.messages, replies)
             if t.used + len(ids) >= budget:
-                t.truncated = True  # the reply and one more token do not fit in the budget
-                t.ended = "token_budget"
+                t.end = EndState.TOKEN_BUDGET  # the reply and one more token do not fit in the budget
                 return
             t.segments.append(Segment(ids))
             t.messages += replies

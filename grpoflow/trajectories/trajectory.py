@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 from dataclasses import dataclass, field
 
 import torch
@@ -23,17 +24,36 @@ from grpoflow.data.batch import Batch
 from grpoflow.engines.protocol import Completion, left_pad
 from grpoflow.models.nucleus import NO_CUT
 
-# Why a trajectory ended (Trajectory.ended; logged as shares rollout/ending/<reason>):
-END_REASONS = (
-    "stop",          # the model ended its turn and nothing answers (no environment, no tool call)
-    "eos",           # the model ended with EOS (a single-turn sample's stop token), not the end-of-turn token
-    "max_turns",     # rollout.multi_turn.max_turns model turns
-    "token_budget",  # rollout.max_new_tokens ran out (a turn cut, or no room for a reply and one more token)
-    "env_done",      # the environment said the conversation is over
-    "error",         # user code (environment, agent program) raised or returned nonsense
-    "timeout",       # user code ran past its limit (rollout.multi_turn.env_timeout_s, rollout.agent.timeout_s)
-    "paused",        # rollout.partial stopped it unfinished, to go on in a later rollout
-)
+class EndState(str, enum.Enum):
+    """Where a trajectory is: running, paused, or why it ended (the one end state of a trajectory, and of an agent
+    episode; logged as shares rollout/ending/<value>, written as `ended` in train_samples.jsonl)."""
+    RUNNING = ""                 # not over yet
+    STOP = "stop"                # the model ended its turn and nothing answers (no environment, no tool call)
+    EOS = "eos"                  # the model ended with EOS (a single-turn sample's stop token), not the end-of-turn
+    MAX_TURNS = "max_turns"      # rollout.multi_turn.max_turns model turns
+    TOKEN_BUDGET = "token_budget"  # rollout.max_new_tokens ran out (a turn cut, or no room for a reply and a token)
+    ENV_DONE = "env_done"        # the environment said the conversation is over
+    ERROR = "error"              # user code (environment, agent program) raised or returned nonsense
+    TIMEOUT = "timeout"          # user code ran past its limit (rollout.multi_turn.env_timeout_s, .agent.timeout_s)
+    PAUSED = "paused"            # rollout.partial stopped it unfinished, to go on in a later rollout
+
+    @property
+    def is_truncated(self) -> bool:
+        """The token budget ran out before it ended (Batch.truncated: actor.mask_truncated, the clip ratio)."""
+        return self is EndState.TOKEN_BUDGET
+
+    @property
+    def is_error(self) -> bool:
+        """User code failed it (it scores reward.error_score)."""
+        return self in (EndState.ERROR, EndState.TIMEOUT)
+
+    @property
+    def is_terminal(self) -> bool:
+        """Over for good: neither running nor paused."""
+        return self not in (EndState.RUNNING, EndState.PAUSED)
+
+
+END_REASONS = tuple(e.value for e in EndState if e is not EndState.RUNNING)
 
 
 @dataclass
@@ -60,13 +80,11 @@ class Trajectory:
     tool_timeouts: int = 0                 # calls past the tool timeout or killed for CPU time / memory
     step_reward: float = 0.0               # the environment's step rewards so far
     rewards: dict[str, float] = field(default_factory=dict)  # the environment's reward parts, when it is over
-    truncated: bool = False                # the token budget ran out before the conversation ended
-    done: bool = False
     prefilled: int = 0                     # prompt tokens the engine computed for its turns (the rest reused)
     context: int = 0                       # prompt tokens of its turns: what re-prefilling every turn would compute
     kv_reused: int = 0                     # prompt tokens of its turns whose KV the engine kept from a turn before
     kv_evicted: int = 0                    # other trajectories' kept KV caches that keeping its own pushed out
-    ended: str = ""                        # why it ended (END_REASONS; "" while it runs)
+    end: EndState = EndState.RUNNING       # running, paused, or why it ended
     open: Segment | None = None            # paused (rollout.partial): the open turn's tokens so far, not yet a turn
 
     @property
@@ -98,6 +116,9 @@ class Trajectory:
     def from_data(data: dict) -> "Trajectory":
         """A fresh trajectory from `as_data`'s output (a deep copy: growing it leaves `data` as it was)."""
         data = copy.deepcopy(data)
+        if "ended" in data:  # written before the one end state (truncated, done, ended): its reason holds it all
+            data["end"] = EndState(data.pop("ended"))
+            data.pop("truncated", None), data.pop("done", None)
         opened = data.get("open")
         return Trajectory(**{**data, "segments": [Segment(**s) for s in data["segments"]],
                              "open": Segment(**opened) if opened is not None else None})
@@ -134,8 +155,7 @@ class Progress:
         if self.past is not None:
             return Trajectory.from_data(self.past)
         t = Trajectory(list(prompt_ids), [{"role": "assistant", "content": self.text}], turns=1,
-                       truncated=self.finish == "length",
-                       ended={"": "paused", "length": "token_budget"}.get(self.finish, "eos"))
+                       end={"": EndState.PAUSED, "length": EndState.TOKEN_BUDGET}.get(self.finish, EndState.EOS))
         if self.ids:
             t.segments.append(Segment(list(self.ids), list(self.log_probs), min(self.versions), list(self.versions),
                                       list(self.floors) if len(self.floors) == len(self.ids) else None))
@@ -145,7 +165,7 @@ class Progress:
     def of(t: Trajectory, seed: int, multi_turn: bool) -> "Progress":
         """The progress of `t` after a rollout (paused: `t.open` holds its open turn): a conversation keeps its
         trajectory in `past`, a single-turn sample its one turn in `ids`."""
-        finish = "" if t.ended == "paused" else "length" if t.truncated else "stop"
+        finish = "" if t.end is EndState.PAUSED else "length" if t.end.is_truncated else "stop"
         turn = t.open if t.open is not None else t.segments[0] if t.segments and not multi_turn else Segment([])
         ids, log_probs, versions = list(turn.ids), list(turn.log_probs or []), list(turn.versions or [])
         floors = list(turn.floors or [])
@@ -197,7 +217,7 @@ def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts:
         return Batch(prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
                      response_mask=response_mask, group_ids=torch.zeros(b, dtype=torch.long),
                      rollout_log_probs=log_probs, sampling_floors=sampling_floors,
-                     truncated=torch.tensor([t.truncated for t in trajectories]),
+                     truncated=torch.tensor([t.end.is_truncated for t in trajectories]),
                      policy_version=torch.tensor([t.version for t in trajectories], dtype=torch.long),
                      token_versions=versions, prompts=list(prompt_texts),
                      completions=[t.last_assistant_text() for t in trajectories], rows=list(rows))
@@ -205,7 +225,7 @@ def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts:
                  response_mask=response_mask, response_attention=attention,
                  group_ids=torch.zeros(b, dtype=torch.long), rollout_log_probs=log_probs,
                  sampling_floors=sampling_floors,
-                 truncated=torch.tensor([t.truncated for t in trajectories], dtype=torch.bool),
+                 truncated=torch.tensor([t.end.is_truncated for t in trajectories], dtype=torch.bool),
                  policy_version=torch.tensor([t.version for t in trajectories], dtype=torch.long),
                  token_versions=versions,
                  env_rewards=torch.tensor([sum(t.rewards.values()) for t in trajectories], dtype=torch.float32),

@@ -10,19 +10,22 @@ The rules, once for the environment loop (loop.py) and the agent endpoint (endpo
   turn may sample what is left; a turn cut there (finish "length") ends the trajectory, truncated; a reply
   that leaves no room for one more token ends it too, truncated.
 - **End of turn.** A turn that ends with the template's end-of-turn token may be answered; one that ends
-  with EOS, or is cut, ends the conversation after the environment has seen it.
+  with EOS, or is cut, ends the conversation after the environment has seen it. `read_turn` reads how a turn
+  stopped, for both: the loop ends the trajectory on EOS or a cut (`EndState`); the endpoint replies
+  `finish_reason` "stop" to a turn that ended with either end token and "length" to one that did not.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from grpoflow.data.tool_format import HERMES, ToolCall, ToolFormat
 from grpoflow.trajectories.tool_runner import ToolRunner
-from grpoflow.trajectories.trajectory import Progress, Segment, Trajectory
+from grpoflow.trajectories.trajectory import EndState, Progress, Segment, Trajectory
 from grpoflow.engines.protocol import Completion
 from grpoflow.engines.random_streams import prompt_seeds, row_seeds
 
@@ -61,7 +64,6 @@ class SampleInfo:
     tool_errors: int = 0
     tool_timeouts: int = 0
     rewards: dict[str, float] = field(default_factory=dict)  # the environment's or agent's reward parts
-    status: str = ""        # agent episodes: ok | error | timeout
     final: bool = True      # the sample of its episode that validation scores (an episode's latest call)
     episode: int = 0        # the episode (or trajectory) it came from, numbered within the rollout
     prefilled: int = 0      # prompt tokens the engine computed for its turns (not reused, not shared)
@@ -71,13 +73,34 @@ class SampleInfo:
     paused: bool = False    # rollout.partial: stopped unfinished, to continue in a later rollout
     finished_at: int = -1   # rollout.partial: the batcher tick it finished at in this rollout (-1: not in it)
     progress: Progress | None = None  # rollout.partial: the sample so far as plain data
-    ended: str = ""         # why it ended (trajectory.END_REASONS)
+    end: EndState = EndState.RUNNING  # why it ended (an agent episode's samples: the episode's error or timeout)
 
 
 def info_of(t: Trajectory, **extra: Any) -> SampleInfo:
     return SampleInfo(turns=t.turns, tool_calls=t.tool_calls, tool_errors=t.tool_errors,
                       tool_timeouts=t.tool_timeouts, rewards=dict(t.rewards), prefilled=t.prefilled,
-                      context=t.context, kv_reused=t.kv_reused, kv_evicted=t.kv_evicted, ended=t.ended, **extra)
+                      context=t.context, kv_reused=t.kv_reused, kv_evicted=t.kv_evicted, end=t.end, **extra)
+
+
+class TurnStop(enum.Enum):
+    """How one model turn stopped (`read_turn`)."""
+    END_OF_TURN = "end_of_turn"  # on the template's end-of-turn token: it may be answered
+    EOS = "eos"                  # on the end-of-sequence token (not the end-of-turn one)
+    CUT = "cut"                  # at its token budget
+    OPEN = "open"                # on neither end token and not cut (an empty turn): nothing closed it
+
+
+def read_turn(ids: Sequence[int], *, cut: bool, end_of_turn: int, eos: int | None = None) -> TurnStop:
+    """How a sampled turn of `ids` stopped: cut at its budget, or on its last token, the end-of-turn token first
+    (a template whose end-of-turn token is EOS ends turns, not sequences). The one turn reader of the environment
+    loops and the agent endpoint (module docstring)."""
+    if cut:
+        return TurnStop.CUT
+    if ids and ids[-1] == end_of_turn:
+        return TurnStop.END_OF_TURN
+    if ids and eos is not None and ids[-1] == eos:
+        return TurnStop.EOS
+    return TurnStop.OPEN
 
 
 def joined(head: Completion, c: Completion) -> Completion:
@@ -161,9 +184,9 @@ class ToolUse:
 
 def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, episodes: int,
                     env_tokens: int, tokens: int, truncated: int) -> dict[str, float]:
-    """rollout/ending/<reason> (the share of samples that ended so, trajectory.END_REASONS), and multi_turn/*,
+    """rollout/ending/<reason> (the share of samples that ended so, trajectory.EndState), and multi_turn/*,
     tools/*, agent/* and reward parts of a step's samples (tools/* and errors are totals)."""
-    ended = [i.ended for i in infos if i.ended]
+    ended = [i.end.value for i in infos if i.end is not EndState.RUNNING]
     endings = {f"rollout/ending/{r}": ended.count(r) / len(ended) for r in sorted(set(ended))}
     if not multi_turn or not infos:
         return endings
@@ -180,11 +203,11 @@ def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, e
            "tools/errors": float(sum(i.tool_errors for i in infos)),
            "tools/timeouts": float(sum(i.tool_timeouts for i in infos))}
     if agent:
-        status = {i.episode: i.status for i in infos}
+        status = {i.episode: i.end for i in infos}  # an episode's samples all end in its error or timeout
         out.update({"agent/calls/mean": turns.sum().item() / max(episodes, 1),
                     "agent/samples/mean": sum(i.turns > 0 for i in infos) / max(episodes, 1),  # the empty ones not
-                    "agent/errors": float(sum(s == "error" for s in status.values())),
-                    "agent/timeouts": float(sum(s == "timeout" for s in status.values()))})
+                    "agent/errors": float(sum(s is EndState.ERROR for s in status.values())),
+                    "agent/timeouts": float(sum(s is EndState.TIMEOUT for s in status.values()))})
     for part in sorted({k for i in infos for k in i.rewards}):
         out[f"reward/{part}/mean"] = sum(i.rewards.get(part, 0.0) for i in infos) / len(infos)
     return {**out, **endings}

@@ -43,7 +43,7 @@ def test_an_opening_over_the_budget_ends_only_its_trajectory_and_is_never_tokeni
     rows = [PromptItem(prompt_ids=[], prompt_text="", row={"prompt": "Guess 1-8", "secret": s}, data_source="g",
                        index=i) for i, s in enumerate([1, 2])]
     batch, metrics = play(loop, engine, rows, SamplingParams(n=2, max_new_tokens=50, temperature=1.0), seed=0)
-    ended = [info.ended for info in batch.infos]
+    ended = [info.end.value for info in batch.infos]
     assert ended[2:] == ["error", "error"] and "error" not in ended[:2], ended
     assert max(rendered) < 10_000, f"a {max(rendered)}-character opening was tokenized"
     assert any("Huge.reset opened a conversation of 2000000 characters, over data.max_prompt_length=200"

@@ -21,6 +21,7 @@ from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
 from grpoflow.trajectories.chat import ChatRenderer
 from grpoflow.trajectories.loop import EnvLoop
+from grpoflow.trajectories.trajectory import EndState
 from grpoflow.engines.protocol import SamplingParams
 from scripted import ScriptedEngine, play
 
@@ -74,7 +75,7 @@ def test_a_hung_environment_step_times_out_its_own_trajectory_only(env, caplog):
     with caplog.at_level(logging.WARNING, logger="grpoflow.env"):
         batch, metrics = play(loop, engine, items(2), SamplingParams(n=1, max_new_tokens=200), seed=0)
     assert time.monotonic() - started < 10  # not an hour: the hung thread is left behind, not waited for
-    assert [i.ended for i in batch.infos] == ["timeout", "env_done"]
+    assert [i.end for i in batch.infos] == [EndState.TIMEOUT, EndState.ENV_DONE]
     env_rewards = batch.env_rewards.tolist()
     assert env_rewards[0] != env_rewards[0] and env_rewards[1] == 1.0  # NaN: scored reward.error_score
     assert metrics["rollout/ending/timeout"] == 0.5 and metrics["rollout/ending/env_done"] == 0.5

@@ -14,6 +14,7 @@ from grpoflow.trajectories.env import GuessNumber
 from grpoflow.trajectories.loop import EnvLoop
 from grpoflow.trajectories.tool_runner import ToolRunner
 from grpoflow.trajectories.tools import tool_from_function
+from grpoflow.trajectories.trajectory import EndState
 from grpoflow.trajectories.turns import ToolUse
 from grpoflow.engines.protocol import SamplingParams
 from grpoflow.engines.random_streams import prompt_seeds
@@ -125,7 +126,7 @@ class Chatty(DigitReward):
 def test_an_environments_opening_over_the_prompt_length_ends_its_trajectory(caplog):
     loop, engine, _ = make_loop(lambda text: "4", env=Chatty, max_prompt_length=100)
     batch, metrics = play(loop, engine, items([1]), SamplingParams(n=1, max_new_tokens=50, temperature=1.0), seed=0)
-    assert batch.infos[0].ended == "error" and metrics["rollout/ending/error"] == 1.0
+    assert batch.infos[0].end is EndState.ERROR and metrics["rollout/ending/error"] == 1.0
     assert any(re.search(r"Chatty.reset opened a conversation of \d+ tokens, over data.max_prompt_length=100",
                          r.getMessage()) for r in caplog.records)
 

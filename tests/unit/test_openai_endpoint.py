@@ -13,6 +13,7 @@ from grpoflow.data.dataset import PromptItem
 from grpoflow.models.tiny import build_char_tokenizer
 from grpoflow.trajectories.agents import AgentEpisodes, reward_parts
 from grpoflow.trajectories.episode import EpisodeRecord
+from grpoflow.trajectories.trajectory import EndState
 from grpoflow.trajectories.turns import stream_seed
 from grpoflow.engines.protocol import SamplingParams
 from scripted import ScriptedEngine, final, play, serving
@@ -228,12 +229,12 @@ def test_merging_and_splitting_by_hand():
     p = rec.place([1, 2, 7, 8, 9, 9, 5, 4, 4, 4, 4, 4])
     assert (p.sample, p.ended, p.left) == (None, 0, 10)
     rec.record(p, [1, 2, 7, 8, 9, 9, 5, 4, 4, 4, 4, 4], [], [3], [-0.3], 2, out_of_budget=False)
-    assert rec.samples[0].truncated and rec.samples[0].done and len(rec.samples) == 2 and rec.last == 1
+    assert rec.samples[0].end is EndState.TOKEN_BUDGET and len(rec.samples) == 2 and rec.last == 1
     # a call cut at its sample's budget ends the sample: the next call cannot continue it
     rec2 = EpisodeRecord(budget=3)
     p = rec2.place([1])
     rec2.record(p, [1], [], [4, 4, 4], [0.0] * 3, 0, out_of_budget=True)
-    assert rec2.samples[0].truncated and rec2.place([1, 4, 4, 4, 9]).sample is None
+    assert rec2.samples[0].end.is_truncated and rec2.place([1, 4, 4, 4, 9]).sample is None
 
 
 def test_a_reply_cut_at_the_budget_is_length_and_its_sample_ends(served):
@@ -246,8 +247,8 @@ def test_a_reply_cut_at_the_budget_is_length_and_its_sample_ends(served):
     short = c.chat.completions.create(model="policy", messages=[{"role": "user", "content": "again"}], max_tokens=4)
     assert short.choices[0].message.content == "yyyy" and short.choices[0].finish_reason == "length"
     (record,) = endpoint.close_session().values()
-    assert record.samples[0].truncated                 # out of the sample's budget
-    assert not record.samples[1].truncated             # cut by the agent's own max_tokens: the sample goes on
+    assert record.samples[0].end.is_truncated                 # out of the sample's budget
+    assert not record.samples[1].end.is_truncated             # cut by the agent's own max_tokens: the sample goes on
 
 
 def test_stop_strings_cut_the_reply(served):

@@ -30,6 +30,7 @@ from grpoflow.rewards import build_reward
 from grpoflow.rewards.judge import JudgeConfigError, ScoreParser
 from grpoflow.trajectories.env import load_env
 from grpoflow.trajectories.loop import EnvLoop, SingleTurn
+from grpoflow.trajectories.rollout import Kind
 from grpoflow.trajectories.tools import Tool, load_tools, tool_from_function
 
 JUDGE = "judge"  # the reward name that reads the judge's score
@@ -123,7 +124,7 @@ def check_exact(cfg: Config) -> None:
                           "rollout.engine=hf or rollout.exact=false.")
 
 
-def kind_class(cfg: Config) -> type:
+def kind_class(cfg: Config) -> type[Kind]:
     """The class of rollout kind `cfg.rollout` asks for (workers/rollout_kinds.py builds it): its declared abilities
     (`can_pause`, `replays_on_resume`) are what the start-up check asks."""
     if cfg.rollout.agent.enabled:

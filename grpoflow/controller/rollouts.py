@@ -29,7 +29,7 @@ from grpoflow.data.sampler import PromptSampler
 from grpoflow.distributed.worker_group import GroupCall, WorkerGroup
 from grpoflow.trajectories.loop import RolloutItem
 from grpoflow.trajectories.trajectory import Progress
-from grpoflow.trajectories.turns import SampleInfo, rollout_metrics
+from grpoflow.trajectories.turns import info_from_data, rollout_metrics
 from grpoflow.engines.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
@@ -153,7 +153,7 @@ class RolloutQueue:
         for saved in in_flight or []:
             items = [self.items[i] for i in saved["items"]]
             fields = dict(saved["batch"])
-            fields["infos"] = [SampleInfo(**i) for i in fields.get("infos", [])]
+            fields["infos"] = [info_from_data(i) for i in fields.get("infos", [])]
             batch = attach(Batch(**fields), items)  # rows by group id: an agent episode may give several samples
             pending = PendingRollout(items, None, done=(batch, saved["busy_s"]), metrics=saved["metrics"])
             self.in_flight.append((saved["step"], pending, {}))

@@ -76,6 +76,16 @@ class SampleInfo:
     end: EndState = EndState.RUNNING  # why it ended (an agent episode's samples: the episode's error or timeout)
 
 
+def info_from_data(data: dict) -> SampleInfo:
+    """A SampleInfo from `dataclasses.asdict` of one (a checkpoint's samples in flight); one saved before the one end
+    state holds `ended` (its reason) and `status` (an agent episode's, the same reason or ok) instead."""
+    data = dict(data)
+    if "ended" in data:
+        data["end"] = EndState(data.pop("ended"))
+        data.pop("status", None)
+    return SampleInfo(**data)
+
+
 def info_of(t: Trajectory, **extra: Any) -> SampleInfo:
     return SampleInfo(turns=t.turns, tool_calls=t.tool_calls, tool_errors=t.tool_errors,
                       tool_timeouts=t.tool_timeouts, rewards=dict(t.rewards), prefilled=t.prefilled,

@@ -57,3 +57,14 @@ def test_a_trajectory_saved_before_the_end_state_reads_back_with_its_reason():
     old.update(truncated=True, done=True, ended="token_budget")
     assert Trajectory.from_data(old).end is EndState.TOKEN_BUDGET
     assert Trajectory.from_data(Trajectory([1], [], end=EndState.PAUSED).as_data()).end is EndState.PAUSED
+
+
+def test_a_sample_info_saved_before_the_end_state_reads_back():
+    """Samples in flight in an async run's checkpoint were saved as dicts with `ended` and an agent's `status`."""
+    import dataclasses
+
+    from grpoflow.trajectories.turns import SampleInfo, info_from_data
+
+    old = {k: v for k, v in dataclasses.asdict(SampleInfo(turns=2)).items() if k != "end"}
+    assert info_from_data({**old, "ended": "timeout", "status": "timeout"}) == SampleInfo(turns=2, end=EndState.TIMEOUT)
+    assert info_from_data(dataclasses.asdict(SampleInfo(end=EndState.EOS))).end is EndState.EOS

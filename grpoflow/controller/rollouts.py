@@ -29,7 +29,7 @@ from grpoflow.data.sampler import PromptSampler
 from grpoflow.distributed.worker_group import GroupCall, WorkerGroup
 from grpoflow.trajectories.loop import RolloutItem
 from grpoflow.trajectories.trajectory import Progress
-from grpoflow.trajectories.turns import info_from_data, rollout_metrics
+from grpoflow.trajectories.turns import info_as_data, info_from_data, rollout_metrics
 from grpoflow.engines.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
 
@@ -139,7 +139,7 @@ class RolloutQueue:
         saved = []
         for step, pending, _ in self.in_flight:
             batch, busy = pending.result()
-            fields = _fields(batch.replace(rows=[], infos=[dataclasses.asdict(i) for i in batch.infos]))
+            fields = _fields(batch.replace(rows=[], infos=[info_as_data(i) for i in batch.infos]))
             saved.append({"step": step, "items": [position[id(it)] for it in pending.items], "busy_s": busy,
                           "metrics": dict(pending.metrics), "batch": fields})
         return {"sampler": self.sampler.state_dict(), "in_flight": saved}

@@ -109,16 +109,18 @@ class Trajectory:
         return next((m["content"] for m in reversed(self.messages) if m["role"] == "assistant"), "")
 
     def as_data(self) -> dict:
-        """The trajectory as plain data (lists, dicts, numbers, strings): what a checkpoint holds."""
-        return dataclasses.asdict(self)
+        """The trajectory as plain data (lists, dicts, numbers, strings): what a checkpoint holds (its end state as
+        its value: a checkpoint loads plain values only)."""
+        return {**dataclasses.asdict(self), "end": self.end.value}
 
     @staticmethod
     def from_data(data: dict) -> "Trajectory":
         """A fresh trajectory from `as_data`'s output (a deep copy: growing it leaves `data` as it was)."""
         data = copy.deepcopy(data)
         if "ended" in data:  # written before the one end state (truncated, done, ended): its reason holds it all
-            data["end"] = EndState(data.pop("ended"))
+            data["end"] = data.pop("ended")
             data.pop("truncated", None), data.pop("done", None)
+        data["end"] = EndState(data.get("end", ""))
         opened = data.get("open")
         return Trajectory(**{**data, "segments": [Segment(**s) for s in data["segments"]],
                              "open": Segment(**opened) if opened is not None else None})

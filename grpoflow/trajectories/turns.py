@@ -17,6 +17,7 @@ The rules, once for the environment loop (loop.py) and the agent endpoint (endpo
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -76,14 +77,19 @@ class SampleInfo:
     end: EndState = EndState.RUNNING  # why it ended (an agent episode's samples: the episode's error or timeout)
 
 
+def info_as_data(info: SampleInfo) -> dict:
+    """`info` as plain data (its end state as its value, its progress as a dict): what a checkpoint holds."""
+    return {**dataclasses.asdict(info), "end": info.end.value}
+
+
 def info_from_data(data: dict) -> SampleInfo:
-    """A SampleInfo from `dataclasses.asdict` of one (a checkpoint's samples in flight); one saved before the one end
-    state holds `ended` (its reason) and `status` (an agent episode's, the same reason or ok) instead."""
+    """A SampleInfo from `info_as_data` (a checkpoint's samples in flight); one saved before the one end state holds
+    `ended` (its reason) and `status` (an agent episode's, the same reason or ok) instead."""
     data = dict(data)
     if "ended" in data:
-        data["end"] = EndState(data.pop("ended"))
+        data["end"] = data.pop("ended")
         data.pop("status", None)
-    return SampleInfo(**data)
+    return SampleInfo(**{**data, "end": EndState(data.get("end", ""))})
 
 
 def info_of(t: Trajectory, **extra: Any) -> SampleInfo:

@@ -68,3 +68,18 @@ def test_a_sample_info_saved_before_the_end_state_reads_back():
     old = {k: v for k, v in dataclasses.asdict(SampleInfo(turns=2)).items() if k != "end"}
     assert info_from_data({**old, "ended": "timeout", "status": "timeout"}) == SampleInfo(turns=2, end=EndState.TIMEOUT)
     assert info_from_data(dataclasses.asdict(SampleInfo(end=EndState.EOS))).end is EndState.EOS
+
+
+def test_the_end_state_goes_through_a_checkpoint_file(tmp_path):
+    """A checkpoint loads plain values only (torch.load weights_only): a paused conversation and a sample in flight
+    keep their end state through one."""
+    import torch
+
+    from grpoflow.trajectories.turns import SampleInfo, info_as_data, info_from_data
+    from grpoflow.training.engine import load_tensor_file
+
+    torch.save({"t": Trajectory([1], [], end=EndState.PAUSED).as_data(),
+                "i": info_as_data(SampleInfo(end=EndState.TIMEOUT))}, tmp_path / "state.pt")
+    state = load_tensor_file(tmp_path / "state.pt")
+    assert Trajectory.from_data(state["t"]).end is EndState.PAUSED
+    assert info_from_data(state["i"]).end is EndState.TIMEOUT

@@ -26,7 +26,8 @@ ROLLOUT_ENGINES = Registry("rollout engine")
 
 
 def register_rollout_engine(name: str, *, override: bool = False, nucleus_floors: bool = False, pausing: bool = False,
-                            exact_resume: bool = False) -> Callable[[Callable], Callable]:
+                            exact_resume: bool = False, batch_invariant: bool = False
+                            ) -> Callable[[Callable], Callable]:
     """Make a builder `(model_path, *, pad_token_id, eos_token_id, dtype, seed, **options) -> RolloutEngine`
     selectable as `rollout.engine=name`, with what its engines can do, declared here so that the start-up check reads
     it before any engine is built (plan/checks.py):
@@ -35,12 +36,14 @@ def register_rollout_engine(name: str, *, override: bool = False, nucleus_floors
         importance sampling works with rollout.top_p < 1.
     pausing: its engines stop every running request at a token boundary (`EngineAbilities.pausing`: rollout.partial).
     exact_resume: a paused request, continued as a new one, samples the tokens the unpaused request would have (a
-        kind that replays a paused trajectory on resume, a conversation on a fresh environment, needs it)."""
+        kind that replays a paused trajectory on resume, a conversation on a fresh environment, needs it).
+    batch_invariant: it takes `exact=True` (rollout.exact) and then samples with the trainer's batch-invariant
+        kernels (models/exact.py)."""
     return ROLLOUT_ENGINES.register(name, override=override, nucleus_floors=nucleus_floors, pausing=pausing,
-                                    exact_resume=exact_resume)
+                                    exact_resume=exact_resume, batch_invariant=batch_invariant)
 
 
-@register_rollout_engine("hf", nucleus_floors=True, pausing=True, exact_resume=True)
+@register_rollout_engine("hf", nucleus_floors=True, pausing=True, exact_resume=True, batch_invariant=True)
 def hf_engine(model_path: str, *, pad_token_id: int, eos_token_id: int | list[int], dtype: str, seed: int,
               kv_reuse_mb: int = 1024, lora: dict | None = None, kv_cache_mb: int = 0, longest_request: int = 0,
               grouped_attention: bool = False, exact: bool = False, **gpu_options: Any) -> RolloutEngine:

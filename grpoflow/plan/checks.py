@@ -117,8 +117,9 @@ def check_config(cfg: Config) -> RunParts:
 
 
 def check_exact(cfg: Config) -> None:
-    """rollout.exact makes the hf engine's kernels and the trainer's batch-invariant: no other engine has them."""
-    if cfg.rollout.exact and cfg.rollout.engine != "hf":
+    """rollout.exact makes the engine's kernels and the trainer's batch-invariant: the engine must declare it has
+    them (`batch_invariant`, engines/factory.py; hf does)."""
+    if cfg.rollout.exact and not ROLLOUT_ENGINES.meta(cfg.rollout.engine).get("batch_invariant", False):
         raise ConfigError(f"rollout.exact=true makes the hf engine's and the trainer's kernels batch-invariant; "
                           f"rollout.engine={cfg.rollout.engine} computes with its own (bound: docs/numerics.md). Use "
                           "rollout.engine=hf or rollout.exact=false.")

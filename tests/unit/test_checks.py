@@ -71,6 +71,22 @@ def test_exact_mode_is_refused_on_other_engines_than_hf():
     check_exact(load_config(None, ["rollout.engine=hf", "rollout.exact=true"]))
 
 
+def test_exact_mode_asks_what_the_engine_declares():
+    """Not the engine's name: one registered as batch-invariant is taken with rollout.exact."""
+    from grpoflow.engines.factory import ROLLOUT_ENGINES, register_rollout_engine
+
+    cfg = load_config(None, ["rollout.engine=declared_exact_engine", "rollout.exact=true"])
+    register_rollout_engine("declared_exact_engine", override=True, batch_invariant=True)(lambda model_path, **_: None)
+    try:
+        check_exact(cfg)
+        register_rollout_engine("declared_exact_engine", override=True)(lambda model_path, **_: None)
+        with pytest.raises(ConfigError, match="rollout.engine=declared_exact_engine computes with its own"):
+            check_exact(cfg)
+    finally:
+        ROLLOUT_ENGINES._fns.pop("declared_exact_engine")
+        ROLLOUT_ENGINES._meta.pop("declared_exact_engine")
+
+
 def test_multi_turn_settings_are_checked_before_any_model_loads(tmp_path):
     from grpoflow.config import load_config
 

@@ -57,7 +57,7 @@ def play(kind, engine, prompts, params, seed, *, agent=False):
 
 def final(batch):
     """One sample per trajectory or episode: the one validation scores."""
-    return batch.select([i for i, info in enumerate(batch.infos) if info.final])
+    return batch.select([i for i, c in enumerate(batch.carried) if c.final])
 
 
 class Sessions:

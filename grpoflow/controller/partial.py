@@ -159,10 +159,10 @@ class PartialQueue:
                                        complete=self.prompts_per_step)
         batch, busy = pending.result()
         n = self.params.n
-        for r, info in enumerate(batch.infos):
+        for r, info in enumerate(batch.carried):
             self.pool[int(batch.group_ids[r])].samples[r % n] = info.progress
         for k, g in enumerate(self.pool):
-            ticks = [info.finished_at for info in batch.infos[k * n:(k + 1) * n]]
+            ticks = [info.finished_at for info in batch.carried[k * n:(k + 1) * n]]
             if g.done_at is None and all(p.finish for p in g.samples):
                 g.done_at = (step, max(ticks))
         return busy

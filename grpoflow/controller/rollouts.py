@@ -71,7 +71,7 @@ def attach(batch: Batch, items: list[PromptItem]) -> Batch:
 
 def metrics_of(batch: Batch, multi_turn: bool, agent: bool, *, episodes: int) -> dict[str, float]:
     attention = batch.response_attention_mask
-    return rollout_metrics(batch.infos, multi_turn=multi_turn, agent=agent, episodes=episodes,
+    return rollout_metrics(batch.infos, batch.carried, multi_turn=multi_turn, agent=agent, episodes=episodes,
                            env_tokens=int((attention - batch.response_mask).sum()), tokens=int(attention.sum()),
                            truncated=int(batch.truncated.sum()) if batch.truncated is not None else 0)
 
@@ -89,7 +89,7 @@ class Rollouts:
         """Start the trajectories of `params.n` samples of each item (at once with Ray; now with the local backend).
         rollout.partial (controller/partial.py): item k's samples go on from `carried[k]` (each with its own seed),
         and with `complete` the rollout pauses once that many groups, and every `must_finish` one, are complete;
-        every sample comes back with its progress (`Batch.infos`)."""
+        every sample comes back with its progress (`Batch.carried`)."""
         multi_turn = self.kind[0]
         requests = [RolloutItem(it.prompt_ids, it.index, position, it.row if multi_turn else None,
                                 carried=carried[position] if carried is not None else None,
@@ -102,7 +102,7 @@ class Rollouts:
         """`params.n` samples per item, prompt-major, one per trajectory or agent episode (the sample its last call
         went to): validation and greedy baselines."""
         batch, _ = self.submit(items, params, seed).result()
-        final = [i for i, info in enumerate(batch.infos) if info.final]
+        final = [i for i, c in enumerate(batch.carried) if c.final]
         return batch if len(final) == len(batch) else batch.select(final)
 
 
@@ -139,7 +139,9 @@ class RolloutQueue:
         saved = []
         for step, pending, _ in self.in_flight:
             batch, busy = pending.result()
-            fields = _fields(batch.replace(rows=[], infos=[info_as_data(i) for i in batch.infos]))
+            fields = _fields(batch.replace(rows=[], infos=[info_as_data(i, c) for i, c in zip(batch.infos,
+                                                                                               batch.carried)],
+                                           carried=[]))
             saved.append({"step": step, "items": [position[id(it)] for it in pending.items], "busy_s": busy,
                           "metrics": dict(pending.metrics), "batch": fields})
         return {"sampler": self.sampler.state_dict(), "in_flight": saved}
@@ -153,7 +155,8 @@ class RolloutQueue:
         for saved in in_flight or []:
             items = [self.items[i] for i in saved["items"]]
             fields = dict(saved["batch"])
-            fields["infos"] = [info_from_data(i) for i in fields.get("infos", [])]
+            read = [info_from_data(i) for i in fields.get("infos", [])]
+            fields["infos"], fields["carried"] = [i for i, _ in read], [c for _, c in read]
             batch = attach(Batch(**fields), items)  # rows by group id: an agent episode may give several samples
             pending = PendingRollout(items, None, done=(batch, saved["busy_s"]), metrics=saved["metrics"])
             self.in_flight.append((saved["step"], pending, {}))

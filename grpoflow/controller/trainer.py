@@ -284,7 +284,7 @@ class Controller:
             # each drawn prompt's pass rate -> the curriculum, by group id and over episodes (an agent episode may
             # give several samples: its `final` one counts); the zero-advantage share over the groups present
             raw = torch.tensor(scored.scores, dtype=torch.float32)
-            final = [info.final for info in batch.infos] if len(batch.infos) == len(batch) else None
+            final = [c.final for c in batch.carried] if len(batch.carried) == len(batch) else None
             metrics.update(group_feedback(self.queue.sampler, pending.items, shaped, raw, batch.group_ids,
                                           self.cfg.data.curriculum.solved_score, final))
             scores = scored if scores is None else scores.merge(scored)

@@ -53,7 +53,10 @@ class Batch:
     completions: list = field(default_factory=list)  # [B] decoded response text
     rows: list = field(default_factory=list)         # [B] dataset row (dict) of the prompt
     conversations: list = field(default_factory=list)  # [B] multi-turn: the whole conversation (chat messages)
-    infos: list = field(default_factory=list)  # [B] trajectories.turns.SampleInfo: turns, tool calls, reward parts
+    infos: list = field(default_factory=list)  # [B] trajectories.turns.SampleInfo: what is logged (turns, tool calls,
+                                               # reward parts, the end state)
+    carried: list = field(default_factory=list)  # [B] trajectories.turns.Carried: what the controller carries (the
+                                                 # episode, the final sample, a partial rollout's progress)
     reward_parts: list = field(default_factory=list)   # [B] dict: the parts of each sample's score (rewarding.py)
 
     def __len__(self) -> int:
@@ -86,7 +89,7 @@ class Batch:
         """The same batch without its texts and dataset rows: what a model worker needs, and all that a
         WorkerGroup sends to one (it strips every Batch argument itself)."""
         return dataclasses.replace(self, prompts=[], completions=[], rows=[], conversations=[], reward_parts=[],
-                                   infos=[])
+                                   infos=[], carried=[])
 
     def select(self, index: Tensor | list[int]) -> "Batch":
         """Rows `index` (in that order) of every field."""

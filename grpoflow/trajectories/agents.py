@@ -49,7 +49,7 @@ from grpoflow.trajectories.endpoint import Endpoint
 from grpoflow.trajectories.episode import EpisodeRecord
 from grpoflow.trajectories.loop import Played, RolloutItem
 from grpoflow.trajectories.trajectory import EndState, Trajectory
-from grpoflow.trajectories.turns import info_of
+from grpoflow.trajectories.turns import Carried, info_of
 from grpoflow.plugins import load_from_file
 from grpoflow.engines.batcher import Client, RequestBatcher
 from grpoflow.engines.protocol import Request, SamplingParams
@@ -202,7 +202,7 @@ class AgentEpisodes:
             samples = self.samples_of(item, record, outcome)
             for s, t in enumerate(samples):
                 last = record.last if record.last is not None else len(samples) - 1
-                played.append((item.position, t, info_of(t, final=s == last, episode=k)))
+                played.append((item.position, t, info_of(t), Carried(final=s == last, episode=k)))
         return played
 
     def close(self) -> None:

@@ -39,8 +39,8 @@ from grpoflow.errors import UserError
 from grpoflow.trajectories.chat import ChatRenderer
 from grpoflow.trajectories.env import GuardedEnvironment, with_system_prompt
 from grpoflow.trajectories.trajectory import EndState, Progress, Segment, Trajectory
-from grpoflow.trajectories.turns import (SampleInfo, ToolUse, TurnStop, add_model_turn, count_engine_work, env_seeds,
-                                     first_turn_seeds, floors_of, info_of, joined, read_turn, stream_seed)
+from grpoflow.trajectories.turns import (Carried, SampleInfo, ToolUse, TurnStop, add_model_turn, count_engine_work,
+                                     env_seeds, first_turn_seeds, floors_of, info_of, joined, read_turn, stream_seed)
 from grpoflow.engines.batcher import Client, RequestBatcher
 from grpoflow.engines.protocol import Completion, Request, SamplingParams
 
@@ -62,7 +62,7 @@ class RolloutItem:
     must_finish: bool = False
 
 
-Played = list[tuple[int, Trajectory, SampleInfo]]  # (group id, sample, its facts), prompt-major
+Played = list[tuple[int, Trajectory, SampleInfo, Carried]]  # (group id, sample, its facts, what it carries)
 
 
 class Quota:
@@ -118,7 +118,7 @@ async def play_each(batcher: RequestBatcher, items: list[RolloutItem], n: int,
 
     An item that carries its samples so far (rollout.partial, the module docstring): a sample that finished in an
     earlier rollout only counts, the others go on from where they stopped, and each comes back with its progress
-    (`SampleInfo.progress`, `.paused`; a conversation's if `multi_turn`) and, if it finished in this rollout, the
+    (`Carried.progress`, `.paused`; a conversation's if `multi_turn`) and, if it finished in this rollout, the
     batcher tick it finished at (`finished_at`: which groups completed first). With `quota`, every item carries
     its n samples, and the batcher pauses once `quota` items are complete (`Quota`)."""
     if quota is not None and any(item.carried is None or len(item.carried) != n for item in items):
@@ -133,20 +133,19 @@ async def play_each(batcher: RequestBatcher, items: list[RolloutItem], n: int,
         if rule is not None:
             rule.finished(k)
 
-    async def sample(k: int, j: int) -> tuple[int, Trajectory, SampleInfo]:
+    async def sample(k: int, j: int) -> tuple[int, Trajectory, SampleInfo, Carried]:
         item, client = items[k], clients[k * n + j]
         carried = item.carried[j] if item.carried is not None else None
         if carried is None:
             t = await trajectory(client, item, j)
-            return item.position, t, info_of(t, episode=k * n + j)
+            return item.position, t, info_of(t), Carried(episode=k * n + j)
         if carried.finish:  # finished in an earlier rollout: it only counts
             client.done()
-            return item.position, carried.trajectory(item.ids), SampleInfo(progress=carried)
+            return item.position, carried.trajectory(item.ids), SampleInfo(), Carried(progress=carried)
         t = await trajectory(CountedClient(client, lambda: finished(k, j)), item, j)
         progress = Progress.of(t, carried.seed, multi_turn)
-        return item.position, progress.trajectory(item.ids), info_of(
-            t, episode=k * n + j, progress=progress, paused=t.end is EndState.PAUSED,
-            finished_at=finished_at[k * n + j])
+        return item.position, progress.trajectory(item.ids), info_of(t), Carried(
+            episode=k * n + j, progress=progress, paused=t.end is EndState.PAUSED, finished_at=finished_at[k * n + j])
 
     return list(await asyncio.gather(*(sample(k, j) for k in range(len(items)) for j in range(n))))
 

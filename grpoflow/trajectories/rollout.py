@@ -25,7 +25,7 @@ import torch
 from grpoflow.data.batch import Batch
 from grpoflow.trajectories.loop import Played, RolloutItem
 from grpoflow.trajectories.trajectory import Progress, to_batch
-from grpoflow.trajectories.turns import info_of
+from grpoflow.trajectories.turns import Carried, info_of
 from grpoflow.engines.batcher import RequestBatcher
 from grpoflow.engines.protocol import RolloutEngine, SamplingParams
 
@@ -80,22 +80,22 @@ def run_rollout(kind: Kind, engine: RolloutEngine, items: list[RolloutItem], par
 
 def played_batch(played: Played, multi_turn: bool, *, pad_token_id: int,
                  decode: Callable[[list[int]], str] | None) -> Batch:
-    """The samples as a Batch: group ids from their items' positions, facts in `infos`; a multi-turn sample's
-    prompt text is its opening, rendered."""
-    trajectories = [t for _, t, _ in played]
+    """The samples as a Batch: group ids from their items' positions, facts in `infos`, what each carries in
+    `carried`; a multi-turn sample's prompt text is its opening, rendered."""
+    trajectories = [t for _, t, _, _ in played]
     texts = [decode(t.prompt_ids) if decode is not None else "" for t in trajectories] if multi_turn else []
     batch = to_batch(trajectories, pad_token_id=pad_token_id, prompt_texts=texts, rows=[], multi_turn=multi_turn)
     assert batch.policy_version is not None
     newest = max(int(batch.policy_version.max()) if len(batch) else 0, 0)  # a sample with no model turn
-    return batch.replace(group_ids=torch.tensor([g for g, _, _ in played], dtype=torch.long),
+    return batch.replace(group_ids=torch.tensor([g for g, _, _, _ in played], dtype=torch.long),
                          policy_version=torch.where(batch.policy_version < 0, newest, batch.policy_version),
-                         infos=[info for _, _, info in played])
+                         infos=[info for _, _, info, _ in played], carried=[c for _, _, _, c in played])
 
 
 def progress_batch(prompt_ids: list[list[int]], samples: list[list[Progress]], multi_turn: bool, *,
                    pad_token_id: int, decode: Callable[[list[int]], str] | None) -> Batch:
     """Finished samples of a partial rollout (over one rollout or several) as `played_batch` gives a rollout's:
     group k is the samples `samples[k]` of the prompt `prompt_ids[k]`, prompt-major."""
-    played = [(k, t, info_of(t, episode=k * len(group) + j)) for k, group in enumerate(samples)
+    played = [(k, t, info_of(t), Carried(episode=k * len(group) + j)) for k, group in enumerate(samples)
               for j, t in enumerate(p.trajectory(prompt_ids[k]) for p in group)]
     return played_batch(played, multi_turn, pad_token_id=pad_token_id, decode=decode)

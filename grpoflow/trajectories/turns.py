@@ -59,43 +59,54 @@ def env_seeds(seed: int | None, item_indices: list[int]) -> list[int]:
 
 @dataclass
 class SampleInfo:
-    """Per-sample facts a rollout returns with its samples (Batch.infos), for the step's metrics."""
+    """What is logged of a sample (Batch.infos): its facts, for the step's metrics and the sample logs."""
     turns: int = 1
     tool_calls: int = 0
     tool_errors: int = 0
     tool_timeouts: int = 0
     rewards: dict[str, float] = field(default_factory=dict)  # the environment's or agent's reward parts
-    final: bool = True      # the sample of its episode that validation scores (an episode's latest call)
-    episode: int = 0        # the episode (or trajectory) it came from, numbered within the rollout
     prefilled: int = 0      # prompt tokens the engine computed for its turns (not reused, not shared)
     context: int = 0        # prompt tokens of its turns (what prefilling each turn from scratch would compute)
     kv_reused: int = 0      # prompt tokens of its turns whose KV the engine kept from its turn before
     kv_evicted: int = 0     # other trajectories' kept KV caches that keeping its own pushed out (HF engine)
-    paused: bool = False    # rollout.partial: stopped unfinished, to continue in a later rollout
-    finished_at: int = -1   # rollout.partial: the batcher tick it finished at in this rollout (-1: not in it)
-    progress: Progress | None = None  # rollout.partial: the sample so far as plain data
     end: EndState = EndState.RUNNING  # why it ended (an agent episode's samples: the episode's error or timeout)
 
 
-def info_as_data(info: SampleInfo) -> dict:
-    """`info` as plain data (its end state as its value, its progress as a dict): what a checkpoint holds."""
-    return {**dataclasses.asdict(info), "end": info.end.value}
+@dataclass
+class Carried:
+    """What is carried with a sample (Batch.carried): where it belongs and how it goes on, for the controller (the
+    curriculum, validation, the partial rollout's pool); never logged."""
+    final: bool = True      # the sample of its episode that validation scores (an episode's latest call)
+    episode: int = 0        # the episode (or trajectory) it came from, numbered within the rollout
+    paused: bool = False    # rollout.partial: stopped unfinished, to continue in a later rollout
+    finished_at: int = -1   # rollout.partial: the batcher tick it finished at in this rollout (-1: not in it)
+    progress: Progress | None = None  # rollout.partial: the sample so far as plain data
 
 
-def info_from_data(data: dict) -> SampleInfo:
-    """A SampleInfo from `info_as_data` (a checkpoint's samples in flight); one saved before the one end state holds
-    `ended` (its reason) and `status` (an agent episode's, the same reason or ok) instead."""
+CARRIED = tuple(f.name for f in dataclasses.fields(Carried))
+
+
+def info_as_data(info: SampleInfo, carried: Carried) -> dict:
+    """A sample's facts and what it carries as plain data (its end state as its value, its progress as a dict): what
+    a checkpoint holds of a step in flight."""
+    return {**dataclasses.asdict(info), "end": info.end.value, **dataclasses.asdict(carried)}
+
+
+def info_from_data(data: dict) -> tuple[SampleInfo, Carried]:
+    """A sample's facts and what it carries from `info_as_data` (a checkpoint's samples in flight); one saved
+    before the one end state holds `ended` (its reason) and `status` (an agent episode's, the same reason or ok)."""
     data = dict(data)
     if "ended" in data:
         data["end"] = data.pop("ended")
         data.pop("status", None)
-    return SampleInfo(**{**data, "end": EndState(data.get("end", ""))})
+    carried = Carried(**{k: data.pop(k) for k in CARRIED if k in data})
+    return SampleInfo(**{**data, "end": EndState(data.get("end", ""))}), carried
 
 
-def info_of(t: Trajectory, **extra: Any) -> SampleInfo:
+def info_of(t: Trajectory) -> SampleInfo:
     return SampleInfo(turns=t.turns, tool_calls=t.tool_calls, tool_errors=t.tool_errors,
                       tool_timeouts=t.tool_timeouts, rewards=dict(t.rewards), prefilled=t.prefilled,
-                      context=t.context, kv_reused=t.kv_reused, kv_evicted=t.kv_evicted, end=t.end, **extra)
+                      context=t.context, kv_reused=t.kv_reused, kv_evicted=t.kv_evicted, end=t.end)
 
 
 class TurnStop(enum.Enum):
@@ -198,7 +209,7 @@ class ToolUse:
         return replies
 
 
-def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, episodes: int,
+def rollout_metrics(infos: list[SampleInfo], carried: list[Carried], *, multi_turn: bool, agent: bool, episodes: int,
                     env_tokens: int, tokens: int, truncated: int) -> dict[str, float]:
     """rollout/ending/<reason> (the share of samples that ended so, trajectory.EndState), and multi_turn/*,
     tools/*, agent/* and reward parts of a step's samples (tools/* and errors are totals)."""
@@ -219,7 +230,8 @@ def rollout_metrics(infos: list[SampleInfo], *, multi_turn: bool, agent: bool, e
            "tools/errors": float(sum(i.tool_errors for i in infos)),
            "tools/timeouts": float(sum(i.tool_timeouts for i in infos))}
     if agent:
-        status = {i.episode: i.end for i in infos}  # an episode's samples all end in its error or timeout
+        # an episode's samples all end in its error or timeout
+        status = {c.episode: i.end for i, c in zip(infos, carried)}
         out.update({"agent/calls/mean": turns.sum().item() / max(episodes, 1),
                     "agent/samples/mean": sum(i.turns > 0 for i in infos) / max(episodes, 1),  # the empty ones not
                     "agent/errors": float(sum(s is EndState.ERROR for s in status.values())),

@@ -20,7 +20,7 @@ from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.trajectories.loop import RolloutItem
 from grpoflow.trajectories.rollout import played_batch, run_rollout
 from grpoflow.trajectories.trajectory import Progress
-from grpoflow.trajectories.turns import info_of
+from grpoflow.trajectories.turns import Carried, info_of
 from grpoflow.engines.hf import HFRolloutEngine
 from grpoflow.engines.protocol import SamplingParams
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
@@ -70,12 +70,12 @@ def play_partial(loop, engine, tok, items, params, progress, quota):
     batch = run_rollout(loop, engine, carried(items, progress), params, None, quota=quota,
                         pad_token_id=tok.pad_token_id)
     n = params.n
-    return [[batch.infos[k * n + j].progress for j in range(n)] for k in range(len(items))]
+    return [[batch.carried[k * n + j].progress for j in range(n)] for k in range(len(items))]
 
 
 def as_batch(items, progress, tok):
     played = [(k, p.trajectory(items[k].ids), None) for k in range(len(items)) for p in progress[k]]
-    return played_batch([(k, t, info_of(t)) for k, t, _ in played], True, pad_token_id=tok.pad_token_id,
+    return played_batch([(k, t, info_of(t), Carried()) for k, t, _ in played], True, pad_token_id=tok.pad_token_id,
                         decode=None)
 
 

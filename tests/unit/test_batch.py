@@ -42,7 +42,7 @@ def make_batch(prompt_lengths, response_lengths, width_p=None, width_r=None, see
         completions=[f"completion {i}" for i in range(b)],
         rows=[{"answer": str(i)} for i in range(b)],
         conversations=[[{"role": "user", "content": f"turn {i}"}] for i in range(b)],
-        infos=[{"turns": i} for i in range(b)],
+        infos=[{"turns": i} for i in range(b)], carried=[{"episode": i} for i in range(b)],
         reward_parts=[{"part": i / 10} for i in range(b)],
     )
 
@@ -98,7 +98,7 @@ def test_environment_tokens_are_attended_but_not_trained():
     assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
     assert batch.response_lengths.tolist() == [2, 1]   # the model's tokens
     assert batch.trimmed().response_ids.shape[1] == 4  # the env tokens are not trimmed away
-    assert batch.tensors().conversations == [] and batch.tensors().infos == []
+    assert batch.tensors().conversations == [] and batch.tensors().infos == [] and batch.tensors().carried == []
 
 
 def test_select_accepts_a_tensor_index_and_repeats():

@@ -107,7 +107,7 @@ def test_kv_reuse_and_evictions_reach_the_rollout_metrics():
     caches keeping its own pushed out; summed over a step's samples they are rollout/kv_reused_tokens and
     rollout/kv_evicted."""
     from grpoflow.trajectories.trajectory import Trajectory
-    from grpoflow.trajectories.turns import count_engine_work, info_of, rollout_metrics
+    from grpoflow.trajectories.turns import Carried, count_engine_work, info_of, rollout_metrics
 
     firsts = [Request(ids("Guess 1-8:"), 6, stream=7, key=0), Request(ids("Guess 2-9:"), 6, stream=9, key=1)]
     unbounded = sampler()
@@ -132,7 +132,8 @@ def test_kv_reuse_and_evictions_reach_the_rollout_metrics():
     for t, c, prompt in ((t0, c0, firsts[0].prompt_ids), (t1, c1, firsts[1].prompt_ids), (t1, c2, turn2),
                          (t0, c3, turn2_of_0)):
         count_engine_work(t, c, len(prompt))
-    metrics = rollout_metrics([info_of(t0), info_of(t1)], multi_turn=True, agent=False, episodes=2, env_tokens=0,
+    metrics = rollout_metrics([info_of(t0), info_of(t1)], [Carried(), Carried()], multi_turn=True, agent=False,
+                              episodes=2, env_tokens=0,
                               tokens=1, truncated=0)
     assert metrics["rollout/kv_reused_tokens"] == c2.reused
     assert metrics["rollout/kv_evicted"] == sum(c.evicted for c in (c0, c1, c2, c3)) >= 1

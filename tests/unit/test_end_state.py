@@ -63,11 +63,13 @@ def test_a_sample_info_saved_before_the_end_state_reads_back():
     """Samples in flight in an async run's checkpoint were saved as dicts with `ended` and an agent's `status`."""
     import dataclasses
 
-    from grpoflow.trajectories.turns import SampleInfo, info_from_data
+    from grpoflow.trajectories.turns import Carried, SampleInfo, info_from_data
 
     old = {k: v for k, v in dataclasses.asdict(SampleInfo(turns=2)).items() if k != "end"}
-    assert info_from_data({**old, "ended": "timeout", "status": "timeout"}) == SampleInfo(turns=2, end=EndState.TIMEOUT)
-    assert info_from_data(dataclasses.asdict(SampleInfo(end=EndState.EOS))).end is EndState.EOS
+    old.update(final=False, episode=3, paused=False, finished_at=-1, progress=None)  # one dataclass then
+    assert info_from_data({**old, "ended": "timeout", "status": "timeout"}) == (
+        SampleInfo(turns=2, end=EndState.TIMEOUT), Carried(final=False, episode=3))
+    assert info_from_data(dataclasses.asdict(SampleInfo(end=EndState.EOS)))[0].end is EndState.EOS
 
 
 def test_the_end_state_goes_through_a_checkpoint_file(tmp_path):
@@ -75,11 +77,11 @@ def test_the_end_state_goes_through_a_checkpoint_file(tmp_path):
     keep their end state through one."""
     import torch
 
-    from grpoflow.trajectories.turns import SampleInfo, info_as_data, info_from_data
+    from grpoflow.trajectories.turns import Carried, SampleInfo, info_as_data, info_from_data
     from grpoflow.training.engine import load_tensor_file
 
     torch.save({"t": Trajectory([1], [], end=EndState.PAUSED).as_data(),
-                "i": info_as_data(SampleInfo(end=EndState.TIMEOUT))}, tmp_path / "state.pt")
+                "i": info_as_data(SampleInfo(end=EndState.TIMEOUT), Carried(episode=2))}, tmp_path / "state.pt")
     state = load_tensor_file(tmp_path / "state.pt")
     assert Trajectory.from_data(state["t"]).end is EndState.PAUSED
-    assert info_from_data(state["i"]).end is EndState.TIMEOUT
+    assert info_from_data(state["i"]) == (SampleInfo(end=EndState.TIMEOUT), Carried(episode=2))

@@ -52,7 +52,7 @@ def item(text, position, carried):
 def play(eng, items, quota):
     batch = run_rollout(SingleTurn(TOK), eng, items, PARAMS, None, quota=quota, pad_token_id=TOK.pad_token_id)
     out = []
-    for r, info in enumerate(batch.infos):
+    for r, info in enumerate(batch.carried):
         length = int(batch.response_mask[r].sum())
         out.append((batch.response_ids[r, :length].tolist(), batch.rollout_log_probs[r, :length],
                     batch.token_versions[r, :length].tolist(), info))

@@ -7,7 +7,7 @@ from grpoflow.controller.rollouts import PendingRollout, RolloutQueue
 from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import EpochSampler
-from grpoflow.trajectories.turns import SampleInfo
+from grpoflow.trajectories.turns import Carried, SampleInfo
 from grpoflow.engines.protocol import SamplingParams
 
 
@@ -24,7 +24,8 @@ def test_a_saved_step_in_flight_gets_back_each_samples_own_row():
                   response_ids=torch.ones(5, 2, dtype=torch.long), response_mask=torch.ones(5, 2, dtype=torch.long),
                   group_ids=groups, prompts=["a", "b", "c", "d", "e"],
                   rows=[items[2].row] * 3 + [items[0].row] * 2,
-                  infos=[SampleInfo(turns=t, episode=e) for t, e in zip([2, 1, 3, 1, 1], [0, 0, 1, 2, 3])])
+                  infos=[SampleInfo(turns=t) for t in [2, 1, 3, 1, 1]],
+                  carried=[Carried(episode=e) for e in [0, 0, 1, 2, 3]])
     saving = queue(items)
     saving.in_flight.append((4, PendingRollout([items[2], items[0]], None, done=(batch, 1.5)), {}))
     state = saving.state_dict()
@@ -37,3 +38,4 @@ def test_a_saved_step_in_flight_gets_back_each_samples_own_row():
     assert [r["answer"] for r in restored.rows] == ["2", "2", "2", "0", "0"]
     assert restored.prompts == ["a", "b", "c", "d", "e"]
     assert [i.turns for i in restored.infos] == [2, 1, 3, 1, 1] and isinstance(restored.infos[0], SampleInfo)
+    assert [c.episode for c in restored.carried] == [0, 0, 1, 2, 3] and isinstance(restored.carried[0], Carried)

@@ -6,8 +6,9 @@ happens in worker groups; the controller only moves typed batches between them a
 branches on an algorithm's name: what a step computes follows from what the configured
 estimator's signature asks for (values -> a critic, baselines -> a greedy rollout).
 
-The controller holds the roles (worker groups), the step, the advantages and the checkpoint state
-(save, load, the last checkpoint written); the run around it (resume, the loop over steps,
+It is built from a `RunPlan` (grpoflow/plan/): the config checked, every registry name resolved, the tokenizer
+loaded; it resolves nothing itself. The controller holds the roles (worker groups), the step, the advantages and the
+checkpoint state (save, load, the last checkpoint written); the run around it (resume, the loop over steps,
 validation and checkpoint cadence, logging, preemption, automatic restarts) is `RunLoop` in fit.py.
 """
 

@@ -63,7 +63,7 @@ class RolloutWorker:
         rollout.partial: items carry their samples so far (`RolloutItem.carried`, each with its own seed), which go
         on from there; with `complete`, every sample still running pauses once this worker's share of `complete`
         groups (the step's data.prompts_per_step, split over the workers as their items are) have finished. Every
-        sample comes back, finished or not, with its progress (`infos[i].progress`, `.paused`, `.finished_at`;
+        sample comes back, finished or not, with its progress (`carried[i].progress`, `.paused`, `.finished_at`;
         trajectories/loop.py)."""
         if seed is not None:
             torch.manual_seed(seed)

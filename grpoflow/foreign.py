@@ -274,8 +274,8 @@ def translate_verl(pairs: list[tuple[str, Any]], ours: dict[str, Any] | None = N
                 put(*mapped, key)
         elif category != "converted":
             t.set_aside(key, value, category, VERL_MISSING)
-    for key, value in pairs:
-        if verl_category(key) == "converted":
+    for key, value in given.items():  # a key given twice converts once, with its later value (Hydra's rule;
+        if verl_category(key) == "converted":  # verl scripts append `$@` after their own values)
             _convert_verl(key, value, given, known, put, t)
     if {"trainer.project_name", "trainer.experiment_name"} & set(given) and "trainer.default_local_dir" not in given:
         project, experiment = given.get("trainer.project_name", "verl_examples"), \

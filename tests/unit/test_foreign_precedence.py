@@ -182,3 +182,12 @@ def test_translate_trl_with_reward_weights_says_to_add_the_functions(tmp_path):
 def test_num_generations_alone_is_rollout_n_with_our_prompts_per_step():
     cfg, _ = loaded("model.path=/m", "num_generations=3", "data.prompts_per_step=4")
     assert (cfg.rollout.n, cfg.data.prompts_per_step) == (3, 4)
+
+
+def test_a_verl_key_given_twice_converts_once_with_its_later_value():
+    """verl scripts end in `$@`, so a user shortens a run by repeating keys: the later value wins, as in Hydra."""
+    mini = "actor_rollout_ref.actor.ppo_mini_batch_size"
+    cfg, notes = loaded("model.path=/m", "data.train_batch_size=1024", f"{mini}=256",
+                        "data.train_batch_size=2", f"{mini}=2")
+    assert (cfg.data.prompts_per_step, cfg.actor.minibatches) == (2, 1)
+    assert "ppo_mini_batch_size=256" not in notes

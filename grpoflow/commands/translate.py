@@ -19,6 +19,7 @@ import yaml
 from grpoflow.config import ConfigError, load_config
 from grpoflow.config.loading import load_yaml
 from grpoflow.config.precedence import foreign_defaults
+from grpoflow.engines.choice import engine_refusal
 from grpoflow.foreign import Translation, translate_trl, translate_verl
 
 _LAUNCHERS = ("verl.trainer.main_ppo", "verl.trainer.main_grpo", "recipe.")
@@ -130,6 +131,11 @@ def translate_file(framework: str, path: str) -> tuple[str, list[str]]:
     loaded: list[str] = []
     cfg = load_config(None, [_word(k, v, quote=False) for k, v in overrides] + checked, loaded)
     notes += [line for line in loaded if line.startswith("steps:")]
+    refusal = engine_refusal(cfg.rollout.engine, tensor_parallel_size=cfg.rollout.tensor_parallel_size, facts=None)
+    if refusal:  # what the config alone refuses (verl's vLLM with tensor parallel 2): said before the first try
+        cpu = "" if cfg.rollout.engine == "hf" else (" On a machine without a CUDA GPU: rollout.engine=hf "
+                                                      "rollout.tensor_parallel_size=1 (nothing to install).")
+        notes.append(f"WARNING: the command is refused as it is: {refusal}{cpu}")
     if cfg.trainer.total_epochs is None:  # the step count won: the command says only what the run does
         overrides = [(k, v) for k, v in overrides if k != "trainer.total_epochs"]
     return "grpoflow train " + " \\\n    ".join(_word(k, v) for k, v in overrides), notes

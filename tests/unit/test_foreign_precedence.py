@@ -191,3 +191,16 @@ def test_a_verl_key_given_twice_converts_once_with_its_later_value():
                         "data.train_batch_size=2", f"{mini}=2")
     assert (cfg.data.prompts_per_step, cfg.actor.minibatches) == (2, 1)
     assert "ppo_mini_batch_size=256" not in notes
+
+
+def test_translate_verl_warns_of_an_engine_setting_the_run_refuses(tmp_path):
+    """verl's run_qwen2-7b.sh asks for vLLM with tensor parallel 2: translate says so before the first try."""
+    (tmp_path / "run.sh").write_text("python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=/m \\\n"
+                                     "    actor_rollout_ref.rollout.name=vllm \\\n"
+                                     "    actor_rollout_ref.rollout.tensor_model_parallel_size=2\n")
+    _, notes = translate_file("verl", str(tmp_path / "run.sh"))
+    assert any(n.startswith("WARNING: the command is refused as it is: rollout.tensor_parallel_size=2 with "
+                            "rollout.engine=vllm") and n.endswith("rollout.engine=hf rollout.tensor_parallel_size=1 "
+                                                                  "(nothing to install).") for n in notes)
+    (tmp_path / "run.sh").write_text("python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=/m\n")
+    assert not any("refused" in n for n in translate_file("verl", str(tmp_path / "run.sh"))[1])

@@ -1,7 +1,7 @@
 """The one typed configuration of a grpoflow run, in three parts that import one way:
 
-    schema  <-  checks  <-  loading          (moved, precedence: stdlib only, read by loading; moved also by
-                                              run-folder readers)
+    schema  <-  checks  <-  loading          (moved, precedence, foreign: stdlib only, read by loading; moved
+                                              also by run-folder readers)
 
 - `schema.py`: the dataclasses (one per section, a help text per field), `opt`, `ConfigError`. Loads and checks
   nothing.
@@ -15,7 +15,10 @@
   epochs, as verl and TRL count; the built-in recipe's reward on the user's own data; verl's run folder name), and
   the start-up line that says so.
 - `moved.py`: keys that moved (an error naming the new key; a run folder's old config.yaml read under the new
-  names) and verl's section keys pointing to ours.
+  names).
+- `foreign/`: verl's and TRL's knowledge in one room: their keys and fields translated to ours (`verl.py`,
+  `trl.py`, `translation.py`; stdlib only, read by loading and checks) and verl's run scripts read as its launcher
+  reads them (`verl_script.py`, on loading; `grpoflow translate` uses it).
 
 `from grpoflow.config import X` is the public surface; the names below are it. tests/unit/test_layering.py checks
 that the modules import in this direction only.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpoflow.foreign import VERL_KL
+from grpoflow.config.foreign.verl import VERL_KL
 from grpoflow.config.schema import (AgentConfig, Config, ConfigError, CurriculumConfig, DistillConfig, JudgeConfig,
                                     MultiTurnConfig, TinkerConfig, world_size)
 

@@ -5,7 +5,7 @@
    start builtin:tiny-4m-addition): the settings of the built-in addition job that `make train` runs (lr 2e-4
    cosine, 8 new tokens, ...);
 3. an optional YAML recipe (a path or a preset name; a verl config or a TRL GRPOConfig is translated through
-   grpoflow/foreign.py);
+   grpoflow/config/foreign/);
 4. `a.b=c` overrides from the command line (verl's keys translated too).
 
 `config_layers` names the files applied and `grpoflow config` prints them above the resolved config. Unknown keys
@@ -32,11 +32,12 @@ from typing import Any
 import yaml
 
 from grpoflow.config.checks import check_config_values, keep_checked
-from grpoflow.config.moved import foreign_hint, moved_key_message, translate_moved
+from grpoflow.config.foreign.translation import Translation
+from grpoflow.config.foreign.trl import is_trl_field, looks_like_trl, translate_trl
+from grpoflow.config.foreign.verl import VERL_SECTIONS, foreign_hint, is_verl_key, looks_like_verl, translate_verl
+from grpoflow.config.moved import moved_key_message, translate_moved
 from grpoflow.config.precedence import Layer, builtin_reward, foreign_defaults, steps_or_epochs
 from grpoflow.config.schema import Config, ConfigError
-from grpoflow.foreign import (Translation, is_verl_key, looks_like_trl, translate_trl, translate_verl,
-                              trl_category)
 
 
 def _all_keys(cls: Any, prefix: str = "") -> list[str]:
@@ -48,10 +49,6 @@ def _all_keys(cls: Any, prefix: str = "") -> list[str]:
         else:
             keys.append(prefix + f.name)
     return keys
-
-
-VERL_SECTIONS = {"actor_rollout_ref.actor.": "actor.", "actor_rollout_ref.rollout.": "rollout.",
-                 "actor_rollout_ref.model.": "model.", "actor_rollout_ref.ref.": "actor."}
 
 
 def _closest(key: str) -> str | None:
@@ -231,7 +228,7 @@ def _flat(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
 
 def _recipe_pairs(path: Path, notes: list[str], defaults: list) -> list[tuple[str, Any]]:
     """A recipe's key=value pairs in grpoflow's names: a TRL GRPOConfig (flat fields) or a verl config (verl's
-    sections) is translated (grpoflow.foreign)."""
+    sections) is translated (grpoflow.config.foreign)."""
     data = _read_recipe(path)
     if looks_like_trl(data):
         t = translate_trl(data)
@@ -239,7 +236,7 @@ def _recipe_pairs(path: Path, notes: list[str], defaults: list) -> list[tuple[st
         _foreign_unknown(t, "TRL GRPOConfig field", path)
         notes.append(t.note("TRL"))
         return t.overrides
-    if any(k in data for k in ("actor_rollout_ref", "custom_reward_function", "reward_model")):
+    if looks_like_verl(data):
         return _with_foreign(_flat(data), notes, defaults)
     return list(data.items())
 
@@ -256,19 +253,14 @@ def _refused(t: Translation) -> None:
                           f"{len(t.refused)} problems in the config:\n" + "\n".join(f"  - {p}" for p in t.refused))
 
 
-def _is_trl_field(key: str) -> bool:
-    """A TRL GRPOConfig field name (no section: ours all have one)."""
-    return "." not in key and trl_category(key) is not None
-
-
 def _with_foreign(pairs: list[tuple[str, Any]], notes: list[str], defaults: list) -> list[tuple[str, Any]]:
     """`pairs` with verl's keys and TRL's field names translated (they come first, so that our own keys given beside
     them win); the translations' derived defaults are added to `defaults`."""
     verl = [(k, v) for k, v in pairs if is_verl_key(k)]
-    trl = {k: v for k, v in pairs if _is_trl_field(k)}
+    trl = {k: v for k, v in pairs if is_trl_field(k)}
     if not verl and not trl:
         return pairs
-    ours = [(k, v) for k, v in pairs if not is_verl_key(k) and not _is_trl_field(k)]
+    ours = [(k, v) for k, v in pairs if not is_verl_key(k) and not is_trl_field(k)]
     translated = []
     for framework, t in (("verl", translate_verl(verl, dict(ours)) if verl else None),
                          ("TRL", translate_trl(trl) if trl else None)):

@@ -1,4 +1,4 @@
-"""Config keys that moved, and the names other frameworks' users bring.
+"""Config keys that moved.
 
 The multi-turn, agent and partial-rollout settings were flat `rollout.*` keys until they became the sections
 `rollout.multi_turn`, `rollout.agent` and `rollout.partial` (MOVED lists each old key and its new name;
@@ -6,10 +6,10 @@ The multi-turn, agent and partial-rollout settings were flat `rollout.*` keys un
 section). An old key in a recipe or on the command line must not silently do nothing, so `moved_key_message` names
 the new key and `loading._set` raises it. The one exception is a run folder's saved config.yaml written by an older
 grpoflow: resuming it must not fail, so `translate_moved` rewrites such a config to the new keys (the caller prints
-a warning naming them).
+a warning naming them). Standard library only.
 
-`foreign_hint` turns a verl key under the new sections (`multi_turn.max_assistant_turns`, `multi_turn.format`,
-...) into ours, for the unknown-key error. Standard library only.
+verl's keys under the new sections (`multi_turn.max_assistant_turns`, ...) and what grpoflow has for them are verl's
+knowledge: `grpoflow.config.foreign.verl` (`foreign_hint`).
 """
 
 from __future__ import annotations
@@ -26,23 +26,6 @@ MOVED: dict[str, str] = {**{f"rollout.{k}": f"rollout.multi_turn.{k}" for k in M
 # old keys that are now the name of the section they moved into
 SECTION_NAMES = ("rollout.agent", "rollout.partial")
 
-# verl's actor_rollout_ref.rollout.multi_turn.* / .agent.* names -> what grpoflow has instead
-VERL: dict[str, str] = {
-    "rollout.multi_turn.enable": "has no counterpart: multi-turn is on when rollout.multi_turn.env or "
-                                 "rollout.multi_turn.tools is set",
-    "rollout.multi_turn.max_assistant_turns": "is `rollout.multi_turn.max_turns` here",
-    "rollout.multi_turn.max_user_turns": "has no counterpart: the environment answers each model turn, so "
-                                         "rollout.multi_turn.max_turns bounds both",
-    "rollout.multi_turn.format": "is `rollout.multi_turn.tool_parser` here",
-    "rollout.multi_turn.max_parallel_calls": "is `rollout.multi_turn.max_tool_calls_per_turn` here",
-    "rollout.multi_turn.max_tool_response_length": "is `rollout.multi_turn.max_tool_output_tokens` here (tokens; a "
-                                                   "longer result is replaced by an error message, not cut)",
-    "rollout.multi_turn.tool_config_path": "is `rollout.multi_turn.tools` here (a list of tool names or "
-                                           "path/to/file.py:function, no YAML file)",
-    "rollout.multi_turn.interaction_config_path": "is `rollout.multi_turn.env` (+ `env_args`) here",
-    "rollout.agent.agent_loop_config_path": "is `rollout.agent.program` here (one program: path/to/file.py:run or "
-                                            "verifiers)",
-}
 
 
 def is_moved(key: str, value: Any) -> bool:
@@ -79,11 +62,3 @@ def translate_moved(tree: dict) -> list[str]:
             rollout[section] = {}
         rollout[section].setdefault(leaf, value)
     return [f"{old} -> {MOVED[old]}" for old, _ in found]
-
-
-def foreign_hint(key: str) -> str | None:
-    """What grpoflow has for a verl key under rollout.multi_turn / rollout.agent (None: not a verl key)."""
-    ours = VERL.get(key)
-    if ours is None:
-        return None
-    return f" verl's `actor_rollout_ref.{key}` {ours} (docs/multi-turn.md, 'Coming from verl or SkyRL')."

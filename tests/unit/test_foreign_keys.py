@@ -1,4 +1,4 @@
-"""verl's keys and TRL's GRPOConfig fields through the config (grpoflow/foreign.py, translate.py): every row of
+"""verl's keys and TRL's GRPOConfig fields through the config (grpoflow/config/foreign/, translate.py): every row of
 docs/migrating.md's two tables, a whole verl example script, a TRL YAML, all unknown keys at once, and hints that
 never point at an unrelated key."""
 
@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from grpoflow.config import ConfigError, load_config
-from grpoflow.foreign import translate_trl, translate_verl, trl_category, verl_category
+from grpoflow.config.foreign.trl import translate_trl, trl_category
+from grpoflow.config.foreign.verl import translate_verl, verl_category
 from grpoflow.commands.translate import translate_file
 
 DOC = Path(__file__).parents[2] / "docs" / "migrating.md"

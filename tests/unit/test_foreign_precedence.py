@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from grpoflow.commands.translate import script_text, translate_file, verl_script_pairs
+from grpoflow.commands.translate import script_text, translate_file
+from grpoflow.config.foreign.verl_script import verl_script_pairs
 from grpoflow.config import ConfigError, load_config
 
 

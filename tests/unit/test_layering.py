@@ -4,8 +4,9 @@
     errors, plugins, user_code -> algorithms, rewards -> data, models -> training | engines -> trajectories -> plan
         -> workers -> distributed -> controller -> commands -> cli
 
-`training` and `engines` sit side by side and never import each other; `config` imports only `foreign` (verl's
-and TRL's keys; stdlib only) and `errors`, and inside it `schema <- checks <- loading` (`moved`: stdlib only).
+`training` and `engines` sit side by side and never import each other; `config` imports only `errors`, and inside it
+`schema <- checks <- loading` (`moved`, `precedence` and `foreign`'s translations of verl's and TRL's keys: stdlib
+only).
 `errors` (the user-error types, stdlib only) sits under everything, and so does `atomic_folder` (folders published
 whole, stdlib only: the run's checkpoints and the Tinker server's saved states).
 `user_code` (processes that run reward functions and tools under limits) is standard library + `plugins`,
@@ -31,7 +32,7 @@ UPPER_OF_DATA = {"training", "engines", "trajectories", "plan", "workers", "dist
                  "tinker_server", "cli", "plotting", "viewer"}
 EVERY_PART = {"errors", "plugins", "sandbox", "user_code_child", "user_code", "plotting", "algorithms", "rewards",
               "data", "models", "tasks", "training", "engines", "trajectories", "plan", "workers", "distributed",
-              "controller", "commands", "tinker_server", "config", "foreign", "cli", "viewer",
+              "controller", "commands", "tinker_server", "config", "cli", "viewer",
               "local_http", "atomic_folder", "metrics_file"}
 FORBIDDEN_PARTS = {
     "errors": None,  # None: nothing from any other grpoflow part (the user-error types; stdlib only)
@@ -71,16 +72,22 @@ FORBIDDEN_PARTS = {
     # it. It sits beside the controller, not above it: nothing of the RL step or its checkpoints
     "tinker_server": {"commands", "cli", "workers", "distributed", "trajectories", "plan", "controller"},
     # schema, checks and loading of plain values: no torch, no registries (CONFIG_ORDER inside it)
-    "config": EVERY_PART - {"errors", "config", "foreign"},
-    "foreign": EVERY_PART - {"foreign"},  # verl's keys and TRL's fields -> ours; stdlib only
+    # verl's keys and TRL's fields -> ours live inside it (config/foreign/)
+    "config": EVERY_PART - {"errors", "config"},
     "cli": set(),
 }
 # The modules of the config package, in import order: each imports only modules before it (no circle); none imports
 # the package itself (its __init__ imports them all). `moved` is stdlib only, so run-folder readers can use it;
-# `precedence` (which of two keys deciding one thing wins across the layers) too.
-CONFIG_ORDER = ("grpoflow.config.moved", "grpoflow.config.precedence", "grpoflow.config.schema",
-                "grpoflow.config.checks", "grpoflow.config.loading")
-CONFIG_STDLIB_ONLY = ("grpoflow.config.moved", "grpoflow.config.precedence")
+# `precedence` (which of two keys deciding one thing wins across the layers) too, and the translations of verl's
+# and TRL's keys (`foreign`, whose __init__ imports nothing); `foreign.verl_script` reads values through `loading`.
+CONFIG_ORDER = ("grpoflow.config.moved", "grpoflow.config.precedence", "grpoflow.config.foreign",
+                "grpoflow.config.foreign.translation", "grpoflow.config.foreign.verl", "grpoflow.config.foreign.trl",
+                "grpoflow.config.schema", "grpoflow.config.checks", "grpoflow.config.loading",
+                "grpoflow.config.foreign.verl_script")
+# stdlib only but for one another (a grpoflow import outside these fails)
+CONFIG_STDLIB_ONLY = ("grpoflow.config.moved", "grpoflow.config.precedence", "grpoflow.config.foreign",
+                      "grpoflow.config.foreign.translation", "grpoflow.config.foreign.verl",
+                      "grpoflow.config.foreign.trl")
 # third-party modules that the pure parts never touch
 PURE_PARTS_NEVER_IMPORT = ("torch.distributed", "ray", "vllm", "grpoflow.config")
 
@@ -198,7 +205,8 @@ def _config_siblings(module: str, path: Path) -> set[str]:
     for name in _imports(module, path):
         if not _matches(name, "grpoflow.config"):
             continue
-        found.add(next((m for m in CONFIG_ORDER if _matches(name, m)), "grpoflow.config"))
+        # the longest match: grpoflow.config.foreign.verl is that module, not its package
+        found.add(max((m for m in CONFIG_ORDER if _matches(name, m)), key=len, default="grpoflow.config"))
     return found - {module}
 
 
@@ -215,7 +223,9 @@ def test_the_config_modules_import_one_way(module):
     assert siblings <= earlier, (f"{module} imports {sorted(siblings - earlier)}: a config module imports only those "
                                  f"before it in {CONFIG_ORDER} (the package's docstring)")
     if module in CONFIG_STDLIB_ONLY:
-        assert not {n for n in _imports(module, path) if part_of(n)}, f"{module} is stdlib only"
+        others = {n for n in _imports(module, path)
+                  if part_of(n) and not any(_matches(n, m) for m in CONFIG_STDLIB_ONLY)}
+        assert not others, f"{module} is stdlib only (but for {CONFIG_STDLIB_ONLY}); it imports {sorted(others)}"
 
 
 def test_the_config_order_check_sees_a_circle(tmp_path):
@@ -223,6 +233,10 @@ def test_the_config_order_check_sees_a_circle(tmp_path):
     path = tmp_path / "checks.py"
     path.write_text("from grpoflow.config.loading import load_config\nfrom grpoflow.config import Config\n")
     assert _config_siblings("grpoflow.config.checks", path) == {"grpoflow.config.loading", "grpoflow.config"}
+    # a module of a sub-package is itself, not its package: verl's translation importing the script reader (which
+    # imports loading) is a circle, caught
+    path.write_text("from grpoflow.config.foreign.verl_script import verl_script_pairs\n")
+    assert _config_siblings("grpoflow.config.foreign.verl", path) == {"grpoflow.config.foreign.verl_script"}
 
 
 @pytest.mark.parametrize("part", ["algorithms", "rewards"])

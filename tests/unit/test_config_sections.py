@@ -182,13 +182,23 @@ def test_a_verl_key_name_points_to_ours(override, ours):
     (["rollout.agent.timeout_s=0"], "rollout.agent.timeout_s must be > 0"),
     (["rollout.agent.program=a.py:run", "rollout.multi_turn.env=guess_number"],
      "leave rollout.multi_turn.env and rollout.multi_turn.tools empty"),
-    (["rollout.partial.enable=true", "rollout.agent.program=a.py:run"],
-     "an agent episode (rollout.agent.program) holds"),
 ])
 def test_validation_messages_name_the_section_keys(overrides, fragment):
     with pytest.raises(ConfigError) as err:
         load_config(None, overrides)
     assert fragment in str(err.value)
+
+
+def test_partial_rollout_of_agent_episodes_is_refused_at_the_start_up_check_naming_both_keys():
+    """The rollout kind declares whether it can pause (trajectories/agents.py: an agent episode cannot); the start-up
+    check (plan/checks.py) asks that declaration, so the refusal comes from there, not from the config's own check."""
+    from grpoflow.plan.checks import check_partial
+
+    cfg = load_config(None, ["rollout.partial.enable=true", "rollout.agent.program=a.py:run"])
+    with pytest.raises(ConfigError) as err:
+        check_partial(cfg)
+    assert "an agent episode, rollout.agent.program, holds" in str(err.value)
+    assert "unset rollout.partial.enable or rollout.agent.program" in str(err.value)
 
 
 # ---------------------------------------------------------------- a run folder's config.yaml of an older grpoflow

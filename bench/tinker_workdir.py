@@ -15,6 +15,9 @@ The recipes name hub resources; this writes their local equivalents, nothing els
   texts) for the DPO recipe (`dataset=hhh`): the same additions, the right sum chosen over a wrong one;
 - `zwhe99/DeepMath-103K/` : a local prompt dataset (`question`, `final_answer`) for on-policy distillation
   (`dataset=deepmath`): the same additions, train split only, as on the hub;
+- `Salesforce/wikitext/` : a local text dataset (config `wikitext-103-raw-v1`, column `text`) for
+  rl_numerics_check: seeded sentences of plain English words, among them every word the recipe counts, so each
+  page has some of them (the recipe only needs text whose word counts it can check);
 - `prompts.jsonl` : the same training questions as rl_loop.py renders them (its few-shot conversation, the
   recipe's renderer), one `{"prompt", "answer"}` row each, so `grpoflow train` can run the same task.
 
@@ -126,6 +129,43 @@ def write_prompt_dataset(root: Path, train: int = 1024) -> Path:
                             "bench/tinker_workdir.py.")
 
 
+# the recipe's words to count (tinker_cookbook/recipes/rl_numerics_check/env.py DEFAULT_WORDS) and filler words
+COUNTED = ("after against although before being between both could during however including into known later many "
+           "most only over several such their then through time under until when while").split()
+FILLER = ("the a river town church road king army city school year people war team family village station music "
+          "game ship book film law name water north south east west small large old new first second great long "
+          "was were is had has built played moved opened wrote found became remained returned began").split()
+
+
+def corpus_lines(chars: int, seed: int) -> list[str]:
+    """Sentences of 6-14 words (a counted word about one word in six) until `chars` characters, one line each
+    five sentences."""
+    rng = random.Random(seed)
+    lines, total = [], 0
+    while total < chars:
+        sentences = []
+        for _ in range(5):
+            words = [rng.choice(COUNTED) if rng.random() < 0.17 else rng.choice(FILLER)
+                     for _ in range(rng.randint(6, 14))]
+            sentences.append(" ".join(words).capitalize() + ".")
+        lines.append(" ".join(sentences))
+        total += len(lines[-1]) + 1
+    return lines
+
+
+def write_text_corpus(root: Path, chars: int = 200_000, seed: int = 0) -> Path:
+    """What `datasets.load_dataset("Salesforce/wikitext", "wikitext-103-raw-v1", split="train")` reads here."""
+    folder, config = root / "Salesforce/wikitext", "wikitext-103-raw-v1"
+    (folder / config).mkdir(parents=True, exist_ok=True)
+    (folder / "README.md").write_text(
+        f"---\nconfigs:\n- config_name: {config}\n  data_files:\n  - split: train\n"
+        f"    path: {config}/train-00000-of-00001.parquet\n---\nSeeded sentences of plain English words for "
+        "tinker-cookbook's rl_numerics_check, written by grpoflow's bench/tinker_workdir.py.\n")
+    pq.write_table(pa.Table.from_pylist([{"text": line} for line in corpus_lines(chars, seed)]),
+                   folder / config / "train-00000-of-00001.parquet")
+    return folder
+
+
 def link_model(root: Path, model: str, name: str) -> Path:
     link = root / name
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +214,7 @@ def main() -> None:
     ns = parser.parse_args()
     root = Path(ns.dir)
     print(write_dataset(root), write_chat_dataset(root), write_preference_dataset(root), write_prompt_dataset(root),
-          link_model(root, ns.model, ns.name))
+          write_text_corpus(root), link_model(root, ns.model, ns.name))
     if ns.prompts:
         print(write_prompts(root, ns.name, ns.prompts))
 

@@ -43,6 +43,7 @@ class CookbookServer:
         workdir.write_chat_dataset(self.workdir, train=64, test=8)         # HuggingFaceH4/no_robots: sl_loop
         workdir.write_preference_dataset(self.workdir, train=64, test=2)   # Anthropic/hh-rlhf: DPO (test: its eval)
         workdir.write_prompt_dataset(self.workdir, train=64)               # zwhe99/DeepMath-103K: distillation
+        workdir.write_text_corpus(self.workdir)                            # Salesforce/wikitext: rl_numerics_check
         workdir.link_model(self.workdir, model, NAME)
         self.server = server_process.ServerProcess(root / "server", f"model.path={model}", f"tinker.model_name={NAME}",
                                                    log=root / "server.log")

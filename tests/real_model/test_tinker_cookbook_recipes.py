@@ -117,3 +117,26 @@ def test_sl_loop_resumes_after_kill_9(tmp_path, cookbook_server):
     print(f"\nsl_loop killed -9 after step 2 ({killed_s:.1f} s), resumed from its checkpoint ({rerun_s:.1f} s): "
           f"train_mean_nll at step 2 {killed[2]['train_mean_nll']:.5f} killed, {resumed[0]['train_mean_nll']:.5f} "
           f"resumed")
+
+
+def test_rl_numerics_check_finds_the_sampler_and_the_trainer_agree(tmp_path, cookbook_server):
+    """rl_numerics_check/train.py (a many-turn `read_page` tool task; the cookbook's check of RL numerics), small:
+    documents of 2-3 pages of 400 characters of the local text (bench/tinker_workdir.py's Salesforce/wikitext),
+    2 groups of 2, 24 tokens a turn, ChatML turns (SmolLM2-Instruct's, as math_rl's test). It logs
+    optim/kl_sample_train_v1, the mean over sampled tokens of the sampler's log-prob minus the trainer's, and _v2,
+    half their mean squared difference. Its README's healthy runs: v1 ~2e-4 on a dense 27B model, 1-2e-3 on an MoE;
+    a long-context bug it caught: 0.09. Here the server's HF engine and trainer agree to float32 rounding: v1
+    -7e-7 .. 6e-7, v2 ~3e-11. The bound on v1 catches a one-signed offset as small as the sampler's float32
+    log-softmax had over SmolLM2's 49,152 logits before b2624c5 (v1 8.9e-6 and 9.4e-6 in this test then)."""
+    rows, seconds = cookbook_server.run(
+        "rl_numerics_check.train", tmp_path / "numerics", "optim/kl_sample_train_v1", "renderer_name=qwen3_instruct",
+        "group_size=2", "groups_per_batch=2", "max_tokens=24", "lora_rank=8", "max_steps=2", "save_every=0",
+        "eval_every=0", "task.num_pages_min=2", "task.num_pages_max=3", "task.page_chars=400",
+        "max_trajectory_tokens=4096", "behavior_if_log_dir_exists=delete")
+    assert steps(rows) == [0, 1], rows
+    for row in rows:
+        assert abs(row["optim/kl_sample_train_v1"]) < 3e-6 and 0 <= row["optim/kl_sample_train_v2"] < 1e-9, row
+    cookbook_server.assert_log_clean()
+    v1, v2 = ([f"{r[k]:.2e}" for r in rows] for k in ("optim/kl_sample_train_v1", "optim/kl_sample_train_v2"))
+    print(f"\nrl_numerics_check {seconds:.1f} s: kl_sample_train_v1 {v1}, v2 {v2} (healthy in its README: v1 ~2e-4 "
+          "on a dense model)")

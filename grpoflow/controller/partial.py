@@ -17,12 +17,15 @@ previous output).
    its samples are dropped and it starts again from its prompt, with the same random streams. (Restarted, not
    redrawn: a redraw would drop the prompts whose samples run long and bias the data towards short answers.)
 
-Every token keeps the weight version that sampled it (Batch.token_versions); the actor's token-level importance
-weights (actor.rollout_is=token, on by default with rollout.partial) correct for the older ones. A checkpoint saves
-the pool (as the async queue saves its steps in flight), so a resumed run continues the same samples. Each saved group
-holds a digest of its prompt's token ids: a resume whose training data changed under the checkpoint (a group's index
-now holds another prompt, or no prompt) drops those groups with one warning, and the pool tops up with new prompts,
-rather than continue samples on a prompt they were not sampled for.
+The pool holds each sample as the rollout workers gave it back: a paused one as its `Trajectory` (sent back to go
+on), a finished one as the batch row the step trains on (rendered by the worker that played it; the controller
+renders nothing and needs no tokenizer for it). Every token keeps the weight version that sampled it
+(Batch.token_versions); the actor's token-level importance weights (actor.rollout_is=token, on by default with
+rollout.partial) correct for the older ones. A checkpoint saves the pool (as the async queue saves its steps in
+flight: rows as plain tensors, trajectories as `Trajectory.as_data`), so a resumed run continues the same samples.
+Each saved group holds a digest of its prompt's token ids: a resume whose training data changed under the
+checkpoint (a group's index now holds another prompt, or no prompt) drops those groups with one warning, and the
+pool tops up with new prompts, rather than continue samples on a prompt they were not sampled for.
 """
 
 from __future__ import annotations
@@ -31,32 +34,52 @@ import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from grpoflow.controller.rollouts import PendingRollout, Rollouts, attach, metrics_of
+from grpoflow.controller.rollouts import PendingRollout, Rollouts, attach, group_ids, metrics_of
+from grpoflow.data.batch import Batch
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import PromptSampler
-from grpoflow.trajectories.rollout import progress_batch
-from grpoflow.trajectories.trajectory import Progress
+from grpoflow.errors import UserError
+from grpoflow.models.nucleus import NO_CUT
+from grpoflow.trajectories.trajectory import Trajectory
+from grpoflow.trajectories.turns import Carried, info_as_data, info_from_data
 from grpoflow.engines.protocol import SamplingParams
+
+Sample = Union[Trajectory, Batch, None]  # a sample in the pool: paused (its trajectory), finished (its row), not begun
+
+
+def finished(sample: Sample) -> bool:
+    return isinstance(sample, Batch)
+
+
+def oldest_of(sample: Sample) -> int | None:
+    """The weight version of a sample's oldest token (None: nothing sampled yet)."""
+    if isinstance(sample, Batch):
+        assert sample.token_versions is not None
+        sampled = sample.token_versions[sample.response_mask.bool()]
+        return int(sampled.min()) if sampled.numel() else None
+    return sample.oldest if sample is not None else None
 
 
 @dataclass
 class Group:
-    """A prompt's n samples in flight: `item` indexes the run's training items; `done_at` = (step, tick) at which
-    its last sample finished (None while some still run)."""
+    """A prompt's n samples in flight: `item` indexes the run's training items; `seed` is the seed of the rollout
+    they started in (their streams and environment seed); `done_at` = (step, tick) at which its last sample
+    finished (None while some still run)."""
     item: int
-    samples: list[Progress]
+    seed: int
+    samples: list[Sample]
     done_at: tuple[int, int] | None = None
 
     @property
     def oldest(self) -> int | None:
         """The weight version of its oldest token (None: nothing sampled yet)."""
-        return min((v for v in (p.oldest for p in self.samples) if v is not None), default=None)
+        return min((v for v in map(oldest_of, self.samples) if v is not None), default=None)
 
     def due(self, version: int, max_staleness: int) -> bool:
         """Whether it must finish in a rollout at `version`: its oldest token (or, with none yet, the ones it is about
@@ -100,13 +123,11 @@ class PartialQueue:
 
     def __init__(self, rollouts: Rollouts, items: list[PromptItem], sampler: PromptSampler, *, prompts_per_step: int,
                  params: SamplingParams, oversample: float, max_staleness: int, seed_of: Callable[[int], int],
-                 version: Callable[[], int], pad_token_id: int,
-                 decode: Callable[[list[int]], str] | None = None) -> None:
+                 version: Callable[[], int], pad_token_id: int) -> None:
         """`seed_of(step)`: the seed of the streams (and environments) of the prompts drawn at `step`; `version()`:
-        the weights the engines hold (those the step trains, sync mode); `decode(ids)`: multi-turn samples' prompt
-        texts (their rendered openings)."""
+        the weights the engines hold (those the step trains, sync mode)."""
         self.rollouts, self.items, self.sampler, self.pad_token_id = rollouts, items, sampler, pad_token_id
-        self.multi_turn, self.decode = rollouts.kind[0], decode
+        self.multi_turn = rollouts.kind[0]
         self.prompts_per_step, self.params = prompts_per_step, params
         self.in_flight_groups = max(prompts_per_step, math.ceil(oversample * prompts_per_step))
         self.max_staleness, self.seed_of, self.version = max_staleness, seed_of, version
@@ -123,10 +144,10 @@ class PartialQueue:
         restarted = 0
         for g in self.pool:
             if g.oldest is not None and version - g.oldest > self.max_staleness:
-                g.samples, g.done_at = [Progress(p.seed) for p in g.samples], None
+                g.samples, g.done_at = [None] * n, None
                 restarted += 1
         new = self.draw(max(self.in_flight_groups - len(self.pool), 0))
-        self.pool += [Group(self._position[id(it)], [Progress(self.seed_of(step)) for _ in range(n)]) for it in new]
+        self.pool += [Group(self._position[id(it)], self.seed_of(step), [None] * n) for it in new]
         due = [g.due(version, self.max_staleness) for g in self.pool]
         busy = self.play(step, due)
         order = sorted((not due[k], g.done_at, k) for k, g in enumerate(self.pool) if g.done_at is not None)
@@ -137,16 +158,33 @@ class PartialQueue:
         chosen = [self.pool[k] for _, _, k in order[:self.prompts_per_step]]
         self.pool = [g for k, g in enumerate(self.pool) if k not in picked]
         items = [self.items[g.item] for g in chosen]
-        batch = attach(progress_batch([it.prompt_ids for it in items], [g.samples for g in chosen], self.multi_turn,
-                                      pad_token_id=self.pad_token_id, decode=self.decode), items)
+        batch = attach(self.rows_of(chosen), items)
         assert batch.token_versions is not None
         metrics = {**metrics_of(batch, self.multi_turn, False, episodes=len(batch)),
                    **partial_metrics(batch.token_versions, batch.response_mask, version),
                    "rollout/partial/new_groups": float(len(new)), "rollout/partial/restarted_groups": float(restarted),
                    "rollout/partial/due_groups": float(sum(due)),
                    "rollout/partial/carried_groups": float(len(self.pool)),
-                   "rollout/partial/carried_samples": float(sum(not p.finish for g in self.pool for p in g.samples))}
+                   "rollout/partial/carried_samples": float(sum(not finished(p) for g in self.pool for p in g.samples))}
         return PendingRollout(items, None, n=n, done=(batch, busy), metrics=metrics)
+
+    def rows_of(self, groups: list[Group]) -> Batch:
+        """The finished samples of `groups` as the step's batch: their rows (from the rollouts that finished them),
+        group k's n samples in order, group ids 0.. and episodes numbered as one rollout's. A row without nucleus
+        floors among rows with some (top-p cut nothing in its rollout) gets the no-cut floor."""
+        rows = [s for g in groups for s in g.samples]
+        assert all(isinstance(r, Batch) for r in rows), "a step trains complete groups only"
+        parts: list[Batch] = [r for r in rows if isinstance(r, Batch)]
+        width = max(p.response_ids.shape[1] for p in parts)
+        floors = torch.full((len(parts), width), NO_CUT, dtype=torch.float32)
+        for i, p in enumerate(parts):
+            if p.sampling_floors is not None:
+                floors[i, :p.sampling_floors.shape[1]] = p.sampling_floors[0]
+        batch = Batch.concat([p.replace(sampling_floors=None) for p in parts], pad_token_id=self.pad_token_id)
+        # the floors only where top-p cut something, as one rollout's batch has them (trajectory.to_batch)
+        return batch.replace(group_ids=group_ids(len(groups), self.params.n),
+                             sampling_floors=floors if bool((floors > NO_CUT).any()) else None,
+                             carried=[Carried(episode=i) for i in range(len(batch))])
 
     def play(self, step: int, due: list[bool]) -> float:
         """Play the pool's unfinished samples until data.prompts_per_step groups and the `due` ones are complete;
@@ -154,43 +192,52 @@ class PartialQueue:
         unfinished_due = any(d and g.done_at is None for g, d in zip(self.pool, due))
         if sum(g.done_at is not None for g in self.pool) >= self.prompts_per_step and not unfinished_due:
             return 0.0
-        pending = self.rollouts.submit([self.items[g.item] for g in self.pool], self.params, None,
-                                       carried=[g.samples for g in self.pool], must_finish=due,
-                                       complete=self.prompts_per_step)
+        pending = self.rollouts.submit(
+            [self.items[g.item] for g in self.pool], self.params, None, seeds=[g.seed for g in self.pool],
+            carried=[[s if isinstance(s, Trajectory) else None for s in g.samples] for g in self.pool],
+            finished=[tuple(j for j, s in enumerate(g.samples) if finished(s)) for g in self.pool],
+            must_finish=due, complete=self.prompts_per_step)
         batch, busy = pending.result()
-        n = self.params.n
-        for r, info in enumerate(batch.carried):
-            self.pool[int(batch.group_ids[r])].samples[r % n] = info.progress
+        n, ticks = self.params.n, [-1] * len(self.pool)
+        for r, c in enumerate(batch.carried):
+            k = int(batch.group_ids[r])
+            self.pool[k].samples[c.episode % n] = c.trajectory if c.paused else batch.select([r]).trimmed()
+            ticks[k] = max(ticks[k], c.finished_at)
         for k, g in enumerate(self.pool):
-            ticks = [info.finished_at for info in batch.carried[k * n:(k + 1) * n]]
-            if g.done_at is None and all(p.finish for p in g.samples):
-                g.done_at = (step, max(ticks))
+            if g.done_at is None and all(map(finished, g.samples)):
+                g.done_at = (step, ticks[k])
         return busy
 
     def state_dict(self) -> dict[str, Any]:
-        """{"sampler": its position, "in_flight": the pool (every group's samples so far)}."""
-        groups = [{"item": g.item, "prompt": prompt_digest(self.items[g.item].prompt_ids),
+        """{"sampler": its position, "in_flight": the pool (every group's samples so far: a finished one's row as
+        plain values, a paused one's trajectory as `Trajectory.as_data`, None for one not begun)}."""
+        groups = [{"item": g.item, "seed": g.seed, "prompt": prompt_digest(self.items[g.item].prompt_ids),
                    "done_at": list(g.done_at) if g.done_at else None,
-                   "samples": [dataclasses.asdict(p) for p in g.samples]} for g in self.pool]
+                   "samples": [sample_as_data(s) for s in g.samples]} for g in self.pool]
         return {"sampler": self.sampler.state_dict(), "in_flight": {"partial_pool": groups}}
 
     def load_state_dict(self, sampler: dict[str, Any], step: int, in_flight: Any = None) -> None:
         """Continue after checkpoint step `step` with the sampler at `sampler` and the saved pool. A saved group
         whose prompt is not the one now at its index (the training data changed since the checkpoint; its digest
         differs, or the index is past the end) is dropped, with one warning; a checkpoint written before the
-        digests were saved is taken as it is."""
+        digests were saved is taken as it is; one written before the pool held trajectories and rows is refused."""
         self.sampler.load_state_dict(sampler)
         saved = in_flight.get("partial_pool", []) if isinstance(in_flight, dict) else []
+        if any(isinstance(g, dict) and "seed" not in g for g in saved):
+            raise UserError(
+                "this checkpoint's rollout.partial pool was written by an older grpoflow (its samples as Progress, "
+                "re-rendered by the controller), which this version cannot continue: resume it with the grpoflow "
+                "that wrote it, or start over from its weights (trainer.resume=never, model.path=<its actor folder>).")
         same = [self.same_prompt(g) for g in saved]
         kept = [g for g, ok in zip(saved, same) if ok]
         if len(kept) < len(saved):
             dropped = [g for g, ok in zip(saved, same) if not ok]
-            begun = sum(bool(p.get("ids") or p.get("past")) for g in dropped for p in g["samples"])
+            begun = sum(p is not None for g in dropped for p in g["samples"])
             warn(f"rollout.partial: dropped {len(dropped)} of the {len(saved)} groups in flight in the checkpoint "
                  f"({begun} samples begun): the prompt now at their index is not the one they were sampled for, so "
                  "the training data (data.train_files) changed since the checkpoint was written; new prompts take "
                  "their places. Resume with the unchanged data to continue them.")
-        self.pool = [Group(g["item"], [Progress.from_data(p) for p in g["samples"]],
+        self.pool = [Group(g["item"], g["seed"], [sample_from_data(p, self.items[g["item"]]) for p in g["samples"]],
                            tuple(g["done_at"]) if g["done_at"] else None) for g in kept]
 
     def same_prompt(self, saved: dict[str, Any]) -> bool:
@@ -202,3 +249,29 @@ class PartialQueue:
 
     def drain(self) -> None:
         """Nothing runs between steps (each step's rollout is over when `take` returns)."""
+
+
+def sample_as_data(sample: Sample) -> dict | None:
+    """A pool's sample as plain values a weights-only checkpoint holds: {"row": the Batch's fields} (finished; no
+    dataset row, its facts as `info_as_data`), {"trajectory": `Trajectory.as_data`} (paused), or None."""
+    if isinstance(sample, Trajectory):
+        return {"trajectory": sample.as_data()}
+    if sample is None:
+        return None
+    row = sample.replace(rows=[], infos=[info_as_data(i, c) for i, c in zip(sample.infos, sample.carried)], carried=[])
+    return {"row": {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}}
+
+
+def sample_from_data(data: dict | None, item: PromptItem) -> Sample:
+    """`sample_as_data`'s output back as a pool's sample (a row gets its dataset row from `item`)."""
+    if data is None:
+        return None
+    (kind, value), = data.items()  # one key: anything else was edited
+    if kind == "trajectory":
+        return Trajectory.from_data(value)
+    if kind != "row":
+        raise KeyError(kind)
+    fields = dict(value)
+    read = [info_from_data(i) for i in fields["infos"]]
+    fields["infos"], fields["carried"], fields["rows"] = [i for i, _ in read], [c for _, c in read], [item.row]
+    return Batch(**fields)

@@ -28,7 +28,7 @@ from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import PromptSampler
 from grpoflow.distributed.worker_group import GroupCall, WorkerGroup
 from grpoflow.trajectories.loop import RolloutItem
-from grpoflow.trajectories.trajectory import Progress
+from grpoflow.trajectories.trajectory import Trajectory
 from grpoflow.trajectories.turns import info_as_data, info_from_data, rollout_metrics
 from grpoflow.engines.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
@@ -84,15 +84,19 @@ class Rollouts:
         self.group, self.kind = group, (multi_turn or agent, agent)
 
     def submit(self, items: list[PromptItem], params: SamplingParams, seed: int | None, *,
-               carried: list[list[Progress]] | None = None, must_finish: list[bool] | None = None,
+               carried: list[list[Trajectory | None]] | None = None, finished: list[tuple[int, ...]] | None = None,
+               seeds: list[int] | None = None, must_finish: list[bool] | None = None,
                complete: int | None = None) -> PendingRollout:
         """Start the trajectories of `params.n` samples of each item (at once with Ray; now with the local backend).
-        rollout.partial (controller/partial.py): item k's samples go on from `carried[k]` (each with its own seed),
-        and with `complete` the rollout pauses once that many groups, and every `must_finish` one, are complete;
-        every sample comes back with its progress (`Batch.carried`)."""
+        rollout.partial (controller/partial.py): item k's samples go on from `carried[k]` (paused trajectories;
+        None: not begun), those in `finished[k]` only count, its streams derive from `seeds[k]`, and with `complete`
+        the rollout pauses once that many groups, and every `must_finish` one, are complete; every sample played
+        comes back as its training row, a paused one with its trajectory (`Batch.carried`)."""
         multi_turn = self.kind[0]
         requests = [RolloutItem(it.prompt_ids, it.index, position, it.row if multi_turn else None,
                                 carried=carried[position] if carried is not None else None,
+                                finished=finished[position] if finished is not None else (),
+                                seed=seeds[position] if seeds is not None else None,
                                 must_finish=must_finish is not None and must_finish[position])
                     for position, it in enumerate(items)]
         call = self.group.submit_overlapped(RolloutWorker.rollout, requests, params, seed=seed, complete=complete)

@@ -117,8 +117,7 @@ class Controller:
             self.queue = PartialQueue(self.rollouts, self.train_items, sampler, prompts_per_step=per_step,
                                       params=self.sampling, oversample=r.partial.oversample,
                                       max_staleness=r.partial.max_staleness, seed_of=self.step_seed,
-                                      version=lambda: self.version, pad_token_id=self.pad_token_id,
-                                      decode=self.plan.decode if r.multi_turn.enabled else None)
+                                      version=lambda: self.version, pad_token_id=self.pad_token_id)
         else:
             self.queue = RolloutQueue(self.rollouts, self.train_items, sampler, prompts_per_step=per_step,
                                       params=self.sampling, ahead=r.max_staleness if self.is_async else 0,

@@ -7,7 +7,7 @@ several turns against environments and tools; each trajectory is one training sa
     reasoning_gym_env.py  reasoning_gym: a reasoning-gym task the model may retry after "wrong" (extra reasoning-gym)
     openenv_env.py  openenv: one OpenEnv client session per trajectory, observations as user messages (extra openenv)
     trajectory.py   Trajectory: prompt ids + segments (sampled ids with log-probs and version | rendered ids) -> Batch;
-                    a paused one's open turn, and Progress: a trajectory so far as plain data (rollout.partial)
+                    a paused one's open turn, from which it goes on in a later rollout (rollout.partial)
     loop.py         trajectories as coroutines over the request batcher: SingleTurn, EnvLoop (environment, tools),
                     each resuming from its own previous output when rollout.partial paused it (a conversation's
                     environment rebuilt by replay, its replies checked); play_each, the one driver, with its pause

@@ -13,12 +13,14 @@ The environment's seed is the same for a prompt's `n` trajectories, so they star
 turn t of sample j draws from `turns.stream_seed(seed, i, n, j, t)`.
 
 Partial rollout (rollout.partial, APRIL-style; the controller's side is controller/partial.py) is this same path:
-a rollout may be given a pause quota and items that carry their samples so far (`RolloutItem.carried`,
-trajectory.Progress). `play_each` counts the items whose samples have all finished (`Quota`); once `quota` are
-complete, and every item marked `must_finish` (one whose oldest token would otherwise grow too stale) is too, it
-pauses the batcher (`RequestBatcher.pause`): at that point, set by token counts, every sample still running comes
-back paused, its open turn's tokens so far (with their log-probs and the weight version of each) in
-`Trajectory.open`. Each trajectory resumes from its own previous output: a single-turn sample asks for the rest
+a rollout may be given a pause quota and items that carry their samples so far (`RolloutItem.carried`: each a
+paused `Trajectory`, or nothing yet; `RolloutItem.finished`: those done in an earlier rollout). `play_each` counts
+the items whose samples have all finished (`Quota`); once `quota` are complete, and every item marked
+`must_finish` (one whose oldest token would otherwise grow too stale) is too, it pauses the batcher
+(`RequestBatcher.pause`): at that point, set by token counts, every sample still running comes back paused, its
+open turn's tokens so far (with their log-probs and the weight version of each) in `Trajectory.open`; a finished
+one comes back as the row the controller trains on (rollout.py renders it where it was played). Each trajectory
+resumes from its own previous output: a single-turn sample asks for the rest
 of its budget after its ids so far (re-prefilled under the new weights), drawing from its own random stream at
 its token offset (`Request.position`), so its tokens do not depend on where the pause fell beyond the weights
 that sampled them. A paused conversation is plain data too (never the environment): to go on, a fresh
@@ -38,7 +40,7 @@ from typing import Any, Awaitable, Callable
 from grpoflow.errors import UserError
 from grpoflow.trajectories.chat import ChatRenderer
 from grpoflow.trajectories.env import GuardedEnvironment, with_system_prompt
-from grpoflow.trajectories.trajectory import EndState, Progress, Segment, Trajectory
+from grpoflow.trajectories.trajectory import EndState, Segment, Trajectory
 from grpoflow.trajectories.turns import (Carried, SampleInfo, ToolUse, TurnStop, add_model_turn, count_engine_work,
                                      env_seeds, first_turn_seeds, floors_of, info_of, joined, read_turn, stream_seed)
 from grpoflow.engines.batcher import Client, RequestBatcher
@@ -52,13 +54,17 @@ MAX_CHARS_PER_TOKEN = 64
 @dataclass
 class RolloutItem:
     """One prompt as a rollout worker receives it: its ids, dataset index (seeds its streams), position in the
-    step's prompts (its group id), for multi-turn runs its dataset row, and for a partial rollout the progress of
-    its n samples so far and whether they must all finish in this rollout (the module docstring)."""
+    step's prompts (its group id), for multi-turn runs its dataset row, and for a partial rollout (the module
+    docstring) its n samples so far (`carried[j]`: the paused trajectory, None: not begun or in `finished`), the
+    samples that finished in an earlier rollout, the seed of the rollout its samples started in (their streams and
+    their environment's seed derive from it), and whether they must all finish in this rollout."""
     ids: list[int]
     index: int
     position: int
     row: dict | None = None
-    carried: list[Progress] | None = None
+    carried: list[Trajectory | None] | None = None
+    finished: tuple[int, ...] = ()
+    seed: int | None = None
     must_finish: bool = False
 
 
@@ -71,7 +77,7 @@ class Quota:
 
     def __init__(self, batcher: RequestBatcher, items: list[RolloutItem], quota: int) -> None:
         self.batcher, self.items, self.quota = batcher, items, quota
-        self.left = [sum(not p.finish for p in item.carried or []) for item in items]  # samples still to finish
+        self.left = [len(item.carried or []) - len(item.finished) for item in items]  # samples still to finish
         self.complete = sum(count == 0 for count in self.left)
         self.due = sum(count > 0 and item.must_finish for item, count in zip(items, self.left))
         self._check()
@@ -112,15 +118,16 @@ class CountedClient(Client):
 
 async def play_each(batcher: RequestBatcher, items: list[RolloutItem], n: int,
                     trajectory: Callable[[Client, RolloutItem, int], Awaitable[Trajectory]], *,
-                    quota: int | None = None, multi_turn: bool = False) -> Played:
+                    quota: int | None = None) -> Played:
     """Every (item, sample) as its own coroutine `trajectory(client, item, j)` (which calls `client.done()` when it
     needs the engine no more), gathered in order.
 
     An item that carries its samples so far (rollout.partial, the module docstring): a sample that finished in an
-    earlier rollout only counts, the others go on from where they stopped, and each comes back with its progress
-    (`Carried.progress`, `.paused`; a conversation's if `multi_turn`) and, if it finished in this rollout, the
-    batcher tick it finished at (`finished_at`: which groups completed first). With `quota`, every item carries
-    its n samples, and the batcher pauses once `quota` items are complete (`Quota`)."""
+    earlier rollout only counts (nothing of it comes back: the controller holds its row), the others go on from
+    where they stopped, and each comes back as its training row with, if it paused, its trajectory so far
+    (`Carried.trajectory`, `.paused`) and, if it finished in this rollout, the batcher tick it finished at
+    (`finished_at`: which groups completed first); `Carried.episode` is k * n + j. With `quota`, every item
+    carries its n samples, and the batcher pauses once `quota` items are complete (`Quota`)."""
     if quota is not None and any(item.carried is None or len(item.carried) != n for item in items):
         raise ValueError(f"a partial rollout's item needs the progress of its {n} samples (RolloutItem.carried); "
                          "the controller's PartialQueue sends them.")
@@ -133,21 +140,28 @@ async def play_each(batcher: RequestBatcher, items: list[RolloutItem], n: int,
         if rule is not None:
             rule.finished(k)
 
-    async def sample(k: int, j: int) -> tuple[int, Trajectory, SampleInfo, Carried]:
+    async def sample(k: int, j: int) -> tuple[int, Trajectory, SampleInfo, Carried] | None:
         item, client = items[k], clients[k * n + j]
-        carried = item.carried[j] if item.carried is not None else None
-        if carried is None:
+        if item.carried is None:
             t = await trajectory(client, item, j)
             return item.position, t, info_of(t), Carried(episode=k * n + j)
-        if carried.finish:  # finished in an earlier rollout: it only counts
+        if j in item.finished:  # finished in an earlier rollout: it only counts
             client.done()
-            return item.position, carried.trajectory(item.ids), SampleInfo(), Carried(progress=carried)
+            return None
         t = await trajectory(CountedClient(client, lambda: finished(k, j)), item, j)
-        progress = Progress.of(t, carried.seed, multi_turn)
-        return item.position, progress.trajectory(item.ids), info_of(t), Carried(
-            episode=k * n + j, progress=progress, paused=t.end is EndState.PAUSED, finished_at=finished_at[k * n + j])
+        paused = t.end is EndState.PAUSED
+        return item.position, t, info_of(t), Carried(episode=k * n + j, trajectory=t if paused else None,
+                                                     paused=paused, finished_at=finished_at[k * n + j])
 
-    return list(await asyncio.gather(*(sample(k, j) for k in range(len(items)) for j in range(n))))
+    played = await asyncio.gather(*(sample(k, j) for k in range(len(items)) for j in range(n)))
+    return [p for p in played if p is not None]
+
+
+def head_of(t: Trajectory | None) -> Completion:
+    """The open turn of a paused trajectory (nothing: none), as the start of the completion that continues it."""
+    turn = t.open if t is not None and t.open is not None else Segment([])
+    return Completion(list(turn.ids), list(turn.log_probs or []), list(turn.versions or []), "paused",
+                      floors=list(turn.floors or []))
 
 
 class SingleTurn:
@@ -168,9 +182,9 @@ class SingleTurn:
 
         async def sample(client: Client, item: RolloutItem, j: int) -> Trajectory:
             carried = item.carried[j] if item.carried is not None else None
-            head = carried.head() if carried is not None else Completion([], [], [], "")
-            stream = stream_of[id(item), j] if carried is None else \
-                stream_seed(carried.seed, item.index, params.n, j, 0)
+            head = head_of(carried) if carried is not None else Completion([], [], [], "")
+            stream = stream_of[id(item), j] if item.carried is None else \
+                stream_seed(item.seed, item.index, params.n, j, 0)
             prompt = item.ids + head.ids
             try:
                 c = joined(head, await client.generate(Request(
@@ -223,25 +237,25 @@ class EnvLoop:
                    seed: int | None, quota: int | None = None) -> Played:
         seed_of = {id(it): s for it, s in zip(items, env_seeds(seed, [it.index for it in items]))}
         return await play_each(batcher, items, params.n, lambda client, item, j: self.trajectory(
-            client, item, j, params, seed, seed_of[id(item)]), quota=quota, multi_turn=True)
+            client, item, j, params, seed, seed_of[id(item)]), quota=quota)
 
     async def trajectory(self, client: Client, item: RolloutItem, j: int, params: SamplingParams, seed: int | None,
                          env_seed: int) -> Trajectory:
         """One conversation; a carried one (rollout.partial) with its own seed, replayed on a fresh environment up
         to its open turn, which goes on from its tokens so far."""
         carried = item.carried[j] if item.carried is not None else None
-        if carried is not None:
-            seed, env_seed = carried.seed, env_seeds(carried.seed, [item.index])[0]
+        if item.carried is not None:
+            seed, env_seed = item.seed, env_seeds(item.seed, [item.index])[0]
         env = await self.new_env()
         t = Trajectory([], [])
         try:
             t = await self.opened(env, item.row or {}, env_seed)
             head = None
-            if carried is not None and carried.past is not None:
-                t = await self.replay(env, t, Trajectory.from_data(carried.past), item, j)
+            if carried is not None:
+                t = await self.replay(env, t, carried, item, j)
                 if env is not None and env.failure is not None:
                     return t
-                head = carried.head()
+                head = head_of(carried)
             await self.converse(client, t, env, item, j, params, seed, head)
             return t
         finally:

@@ -24,8 +24,7 @@ import torch
 
 from grpoflow.data.batch import Batch
 from grpoflow.trajectories.loop import Played, RolloutItem
-from grpoflow.trajectories.trajectory import Progress, to_batch
-from grpoflow.trajectories.turns import Carried, info_of
+from grpoflow.trajectories.trajectory import to_batch
 from grpoflow.engines.batcher import RequestBatcher
 from grpoflow.engines.protocol import RolloutEngine, SamplingParams
 
@@ -91,11 +90,3 @@ def played_batch(played: Played, multi_turn: bool, *, pad_token_id: int,
                          policy_version=torch.where(batch.policy_version < 0, newest, batch.policy_version),
                          infos=[info for _, _, info, _ in played], carried=[c for _, _, _, c in played])
 
-
-def progress_batch(prompt_ids: list[list[int]], samples: list[list[Progress]], multi_turn: bool, *,
-                   pad_token_id: int, decode: Callable[[list[int]], str] | None) -> Batch:
-    """Finished samples of a partial rollout (over one rollout or several) as `played_batch` gives a rollout's:
-    group k is the samples `samples[k]` of the prompt `prompt_ids[k]`, prompt-major."""
-    played = [(k, t, info_of(t), Carried(episode=k * len(group) + j)) for k, group in enumerate(samples)
-              for j, t in enumerate(p.trajectory(prompt_ids[k]) for p in group)]
-    return played_batch(played, multi_turn, pad_token_id=pad_token_id, decode=decode)

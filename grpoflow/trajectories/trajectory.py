@@ -6,9 +6,8 @@ environment's (tool results, replies, the separator and the next turn's opening)
 order, the loss mask is 1 on the model's tokens only, and the attention covers them all.
 
 A trajectory that rollout.partial paused carries its open turn (`Trajectory.open`: the tokens sampled so far), and
-goes on in a later rollout from `Progress`, the same trajectory as plain data (what the controller's pool, the
-wire and a checkpoint hold): a single-turn sample and a conversation resume from it in their own loops
-(loop.py), not in a parallel class.
+goes on in a later rollout from itself (what the controller's pool and the wire hold; `as_data` in a checkpoint):
+a single-turn sample and a conversation resume from it in their own loops (loop.py), not in a parallel class.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpoflow.data.batch import Batch
-from grpoflow.engines.protocol import Completion, left_pad
+from grpoflow.engines.protocol import left_pad
 from grpoflow.models.nucleus import NO_CUT
 
 class EndState(str, enum.Enum):
@@ -88,6 +87,13 @@ class Trajectory:
     open: Segment | None = None            # paused (rollout.partial): the open turn's tokens so far, not yet a turn
 
     @property
+    def oldest(self) -> int | None:
+        """The weight version of its oldest sampled token, the open turn's included (None: none sampled yet)."""
+        model = [s for s in self.segments + ([self.open] if self.open is not None else []) if s.trainable]
+        versions = [v for s in model for v in (s.versions if s.versions is not None else [s.version or 0] * len(s.ids))]
+        return min(versions, default=None)
+
+    @property
     def version(self) -> int:
         """Weight version of the oldest model segment (-1 before the first)."""
         return min((s.version for s in self.segments if s.version is not None), default=-1)
@@ -124,63 +130,6 @@ class Trajectory:
         opened = data.get("open")
         return Trajectory(**{**data, "segments": [Segment(**s) for s in data["segments"]],
                              "open": Segment(**opened) if opened is not None else None})
-
-
-@dataclass
-class Progress:
-    """A sample of a partial rollout so far, as plain data: what the controller's pool and a checkpoint hold, and what
-    a later rollout resumes from (`RolloutItem.carried`)."""
-    seed: int             # the seed of the rollout it started in: its streams and its environment's seed derive from it
-    ids: list[int] = field(default_factory=list)        # the open turn's tokens so far (single-turn: the sample's)
-    log_probs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)   # the weight version that sampled each of them
-    finish: str = ""      # "stop" | "length" once finished; "" while it has more to sample
-    text: str = ""        # single-turn: the decoded completion, once finished
-    past: dict | None = None  # multi-turn: the trajectory before the open turn (finished: all of it), as_data()
-    floors: list[float] = field(default_factory=list)   # their nucleus floors ([]: none recorded)
-
-    @property
-    def oldest(self) -> int | None:
-        """The weight version of its oldest token (None: nothing sampled yet)."""
-        past = [v for s in (self.past or {}).get("segments", []) if s["log_probs"] is not None
-                for v in (s["versions"] if s["versions"] is not None else [s["version"]] * len(s["ids"]))]
-        return min(past + self.versions, default=None)
-
-    def head(self) -> Completion:
-        """The open turn's tokens so far, as the start of the completion that continues it."""
-        return Completion(list(self.ids), list(self.log_probs), list(self.versions), "paused",
-                          floors=list(self.floors))
-
-    def trajectory(self, prompt_ids: list[int]) -> Trajectory:
-        """The sample as a trajectory: a conversation's recorded one (the open turn left out), or the one model
-        segment of a single-turn sample after `prompt_ids` (per-token versions kept)."""
-        if self.past is not None:
-            return Trajectory.from_data(self.past)
-        t = Trajectory(list(prompt_ids), [{"role": "assistant", "content": self.text}], turns=1,
-                       end={"": EndState.PAUSED, "length": EndState.TOKEN_BUDGET}.get(self.finish, EndState.EOS))
-        if self.ids:
-            t.segments.append(Segment(list(self.ids), list(self.log_probs), min(self.versions), list(self.versions),
-                                      list(self.floors) if len(self.floors) == len(self.ids) else None))
-        return t
-
-    @staticmethod
-    def of(t: Trajectory, seed: int, multi_turn: bool) -> "Progress":
-        """The progress of `t` after a rollout (paused: `t.open` holds its open turn): a conversation keeps its
-        trajectory in `past`, a single-turn sample its one turn in `ids`."""
-        finish = "" if t.end is EndState.PAUSED else "length" if t.end.is_truncated else "stop"
-        turn = t.open if t.open is not None else t.segments[0] if t.segments and not multi_turn else Segment([])
-        ids, log_probs, versions = list(turn.ids), list(turn.log_probs or []), list(turn.versions or [])
-        floors = list(turn.floors or [])
-        if not multi_turn:
-            return Progress(seed, ids, log_probs, versions, finish, t.last_assistant_text() if finish else "",
-                            floors=floors)
-        past = t.as_data()
-        del past["open"]  # it is the progress's ids
-        return Progress(seed, ids, log_probs, versions, finish, past=past, floors=floors)
-
-    @staticmethod
-    def from_data(data: dict) -> "Progress":
-        return Progress(**data)
 
 
 def to_batch(trajectories: list[Trajectory], *, pad_token_id: int, prompt_texts: list[str], rows: list[dict],

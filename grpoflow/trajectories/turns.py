@@ -26,7 +26,7 @@ import torch
 
 from grpoflow.data.tool_format import HERMES, ToolCall, ToolFormat
 from grpoflow.trajectories.tool_runner import ToolRunner
-from grpoflow.trajectories.trajectory import EndState, Progress, Segment, Trajectory
+from grpoflow.trajectories.trajectory import EndState, Segment, Trajectory
 from grpoflow.engines.protocol import Completion
 from grpoflow.engines.random_streams import prompt_seeds, row_seeds
 
@@ -80,26 +80,32 @@ class Carried:
     episode: int = 0        # the episode (or trajectory) it came from, numbered within the rollout
     paused: bool = False    # rollout.partial: stopped unfinished, to continue in a later rollout
     finished_at: int = -1   # rollout.partial: the batcher tick it finished at in this rollout (-1: not in it)
-    progress: Progress | None = None  # rollout.partial: the sample so far as plain data
+    trajectory: Trajectory | None = None  # rollout.partial, paused: the trajectory so far (`open`: its open turn)
 
 
 CARRIED = tuple(f.name for f in dataclasses.fields(Carried))
 
 
 def info_as_data(info: SampleInfo, carried: Carried) -> dict:
-    """A sample's facts and what it carries as plain data (its end state as its value, its progress as a dict): what
-    a checkpoint holds of a step in flight."""
-    return {**dataclasses.asdict(info), "end": info.end.value, **dataclasses.asdict(carried)}
+    """A sample's facts and what it carries as plain data (end states as their values, a paused trajectory as
+    `Trajectory.as_data`): what a checkpoint holds of a sample in flight."""
+    trajectory = carried.trajectory.as_data() if carried.trajectory is not None else None
+    return {**dataclasses.asdict(info), "end": info.end.value, **dataclasses.asdict(carried), "trajectory": trajectory}
 
 
 def info_from_data(data: dict) -> tuple[SampleInfo, Carried]:
     """A sample's facts and what it carries from `info_as_data` (a checkpoint's samples in flight); one saved
-    before the one end state holds `ended` (its reason) and `status` (an agent episode's, the same reason or ok)."""
+    before the one end state holds `ended` (its reason) and `status` (an agent episode's, the same reason or ok), and
+    `progress` (None: a step in flight never holds a partial rollout's samples)."""
     data = dict(data)
     if "ended" in data:
         data["end"] = data.pop("ended")
         data.pop("status", None)
+    if data.get("progress", 0) is None:
+        del data["progress"]
     carried = Carried(**{k: data.pop(k) for k in CARRIED if k in data})
+    if carried.trajectory is not None:
+        carried.trajectory = Trajectory.from_data(carried.trajectory)  # type: ignore[arg-type]
     return SampleInfo(**{**data, "end": EndState(data.get("end", ""))}), carried
 
 

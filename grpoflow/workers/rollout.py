@@ -60,11 +60,12 @@ class RolloutWorker:
         sample j of an item draws from its own stream (trajectories/turns.py), so the samples do not depend on
         batching, placement or the other trajectories.
 
-        rollout.partial: items carry their samples so far (`RolloutItem.carried`, each with its own seed), which go
-        on from there; with `complete`, every sample still running pauses once this worker's share of `complete`
-        groups (the step's data.prompts_per_step, split over the workers as their items are) have finished. Every
-        sample comes back, finished or not, with its progress (`carried[i].progress`, `.paused`, `.finished_at`;
-        trajectories/loop.py)."""
+        rollout.partial: items carry their samples so far (`RolloutItem.carried`: paused trajectories, with the seed
+        they started with), which go on from there; with `complete`, every sample still running pauses once this
+        worker's share of `complete` groups (the step's data.prompts_per_step, split over the workers as their items
+        are) have finished. Every sample played comes back as the row the controller trains on, a paused one with
+        its trajectory so far (`carried[i].trajectory`, `.paused`, `.finished_at`; trajectories/loop.py); one that
+        finished in an earlier rollout does not come back."""
         if seed is not None:
             torch.manual_seed(seed)
         quota = None

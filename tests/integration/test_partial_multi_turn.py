@@ -18,9 +18,9 @@ from grpoflow.controller.checkpoint import CheckpointManager, load_state
 from grpoflow.errors import UserError
 from grpoflow.models.loading import load_causal_lm, load_tokenizer
 from grpoflow.trajectories.loop import RolloutItem
-from grpoflow.trajectories.rollout import played_batch, run_rollout
-from grpoflow.trajectories.trajectory import Progress
-from grpoflow.trajectories.turns import Carried, info_of
+from grpoflow.data.batch import Batch
+from grpoflow.trajectories.rollout import run_rollout
+from grpoflow.trajectories.trajectory import Trajectory
 from grpoflow.engines.hf import HFRolloutEngine
 from grpoflow.engines.protocol import SamplingParams
 from grpoflow.tasks.multi_turn import calculator_splits, guess_number_splits
@@ -60,40 +60,49 @@ def requests(rows, tok):
     return [RolloutItem(tok.encode(str(r["prompt"]), add_special_tokens=False), i, i, r) for i, r in enumerate(rows)]
 
 
-def carried(items, progress):
-    return [RolloutItem(it.ids, it.index, it.position, it.row, carried=progress[k]) for k, it in enumerate(items)]
+def fresh(items, n):
+    """Every item's n samples, none begun (as the controller's pool holds a new group)."""
+    return [[None] * n for _ in items]
 
 
-def play_partial(loop, engine, tok, items, params, progress, quota):
-    """One partial rollout of every item from `progress` (pausing once `quota` groups are complete): the progress
-    after it, per item."""
-    batch = run_rollout(loop, engine, carried(items, progress), params, None, quota=quota,
+def carried(items, samples):
+    return [RolloutItem(it.ids, it.index, it.position, it.row, seed=SEED,
+                        carried=[s if isinstance(s, Trajectory) else None for s in samples[k]],
+                        finished=tuple(j for j, s in enumerate(samples[k]) if isinstance(s, Batch)))
+            for k, it in enumerate(items)]
+
+
+def play_partial(loop, engine, tok, items, params, samples, quota):
+    """One partial rollout of every item from `samples` (per item and sample: None not begun, a paused trajectory,
+    or the row of a finished one), pausing once `quota` groups are complete: the samples after it, per item."""
+    batch = run_rollout(loop, engine, carried(items, samples), params, None, quota=quota,
                         pad_token_id=tok.pad_token_id)
-    n = params.n
-    return [[batch.carried[k * n + j].progress for j in range(n)] for k in range(len(items))]
+    samples = [list(s) for s in samples]
+    for r, c in enumerate(batch.carried):
+        samples[int(batch.group_ids[r])][c.episode % params.n] = c.trajectory if c.paused else batch.select([r])
+    return samples
 
 
-def as_batch(items, progress, tok):
-    played = [(k, p.trajectory(items[k].ids), None) for k in range(len(items)) for p in progress[k]]
-    return played_batch([(k, t, info_of(t), Carried()) for k, t, _ in played], True, pad_token_id=tok.pad_token_id,
-                        decode=None)
+def as_batch(samples, tok):
+    """The finished samples' rows, prompt-major, as one batch (as the controller's PartialQueue trains them)."""
+    return Batch.concat([s for ss in samples for s in ss], pad_token_id=tok.pad_token_id).trimmed()
 
 
-def paused_mid_conversation(progress):
+def paused_mid_conversation(samples):
     """Paused samples that had finished at least one model turn (so continuing them replays the environment)."""
-    return [p for ps in progress for p in ps if not p.finish and p.past is not None and p.past["turns"] >= 1]
+    return [s for ss in samples for s in ss if isinstance(s, Trajectory) and s.turns >= 1]
 
 
 def paused_then_finished(loop, engine, tok, items, params, quotas):
     """Every item's samples from the start (seed SEED), over partial rollouts that pause once quotas[i] groups are
     complete, until all are: (the samples paused mid-conversation on the way, the final batch)."""
-    progress = [[Progress(SEED) for _ in range(params.n)] for _ in items]
+    samples = fresh(items, params.n)
     paused = []
     for quota in quotas + [len(items)]:
-        progress = play_partial(loop, engine, tok, items, params, progress, quota)
-        paused += copy.deepcopy(paused_mid_conversation(progress))
-    assert all(p.finish for ps in progress for p in ps)
-    return paused, as_batch(items, progress, tok)
+        samples = play_partial(loop, engine, tok, items, params, samples, quota)
+        paused += copy.deepcopy(paused_mid_conversation(samples))
+    assert all(isinstance(s, Batch) for ss in samples for s in ss)
+    return paused, as_batch(samples, tok)
 
 
 def assert_same_samples(a, b):
@@ -124,7 +133,7 @@ def test_guess_number_conversations_paused_and_continued_are_the_uninterrupted_o
         paused, continued = paused_then_finished(loop, engine, tok, items, PARAMS, quotas)
         mid += paused
         assert_same_samples(continued, whole)
-    assert any(p.ids for p in mid), "no conversation paused mid-way with tokens of its open turn"
+    assert any(p.open.ids for p in mid), "no conversation paused mid-way with tokens of its open turn"
     assert whole.env_rewards.sum() > 0  # the environment's rewards took part
 
 
@@ -139,7 +148,7 @@ def test_calculator_conversations_paused_after_their_tool_calls_are_the_uninterr
         whole = run_rollout(loop, engine, items, params, SEED, pad_token_id=tok.pad_token_id)
         for quotas in SCHEDULES:
             paused, continued = paused_then_finished(loop, engine, tok, items, params, quotas)
-            after_calls += [p for p in paused if p.past["tool_calls"] > 0]
+            after_calls += [p for p in paused if p.tool_calls > 0]
             assert_same_samples(continued, whole)
             assert [i.tool_calls for i in continued.infos] == [i.tool_calls for i in whole.infos]
     finally:
@@ -163,26 +172,24 @@ def test_continued_log_probs_are_those_of_the_weights_that_sampled_each_token(gu
     new = copy.deepcopy(old)
     for p in new.parameters():
         p.data.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
-    progress = play_partial(loop, engine, tok, items, PARAMS, [[Progress(SEED) for _ in range(4)] for _ in items], 1)
-    assert paused_mid_conversation(progress)
+    samples = play_partial(loop, engine, tok, items, PARAMS, fresh(items, 4), 1)
+    assert paused_mid_conversation(samples)
     engine.update_weights(new.named_parameters(), version=1)
-    progress = play_partial(loop, engine, tok, items, PARAMS, progress, len(items))
+    samples = play_partial(loop, engine, tok, items, PARAMS, samples, len(items))
     spanning = 0
-    for ps in progress:
-        for p in ps:
-            t = p.trajectory([])
-            response, versions, recorded = [], [], []
-            for s in t.segments:
-                response += s.ids
-                versions += s.versions if s.log_probs is not None else [-1] * len(s.ids)
-                recorded += s.log_probs if s.log_probs is not None else [0.0] * len(s.ids)
-            v = torch.tensor(versions)
-            expected = torch.where(v == 0, forced(old, t.prompt_ids, response), forced(new, t.prompt_ids, response))
+    for ps in samples:
+        for row in ps:  # each finished sample's row, as the worker rendered it
+            prompt = row.prompt_ids[0][row.prompt_mask[0].bool()].tolist()
+            width = int(row.response_attention[0].sum())
+            response = row.response_ids[0, :width].tolist()
+            v = torch.where(row.response_mask[0, :width].bool(), row.token_versions[0, :width], -1)
+            recorded = row.rollout_log_probs[0, :width]
+            expected = torch.where(v == 0, forced(old, prompt, response), forced(new, prompt, response))
             model = v >= 0
-            torch.testing.assert_close(torch.tensor(recorded)[model], expected[model], atol=2e-5, rtol=0)
+            torch.testing.assert_close(recorded[model], expected[model], atol=2e-5, rtol=0)
             spanning += bool((v == 0).any() and (v == 1).any())
             if (v == 1).any():  # the new weights differ enough for the test to tell them apart
-                assert (forced(old, t.prompt_ids, response)[v == 1] - expected[v == 1]).abs().max() > 1e-3
+                assert (forced(old, prompt, response)[v == 1] - expected[v == 1]).abs().max() > 1e-3
     assert spanning, "no conversation spans both versions"
 
 
@@ -209,15 +216,14 @@ def test_an_environment_whose_replies_are_not_replayable_stops_with_the_reason(g
     rows = [{**row, "short": k < 3} for k, row in enumerate(guess_number_splits()[0][:6])]
     items = requests(rows, tok)
     for quota in (3, 1, 2, 4, 5):  # 3: the short groups; the others in case some long sample spent its budget
-        progress = play_partial(loop, engine, tok, items, PARAMS, [[Progress(SEED) for _ in range(4)] for _ in items],
-                                quota)
-        if paused_mid_conversation(progress):
+        samples = play_partial(loop, engine, tok, items, PARAMS, fresh(items, 4), quota)
+        if paused_mid_conversation(samples):
             break
-    assert paused_mid_conversation(progress), "no conversation paused mid-way"
+    assert paused_mid_conversation(samples), "no conversation paused mid-way"
     with pytest.raises(UserError, match=r"Moody answered model turn 1 differently from the recorded reply: "
                                         r"rollout.partial needs environments and tools whose replies depend only on "
                                         r"the row, the seed and the model's turns"):
-        play_partial(loop, engine, tok, items, PARAMS, progress, len(items))
+        play_partial(loop, engine, tok, items, PARAMS, samples, len(items))
 
 
 # ---------------------------------------------------------------- whole runs
@@ -270,6 +276,6 @@ def test_sigkill_then_resume_with_paused_conversations_equals_uninterrupted(unin
     latest = CheckpointManager(tmp_path).latest()
     assert latest is not None, "no checkpoint was written before the kill"
     pool = load_state(latest / "controller.pt")["in_flight"]["partial_pool"]
-    paused = [p for g in pool for p in g["samples"] if p["past"] is not None and not p["finish"]]
+    paused = [p for g in pool for p in g["samples"] if p is not None and "trajectory" in p]
     assert paused, "the checkpoint holds no paused conversation"
     assert run(tmp_path) == uninterrupted[1]  # trainer.resume=auto

@@ -52,7 +52,8 @@ def test_sigkill_then_resume_with_paused_samples_equals_uninterrupted(uninterrup
     latest = CheckpointManager(tmp_path).latest()
     assert latest is not None, "no checkpoint was written before the kill"
     pool = load_state(latest / "controller.pt")["in_flight"]["partial_pool"]
-    paused = [p for g in pool for p in g["samples"] if p["ids"] and not p["finish"]]
+    paused = [p["trajectory"] for g in pool for p in g["samples"] if p is not None and "trajectory" in p]
+    paused = [t for t in paused if t["open"]["ids"]]
     assert paused, "the checkpoint holds no paused sample"
     assert run(tmp_path) == uninterrupted[1]  # trainer.resume=auto
 

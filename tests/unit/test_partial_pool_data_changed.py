@@ -8,7 +8,7 @@ from grpoflow.controller.rollouts import Rollouts
 from grpoflow.data.dataset import PromptItem
 from grpoflow.data.sampler import EpochSampler
 from grpoflow.engines.protocol import SamplingParams
-from grpoflow.trajectories.trajectory import Progress
+from grpoflow.trajectories.trajectory import EndState, Segment, Trajectory
 
 
 def items_of(texts: list[str]) -> list[PromptItem]:
@@ -21,14 +21,15 @@ def queue_of(items: list[PromptItem]) -> PartialQueue:
                         max_staleness=1, seed_of=lambda step: step, version=lambda: 1, pad_token_id=0)
 
 
-def begun(seed: int) -> Progress:
-    return Progress(seed, ids=[5, 6], log_probs=[-0.5, -0.25], versions=[0, 0])
+def begun(first: int) -> Trajectory:
+    """A single-turn sample paused after two tokens."""
+    return Trajectory([1, 2], [], end=EndState.PAUSED, open=Segment([first, 6], [-0.5, -0.25], 0, [0, 0]))
 
 
 def saved_pool() -> tuple[list[PromptItem], dict]:
     items = items_of(["1+1=", "2+2=", "3+3=", "4+4="])
     queue = queue_of(items)
-    queue.pool = [Group(1, [begun(1), Progress(1)]), Group(3, [begun(3), begun(4)]), Group(0, [begun(0), Progress(0)])]
+    queue.pool = [Group(1, 1, [begun(1), None]), Group(3, 3, [begun(3), begun(4)]), Group(0, 0, [begun(0), None])]
     return items, queue.state_dict()
 
 
@@ -58,8 +59,8 @@ def test_unchanged_data_and_old_checkpoints_without_digests_resume_as_before(cap
     items, state = saved_pool()
     queue = queue_of(items_of(["1+1=", "2+2=", "3+3=", "4+4="]))
     queue.load_state_dict(state["sampler"], 1, state["in_flight"])
-    assert [(g.item, g.samples) for g in queue.pool] == [(1, [begun(1), Progress(1)]), (3, [begun(3), begun(4)]),
-                                                          (0, [begun(0), Progress(0)])]
+    assert [(g.item, g.seed, g.samples) for g in queue.pool] == [(1, 1, [begun(1), None]), (3, 3, [begun(3), begun(4)]),
+                                                                  (0, 0, [begun(0), None])]
     for g in state["in_flight"]["partial_pool"]:  # written before the digests were saved
         del g["prompt"]
     queue = queue_of(items_of(["1+1=", "2+2=", "3+3=", "9*9="]))
@@ -93,3 +94,22 @@ def test_a_shrunk_data_file_or_a_tampered_pool_is_one_sentence_not_a_traceback(t
         assert "\n" not in str(err.value)
     _, state = saved_pool()
     restore_queue(queue_of(items), {**state, "step": 1}, path)   # an untouched one loads
+
+
+def test_a_pool_saved_before_it_held_trajectories_is_refused_in_one_sentence(tmp_path):
+    """Before the pool carried `Trajectory` and the workers' rows, a group's samples were `Progress` dicts (with
+    their seed); such a checkpoint is refused with the way out, not loaded into the wrong shape."""
+    import pytest
+
+    from grpoflow.controller.checkpoint import restore_queue
+    from grpoflow.errors import UserError
+
+    items, state = saved_pool()
+    old = {"seed": 1, "ids": [5, 6], "log_probs": [-0.5, -0.25], "versions": [0, 0], "finish": "", "text": "",
+           "past": None, "floors": []}
+    for g in state["in_flight"]["partial_pool"]:
+        del g["seed"]
+        g["samples"] = [dict(old), dict(old, ids=[], log_probs=[], versions=[])]
+    with pytest.raises(UserError, match=r"written by an older grpoflow.*trainer.resume=never") as err:
+        restore_queue(queue_of(items), {**state, "step": 1}, tmp_path / "controller.pt")
+    assert "\n" not in str(err.value)

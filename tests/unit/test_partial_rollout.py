@@ -19,7 +19,8 @@ from grpoflow.models.loading import load_causal_lm
 from grpoflow.models.tiny import build_char_tokenizer, build_tiny_model
 from grpoflow.trajectories.loop import RolloutItem, SingleTurn
 from grpoflow.trajectories.rollout import run_rollout
-from grpoflow.trajectories.trajectory import Progress
+from grpoflow.trajectories.trajectory import EndState, Segment, Trajectory, to_batch
+from grpoflow.trajectories.turns import Carried, info_of
 from grpoflow.engines.hf import HFRolloutEngine
 from grpoflow.engines.protocol import SamplingParams
 from grpoflow.workers.rollout import RolloutWorker
@@ -45,14 +46,24 @@ def engine(model=MODEL):
     return HFRolloutEngine(copy.deepcopy(model), pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id)
 
 
-def item(text, position, carried):
-    return RolloutItem(TOK.encode(text, add_special_tokens=False), 0, position, carried=carried)
+def item(text, position, carried, seed=0):
+    return RolloutItem(TOK.encode(text, add_special_tokens=False), 0, position, carried=carried, seed=seed)
+
+
+def begun(text, ids, log_probs, versions):
+    """A single-turn sample of `text` paused after `ids`."""
+    return Trajectory(TOK.encode(text, add_special_tokens=False), [], end=EndState.PAUSED,
+                      open=Segment(list(ids), list(log_probs), min(versions), list(versions)))
 
 
 def play(eng, items, quota):
     batch = run_rollout(SingleTurn(TOK), eng, items, PARAMS, None, quota=quota, pad_token_id=TOK.pad_token_id)
     out = []
     for r, info in enumerate(batch.carried):
+        if info.paused:  # its tokens so far are its open turn (the row of a paused sample is not trained)
+            o = info.trajectory.open
+            out.append((o.ids, torch.tensor(o.log_probs), o.versions, info))
+            continue
         length = int(batch.response_mask[r].sum())
         out.append((batch.response_ids[r, :length].tolist(), batch.rollout_log_probs[r, :length],
                     batch.token_versions[r, :length].tolist(), info))
@@ -62,12 +73,13 @@ def play(eng, items, quota):
 def pause_after_nine(eng):
     """Y (fresh) next to Z, which carries 3 tokens (9 left): with quota 1 the rollout pauses when Z completes, at
     tick 9, so Y pauses with its first 9 tokens."""
-    z = Progress(seed=77, ids=TOK.encode("abc", add_special_tokens=False), log_probs=[0.0] * 3, versions=[0] * 3)
+    z = begun("3+4=", TOK.encode("abc", add_special_tokens=False), [0.0] * 3, [0] * 3)
     (y_ids, y_lp, y_versions, y_info), (z_ids, _, _, z_info) = play(
-        eng, [item("12+7=", 0, [Progress(seed=0)]), item("3+4=", 1, [z])], quota=1)
+        eng, [item("12+7=", 0, [None]), item("3+4=", 1, [z], seed=77)], quota=1)
     assert z_info.finished_at == 9 and not z_info.paused and len(z_ids) == 12  # setup: no EOS before the budget
     assert y_info.paused and len(y_ids) == 9 and y_versions == [0] * 9
-    return Progress(0, y_ids, y_lp.tolist(), y_versions)
+    assert z_info.trajectory is None  # a finished sample comes back as its row alone
+    return y_info.trajectory
 
 
 @torch.no_grad()
@@ -81,7 +93,7 @@ def test_a_paused_sample_continued_with_the_same_weights_samples_what_it_would_h
     eng = engine()
     y = pause_after_nine(eng)
     (ids, lp, versions, info), = play(eng, [item("12+7=", 0, [y])], quota=1)
-    assert not info.paused and len(ids) == 12 and ids[:9] == y.ids
+    assert not info.paused and len(ids) == 12 and ids[:9] == y.open.ids
     # the plain single-turn sample of this prompt (dataset index 0, seed None), never paused
     alone = run_rollout(SingleTurn(TOK), engine(), [RolloutItem(TOK.encode("12+7=", add_special_tokens=False), 0, 0)],
                         PARAMS, None, pad_token_id=TOK.pad_token_id)
@@ -107,10 +119,10 @@ def test_continued_log_probs_are_those_of_the_weights_that_sampled_each_token():
 
 
 def test_a_group_that_must_finish_keeps_the_rollout_going_past_the_quota():
-    z = Progress(seed=77, ids=TOK.encode("abc", add_special_tokens=False), log_probs=[0.0] * 3, versions=[0] * 3)
-    y = item("12+7=", 0, [Progress(seed=0)])
+    z = begun("3+4=", TOK.encode("abc", add_special_tokens=False), [0.0] * 3, [0] * 3)
+    y = item("12+7=", 0, [None])
     y.must_finish = True
-    (y_ids, _, _, y_info), (_, _, _, z_info) = play(engine(), [y, item("3+4=", 1, [z])], quota=1)
+    (y_ids, _, _, y_info), (_, _, _, z_info) = play(engine(), [y, item("3+4=", 1, [z], seed=77)], quota=1)
     assert z_info.finished_at == 9 and not y_info.paused and len(y_ids) == 12 and y_info.finished_at == 12
 
 
@@ -135,7 +147,7 @@ def partial_queue(group, items, version, **kw):
 
 
 def test_the_queue_trains_the_first_complete_groups_restarts_stale_ones_and_saves_its_pool(rollout_group,
-                                                                                           tiny_model_path):
+                                                                                           tiny_model_path, tmp_path):
     items, version = prompt_items(), [0]
     queue = partial_queue(rollout_group, items, lambda: version[0])
     pending = queue.take(1)
@@ -144,19 +156,30 @@ def test_the_queue_trains_the_first_complete_groups_restarts_stale_ones_and_save
     assert pending.metrics["rollout/partial/new_groups"] == 8 and len(queue.pool) == 4
     assert pending.metrics["rollout/partial/carried_groups"] == 4
     assert all(g.done_at is None or g.done_at[0] == 1 for g in queue.pool)
-    paused = [p for g in queue.pool for p in g.samples if not p.finish]
-    assert paused and any(p.ids for p in paused), "nothing was left unfinished: the test needs a pause"
-    # saved and loaded, the pool is the same
+    paused = [p for g in queue.pool for p in g.samples if isinstance(p, Trajectory)]
+    assert paused and any(p.open.ids for p in paused), "nothing was left unfinished: the test needs a pause"
+    assert all(p.end is EndState.PAUSED for p in paused)
+    # saved and loaded (through a weights-only file), the pool is the same: trajectories, rows and all
     state = queue.state_dict()
+    torch.save(state, tmp_path / "state.pt")
+    state = torch.load(tmp_path / "state.pt", weights_only=True)
     loaded = partial_queue(rollout_group, items, lambda: version[0])
     loaded.load_state_dict(state["sampler"], 1, state["in_flight"])
-    assert [(g.item, g.samples, g.done_at) for g in loaded.pool] == [(g.item, g.samples, g.done_at) for g in queue.pool]
+    assert [(g.item, g.seed, g.done_at) for g in loaded.pool] == [(g.item, g.seed, g.done_at) for g in queue.pool]
+    for g, h in zip(loaded.pool, queue.pool):
+        for a, b in zip(g.samples, h.samples):
+            assert type(a) is type(b)
+            if isinstance(a, Trajectory):
+                assert a == b
+            elif a is not None:
+                assert a.infos == b.infos and a.rows == b.rows and a.response_ids.tolist() == b.response_ids.tolist()
+                assert torch.equal(a.rollout_log_probs, b.rollout_log_probs)
     # two versions later (the same weights, as version 2), every carried group that holds a token of version 0 is
     # too stale: restarted
     version[0] = 2
     weights = list(load_causal_lm(tiny_model_path).named_parameters())
     rollout_group.call(RolloutWorker.update_weights, broadcast(weights), 2)
-    stale = sum(any(p.ids for p in g.samples) for g in queue.pool)
+    stale = sum(g.oldest is not None for g in queue.pool)
     pending = queue.take(2)
     assert pending.metrics["rollout/partial/restarted_groups"] == stale > 0
     batch, _ = pending.result()
@@ -170,7 +193,7 @@ def test_groups_one_step_from_too_stale_finish_in_the_next_rollout_and_are_train
     weights = list(load_causal_lm(tiny_model_path).named_parameters())
     rollout_group.call(RolloutWorker.update_weights, broadcast(weights), 0)  # the engine is shared by the module
     queue.take(1)
-    started = sum(any(p.ids for p in g.samples) for g in queue.pool)
+    started = sum(g.oldest is not None for g in queue.pool)
     assert started, "nothing was left unfinished: the test needs a pause"
     rollout_group.call(RolloutWorker.update_weights, broadcast(weights), 1)
     version[0] = 1
@@ -183,16 +206,23 @@ def test_groups_one_step_from_too_stale_finish_in_the_next_rollout_and_are_train
         batch.token_versions[batch.response_mask.bool()].min()
 
 
+def row(item, text, version=3):
+    """The training row of a finished single-turn sample `text` of `item`, sampled by weights `version`, as a
+    rollout worker gives it back."""
+    ids = TOK.encode(text, add_special_tokens=False)
+    t = Trajectory(item.prompt_ids, [{"role": "assistant", "content": text}],
+                   [Segment(ids, [-1.0] * len(ids), version, [version] * len(ids))], turns=1, end=EndState.EOS)
+    batch = to_batch([t], pad_token_id=TOK.pad_token_id, prompt_texts=[], rows=[], multi_turn=False)
+    return batch.replace(infos=[info_of(t)], carried=[Carried()])
+
+
 def test_complete_groups_carried_over_are_trained_first_in_the_order_they_completed(rollout_group):
     items = prompt_items()
     queue = partial_queue(rollout_group, items, lambda: 3, prompts_per_step=2, oversample=2.0)
 
-    def done(text):
-        ids = TOK.encode(text, add_special_tokens=False)
-        return Progress(0, ids, [-1.0] * len(text), [3] * len(text), "stop", text)
-
-    queue.pool = [Group(7, [done("a"), done("bb")], (1, 5)), Group(3, [Progress(1), done("c")]),
-                  Group(9, [done("ddd"), done("e")], (1, 2))]
+    queue.pool = [Group(7, 0, [row(items[7], "a"), row(items[7], "bb")], (1, 5)),
+                  Group(3, 1, [None, row(items[3], "c")]),
+                  Group(9, 0, [row(items[9], "ddd"), row(items[9], "e")], (1, 2))]
     pending = queue.take(2)
     batch, busy = pending.result()
     assert busy == 0.0  # two groups were complete already: no rollout ran
@@ -200,7 +230,18 @@ def test_complete_groups_carried_over_are_trained_first_in_the_order_they_comple
     assert batch.completions == ["ddd", "e", "a", "bb"] and batch.group_ids.tolist() == [0, 0, 1, 1]
     # the pool was topped up to 4 groups by one new prompt (not played yet); the unfinished group stays first
     assert pending.metrics["rollout/partial/new_groups"] == 1 and [g.item for g in queue.pool][0] == 3
-    assert len(queue.pool) == 2 and not any(p.ids for p in queue.pool[1].samples)
+    assert len(queue.pool) == 2 and all(p is None for p in queue.pool[1].samples)
+
+
+def test_a_sample_finished_earlier_stays_in_its_place_while_its_sibling_plays(rollout_group):
+    # group 3's first sample finished in an earlier rollout (its row is held, it is not sent again); the rollout plays
+    # its second alone, which comes back into place 1, and the step trains the two rows in order
+    items = prompt_items()
+    queue = partial_queue(rollout_group, items, lambda: 0, prompts_per_step=1, oversample=1.0)
+    queue.pool = [Group(3, 1, [row(items[3], "c", version=0), None])]
+    batch, busy = queue.take(2).result()
+    assert busy > 0 and len(batch) == 2 and batch.group_ids.tolist() == [0, 0] and batch.completions[0] == "c"
+    assert batch.rows == [items[3].row] * 2 and batch.response_mask[1].sum() > 0 and queue.pool == []
 
 
 def test_a_due_group_is_trained_before_one_that_completed_earlier(rollout_group):
@@ -208,8 +249,8 @@ def test_a_due_group_is_trained_before_one_that_completed_earlier(rollout_group)
     # too stale), group 7 only version-3 ones; one group per step, the due one goes first
     items = prompt_items()
     queue = partial_queue(rollout_group, items, lambda: 3, prompts_per_step=1, oversample=2.0)
-    queue.pool = [Group(7, [Progress(0, [5], [-1.0], [3], "stop", "a")] * 2, (1, 2)),
-                  Group(9, [Progress(0, [6], [-1.0], [2], "stop", "b")] * 2, (1, 9))]
+    queue.pool = [Group(7, 0, [row(items[7], "a", version=3)] * 2, (1, 2)),
+                  Group(9, 0, [row(items[9], "b", version=2)] * 2, (1, 9))]
     pending = queue.take(2)
     assert pending.result()[1] == 0.0 and [items.index(it) for it in pending.items] == [9]
     assert pending.metrics["rollout/partial/due_groups"] == 1 and [g.item for g in queue.pool] == [7]

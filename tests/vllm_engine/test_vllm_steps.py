@@ -24,7 +24,6 @@ from grpoflow.models.logprobs import response_log_probs  # noqa: E402
 from grpoflow.trajectories.chat import ChatRenderer  # noqa: E402
 from grpoflow.trajectories.loop import EnvLoop, RolloutItem, SingleTurn  # noqa: E402
 from grpoflow.trajectories.rollout import run_rollout  # noqa: E402
-from grpoflow.trajectories.trajectory import Progress  # noqa: E402
 from grpoflow.engines.batcher import EngineFailure, RequestBatcher  # noqa: E402
 from grpoflow.engines.protocol import EngineAbilities, Request, SamplingParams  # noqa: E402
 from grpoflow.engines.random_streams import prompt_seeds  # noqa: E402
@@ -262,26 +261,22 @@ def test_two_identical_rollouts_give_identical_samples(engine, tokenizer):
 def test_a_rollout_pauses_at_a_token_boundary_and_continues(engine, tokenizer):
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")  # samples end at different lengths
     params = SamplingParams(n=2, max_new_tokens=30, temperature=1.0, stop_token_ids=(end,))
-    items = [RolloutItem(p, i, i, carried=[Progress(100 * i + j) for j in range(2)]) for i, p in enumerate(PROMPTS)]
+    items = [RolloutItem(p, i, i, carried=[None, None], seed=100 * i) for i, p in enumerate(PROMPTS)]
     first = run_rollout(SingleTurn(tokenizer), engine, items, params, None, quota=1)
-    paused = [k for k, info in enumerate(first.infos) if info.paused]
-    assert paused and len(paused) < len(first.infos) and not engine.busy
+    paused = [k for k, c in enumerate(first.carried) if c.paused]
+    assert paused and len(paused) < len(first.carried) and not engine.busy
     assert not engine.llm.llm_engine.has_unfinished_requests()
     carried = []
     for i, item in enumerate(items):
-        progress = []
-        for j in range(2):
-            k = 2 * i + j
-            on = first.response_attention_mask[k].bool()
-            ids, lps = first.response_ids[k][on].tolist(), first.rollout_log_probs[k][on].tolist()
-            assert k not in paused or len(ids) < 30
-            progress.append(Progress(100 * i + j, ids, lps, [0] * len(ids), "" if k in paused else "stop"))
-        carried.append(RolloutItem(item.ids, i, i, carried=progress))
+        samples = [first.carried[2 * i + j].trajectory for j in range(2)]  # None: finished (its row is in `first`)
+        assert all(t is None or len(t.open.ids) < 30 for t in samples)
+        carried.append(RolloutItem(item.ids, i, i, carried=samples, seed=100 * i,
+                                   finished=tuple(j for j in range(2) if samples[j] is None)))
     second = run_rollout(SingleTurn(tokenizer), engine, carried, params, None, quota=3)
-    assert not any(info.paused for info in second.infos)
-    for k in paused:  # the continuation starts with the paused tokens
-        on = first.response_attention_mask[k].bool()
-        assert second.response_ids[k][:int(on.sum())].tolist() == first.response_ids[k][on].tolist()
+    assert not any(c.paused for c in second.carried) and len(second) == len(paused)  # the finished stay out
+    for r, c in enumerate(second.carried):  # each continuation starts with its paused tokens
+        ids = first.carried[2 * int(second.group_ids[r]) + c.episode % 2].trajectory.open.ids
+        assert second.response_ids[r][:len(ids)].tolist() == ids
 
 
 def test_an_engine_error_fails_the_waiting_trajectories_and_the_engine_serves_on(engine, tokenizer):

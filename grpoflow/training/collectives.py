@@ -52,21 +52,21 @@ def global_sum(value: float | Tensor) -> Tensor:
 
 
 def global_max(value: int) -> int:
-    """Largest `value` over all ranks (itself on one rank)."""
-    if world_size() == 1:
-        return value
-    t = torch.tensor(value, dtype=torch.int64, device=_comm_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
+    """Largest int `value` over all ranks (itself on one rank)."""
+    return int(_max_over_ranks(value, torch.int64))
 
 
 def max_over_ranks(value: float) -> float:
     """Largest float `value` over all ranks (itself on one rank)."""
+    return float(_max_over_ranks(value, torch.float64))
+
+
+def _max_over_ranks(value: int | float, dtype: torch.dtype) -> int | float:
     if world_size() == 1:
         return value
-    t = torch.tensor(value, dtype=torch.float64, device=_comm_device())
+    t = torch.tensor(value, dtype=dtype, device=_comm_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+    return t.item()
 
 
 def sum_over_ranks(metrics: dict[str, float]) -> dict[str, float]:

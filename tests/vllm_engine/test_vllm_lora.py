@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("vllm", reason="vllm is not installed (.ci/vllm_stage runs these tests)")
 pytest.importorskip("peft")
 
-from grpoflow.config import Config, RolloutConfig  # noqa: E402
+from grpoflow.config import Config, LoRAConfig, ModelConfig, RolloutConfig  # noqa: E402
 from grpoflow.models.loading import load_causal_lm  # noqa: E402
 from grpoflow.models.lora import add_lora, is_adapter_weight  # noqa: E402
 from grpoflow.engines.protocol import SamplingParams  # noqa: E402
@@ -29,8 +29,9 @@ PARITY_TOL = 1e-3
 def worker(tiny_model_path):
     cfg = RolloutConfig(engine="vllm", gpu_memory_utilization=float(os.environ.get("GRPOFLOW_VLLM_MEM", "0.1")),
                         sync_timeout_s=60.0, lora_sync="adapter", lora_versions=2)
-    return RolloutWorker(0, 1, model_path=tiny_model_path, cfg=Config(rollout=cfg), dtype="float32", seed=0,
-                         lora=LORA)
+    # the run's config says what the worker checks (plan/checks.py): adapters of LORA's layout, sent as adapters
+    run = Config(model=ModelConfig(lora=LoRAConfig(**LORA)), rollout=cfg)
+    return RolloutWorker(0, 1, model_path=tiny_model_path, cfg=run, dtype="float32", seed=0, lora=LORA)
 
 
 def adapted(path: str, seed: int):

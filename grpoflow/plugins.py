@@ -157,6 +157,16 @@ class Registry:
         self.register(name_or_spec, override=True, **meta)(fn)
         return fn
 
+    def resolve_key(self, key: str, name_or_spec: str, hint: str = "") -> Callable:
+        """`resolve(name_or_spec)` for the config key `key`: a bad name's error starts with `key=value` (and ends with
+        `hint`); a missing file.py's FileNotFoundError names the file already and passes as it is."""
+        try:
+            return self.resolve(name_or_spec)
+        except FileNotFoundError:  # UserFileNotFoundError is a ValueError too: its message names the file already
+            raise
+        except ValueError as e:
+            raise UserError(f"{key}={name_or_spec!r}: {e}{hint}") from None
+
     def get(self, name: str) -> Callable:
         """The function registered under `name`; ValueError with the closest valid name if none."""
         try:

@@ -149,12 +149,7 @@ def build_engine(name: str, model_path: str, tokenizer: Any, *, dtype: str = "fl
     already (a run's start-up check resolves it once, plan/checks.py); None: resolved here.
     """
     if builder is None:
-        try:
-            builder = ROLLOUT_ENGINES.resolve(name)
-        except FileNotFoundError:  # a missing file.py: the message names it
-            raise
-        except ValueError as e:
-            raise UserError(f"rollout.engine={name!r}: {e}") from None
+        builder = ROLLOUT_ENGINES.resolve_key("rollout.engine", name)
     adapters = {"lora": lora, "lora_versions": lora_versions} if lora is not None else {}
     engine = builder(model_path, pad_token_id=tokenizer.pad_token_id, eos_token_id=end_ids(model_path, tokenizer),
                      dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,

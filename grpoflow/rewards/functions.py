@@ -93,12 +93,7 @@ def is_async_reward(fn: Any) -> bool:
 def load_reward_function(spec: str, style: str = "auto") -> RewardFn:
     """A built-in name, or `path/to/file.py:function` in any shape (grpoflow.rewards.shapes: `style` auto reads it
     off the signature), as a grpoflow reward function."""
-    try:
-        fn = REWARD_FUNCTIONS.resolve(spec)
-    except FileNotFoundError:  # a missing file.py: the message names it
-        raise
-    except ValueError as e:
-        raise UserError(f"reward.function={spec!r}: {e} A user function is named `path/to/file.py:function`.") from None
+    fn = REWARD_FUNCTIONS.resolve_key("reward.function", spec, " A user function is named `path/to/file.py:function`.")
     if not is_file_spec(spec):
         return fn  # built-ins are grpoflow-shaped
     adapted = adapt(fn, style)

@@ -275,12 +275,7 @@ async def _without_exit(call: Any) -> Any:
 
 def load_env(spec: str) -> type:
     """The environment class of `rollout.multi_turn.env` (a registered name or `path/to/file.py:Class`)."""
-    try:
-        cls = ENVIRONMENTS.resolve(spec)
-    except FileNotFoundError:  # a missing file.py: the message names it
-        raise
-    except ValueError as e:
-        raise UserError(f"rollout.multi_turn.env={spec!r}: {e}") from None
+    cls = ENVIRONMENTS.resolve_key("rollout.multi_turn.env", spec)
     missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
     if not inspect.isclass(cls) or missing:
         raise UserError(f"rollout.multi_turn.env={spec!r} is not an environment class: it needs reset(**row) and "
